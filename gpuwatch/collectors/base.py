@@ -1,0 +1,88 @@
+"""What every collector is, and the wrapper that runs one.
+
+A collector reads one data source through :class:`~gpuwatch.config.HostPaths` (never a
+literal ``/proc``), keeps whatever previous snapshot it needs for rates, and returns wire
+samples. Parsing lives in pure ``parse_*`` functions beside it so tests feed them recorded
+bytes. "No data" (no InfiniBand HCA, no Slurm job on the node) is an empty list; a real
+failure raises, and :func:`run_collector` turns it into a recorded error so one broken
+collector never stops the others (node_exporter's ``execute()``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpuwatch.config import Settings
+from gpuwatch.wire import _Sample
+
+log = logging.getLogger(__name__)
+
+
+class Collector(ABC):
+    """One data source. Subclasses set ``name`` and implement :meth:`collect`."""
+
+    name: str = ""
+    #: collectors that are on unless ``agent.collectors_disabled`` names them
+    default_enabled: bool = True
+
+    @abstractmethod
+    def collect(self, now: datetime) -> Sequence[_Sample]:
+        """Read the source once and return samples stamped ``now``.
+
+        Counter-based collectors return nothing on their first call (they need two
+        snapshots) and rates over the time between calls afterwards.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most collectors hold nothing
+        """Release handles (NVML, event threads)."""
+
+
+@dataclass
+class CollectorRun:
+    """Outcome of one collector run: its samples, duration and error if it failed."""
+
+    name: str
+    samples: list[_Sample] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+
+
+_logged_failures: set[tuple[str, str]] = set()
+
+
+def run_collector(collector: Collector, now: datetime) -> CollectorRun:
+    """Run one collector, timing it; an exception becomes ``error`` and is logged once."""
+    start = time.perf_counter()
+    try:
+        samples = list(collector.collect(now))
+    except Exception as exc:  # a broken collector must not stop the agent
+        message = f"{type(exc).__name__}: {exc}"
+        key = (collector.name, message)
+        if key not in _logged_failures:
+            _logged_failures.add(key)
+            log.warning("collector %s failed: %s", collector.name, message, exc_info=True)
+        return CollectorRun(collector.name, [], time.perf_counter() - start, message)
+    return CollectorRun(collector.name, samples, time.perf_counter() - start)
+
+
+CollectorFactory = Callable[[Settings], Collector | None]
+
+#: name -> factory; a factory returns None when the source does not exist on this host
+REGISTRY: dict[str, CollectorFactory] = {}
+
+
+def register(name: str) -> Callable[[CollectorFactory], CollectorFactory]:
+    """Class/function decorator adding a collector factory under ``name``."""
+
+    def deco(factory: CollectorFactory) -> CollectorFactory:
+        if name in REGISTRY:
+            raise ValueError(f"collector {name!r} registered twice")
+        REGISTRY[name] = factory
+        return factory
+
+    return deco

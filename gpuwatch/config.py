@@ -1,0 +1,224 @@
+"""One typed, validated configuration for agent, daemon and CLI.
+
+Sources, later ones winning: built-in defaults, the TOML file (``--config``, else
+``$GPUWATCH_CONFIG``, else ``/etc/gpuwatch/gpuwatch.toml`` if it exists), then environment
+variables ``GPUWATCH_<SECTION>__<KEY>`` (e.g. ``GPUWATCH_AGENT__INTERVAL_S=5``) and the
+shortcut ``GPUWATCH_DB`` for the database URL. A bad value stops start-up with
+:class:`ConfigError`, whose message names the offending key. ``deploy/gpuwatch.toml``
+documents every key.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
+DEFAULT_PORT = 8470
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key and the problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuBackendKind(str, Enum):
+    """Where GPU readings come from."""
+
+    AUTO = "auto"  # NVML if it initialises, else none (said once in the log)
+    NVML = "nvml"  # real NVML; failing to initialise is an error
+    SIM = "sim"  # the seeded simulated device model
+    NONE = "none"  # GPU collector disabled
+
+
+class HostPaths(_Section):
+    """Roots of every host file a collector reads, so tests point them at fixture trees."""
+
+    proc: Path = Path("/proc")
+    sys: Path = Path("/sys")
+    run: Path = Path("/run")
+    cgroup: Path = Path("/sys/fs/cgroup")
+
+    @property
+    def gpu_map_dir(self) -> Path:
+        """Where the Slurm prolog writes GPU -> job files (``deploy/slurm/prolog.sh``)."""
+        return self.run / "gpuwatch" / "gpu"
+
+
+class GpuConfig(_Section):
+    backend: GpuBackendKind = GpuBackendKind.AUTO
+    sim_scenario: str = Field("training", description="Scenario name for backend = 'sim'.")
+    sim_gpus: int = Field(4, ge=0, le=64)
+    sim_seed: int = 0
+    sim_model: str = "NVIDIA H200"
+    poll_interval_s: float = Field(1.0, gt=0, le=60)
+
+
+class AgentConfig(_Section):
+    node: str = Field(default_factory=lambda: socket.gethostname().split(".")[0])
+    daemon_url: str = f"http://127.0.0.1:{DEFAULT_PORT}"
+    token: str | None = Field(None, description="Per-node token; prefer token_file.")
+    token_file: Path | None = None
+    interval_s: float = Field(10.0, gt=0, le=3600)
+    spool_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_cache_dir("gpuwatch")) / "spool"
+    )
+    spool_max_bytes: int = Field(256 * 1024 * 1024, ge=64 * 1024)
+    push_timeout_s: float = Field(10.0, gt=0)
+    backoff_initial_s: float = Field(1.0, gt=0)
+    backoff_max_s: float = Field(300.0, gt=0)
+    collectors_disabled: list[str] = Field(default_factory=list)
+    metrics_listen: str | None = Field(None, description="host:port for Prometheus /metrics.")
+
+    @field_validator("daemon_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    def resolve_token(self) -> str | None:
+        """The token from ``token`` or, if set, the first line of ``token_file``."""
+        if self.token:
+            return self.token
+        if self.token_file is not None:
+            try:
+                return self.token_file.read_text().strip() or None
+            except OSError as exc:
+                raise ConfigError(f"agent.token_file: cannot read {self.token_file}: {exc}") from exc
+        return None
+
+
+class DaemonConfig(_Section):
+    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
+    max_batch_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    partition_days_ahead: int = Field(3, ge=1, le=60)
+    auto_migrate: bool = Field(True, description="Upgrade the schema at start-up.")
+    max_future_skew_s: float = Field(
+        300.0, ge=0, description="Samples stamped further ahead of the daemon clock are refused."
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:8470")
+        return value
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+def default_database_url() -> str:
+    """SQLite under the user's data dir: the embedded default for one machine and demos."""
+    data = Path(platformdirs.user_data_dir("gpuwatch"))
+    return f"sqlite:///{data / 'gpuwatch.db'}"
+
+
+class DatabaseConfig(_Section):
+    url: str = Field(default_factory=default_database_url)
+    echo: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if value.startswith("postgres://"):
+            value = "postgresql://" + value[len("postgres://") :]
+        if value.startswith("postgresql://"):
+            value = "postgresql+psycopg://" + value[len("postgresql://") :]
+        if not value.startswith(("sqlite://", "postgresql+psycopg://")):
+            raise ValueError("must be a sqlite:/// or postgresql:// URL")
+        return value
+
+
+class Settings(BaseSettings):
+    """The whole configuration; see ``deploy/gpuwatch.toml``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GPUWATCH_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    daemon: DaemonConfig = Field(default_factory=DaemonConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    gpu: GpuConfig = Field(default_factory=GpuConfig)
+    host_paths: HostPaths = Field(default_factory=HostPaths)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_path = _CONFIG_FILE_CONTEXT.get("path")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+
+_CONFIG_FILE_CONTEXT: dict[str, Path | None] = {"path": None}
+
+
+def _format_error(exc: ValidationError, origin: str) -> str:
+    lines = [f"invalid configuration ({origin}):"]
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"]) or "(root)"
+        lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Load and validate the configuration once, at start-up.
+
+    ``path`` None means ``$GPUWATCH_CONFIG`` or the system file if present; an explicit
+    path that does not exist is an error. ``overrides`` are nested dicts per section
+    (``database={"url": ...}``), used by the CLI's own flags and by tests.
+    """
+    explicit = path is not None or "GPUWATCH_CONFIG" in os.environ
+    chosen = Path(path or os.environ.get("GPUWATCH_CONFIG") or DEFAULT_CONFIG_PATH)
+    if not chosen.exists():
+        if explicit:
+            raise ConfigError(f"config file {chosen} does not exist")
+        chosen_or_none: Path | None = None
+    else:
+        chosen_or_none = chosen
+    if os.environ.get("GPUWATCH_DB") and "database" not in overrides:
+        overrides["database"] = {"url": os.environ["GPUWATCH_DB"]}
+    origin = str(chosen_or_none) if chosen_or_none else "defaults and environment"
+    _CONFIG_FILE_CONTEXT["path"] = chosen_or_none
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc, origin)) from None
+    except (OSError, ValueError) as exc:  # TOML syntax errors surface as ValueError
+        raise ConfigError(f"cannot read config {origin}: {exc}") from None
+    finally:
+        _CONFIG_FILE_CONTEXT["path"] = None

@@ -1,0 +1,280 @@
+"""Wire format v1: what an agent sends to the daemon.
+
+One module, shared by both sides, so the agent cannot send what the daemon does not
+understand. A batch is one HTTP request body: the node, the agent's version, the schema
+version, a batch id (the unit of idempotency: a re-sent batch is stored once) and samples.
+
+Every sample has ``kind`` (the discriminator), ``ts`` (an aware UTC datetime, RFC 3339 on
+the wire) and fields whose names end in their unit (``_bytes``, ``_ratio``, ``_watts``,
+``_per_s``...). A field that the source cannot give (NVML ``NotSupported``, a counter that
+needs a second snapshot) is ``null``, never zero: "no data" is kept apart from "idle".
+
+Rates (``*_per_s``) and ratios over the interval are computed on the agent from two
+snapshots of a monotonic counter, because only the agent sees both; the first cycle after
+start has no rate and sends ``null``.
+
+``docs/wire-format.md`` documents this module; ``gpuwatch wire-schema`` prints the JSON
+Schema generated from it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+NonNeg = Annotated[float, Field(ge=0.0)]
+Count = Annotated[int, Field(ge=0)]
+NodeName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+JobId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_.+-]+$")]
+
+
+def utcnow() -> datetime:
+    """Aware now in UTC; the only clock wire objects are stamped with."""
+    return datetime.now(timezone.utc)
+
+
+class _Sample(BaseModel):
+    """Fields every sample kind has."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ts: AwareDatetime = Field(description="When the reading was taken (UTC, RFC 3339).")
+
+    @field_validator("ts")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        return value.astimezone(timezone.utc)
+
+
+class GpuProcess(BaseModel):
+    """One compute process on a GPU (``nvmlDeviceGetComputeRunningProcesses``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: Count
+    used_memory_bytes: Count | None = None
+    sm_util_ratio: Ratio | None = Field(
+        None, description="nvmlDeviceGetProcessesUtilizationInfo smUtil / 100."
+    )
+    memory_util_ratio: Ratio | None = None
+    job_id: JobId | None = Field(None, description="Slurm job of the pid, from its cgroup/environ.")
+
+
+class GpuSample(_Sample):
+    """One GPU over one sample interval.
+
+    Instantaneous NVML readings are averaged over the 1 s polls inside the interval;
+    ``*_ratio`` utilizations are 0..1 (NVML's percent / 100). GPM fields (``sm_active_ratio``
+    and below) exist on Hopper and newer only.
+    """
+
+    kind: Literal["gpu"] = "gpu"
+    gpu_index: Count = Field(description="NVML device index (not the /dev/nvidiaN minor).")
+    uuid: str | None = Field(None, max_length=96)
+    name: str | None = Field(None, max_length=96)
+    pci_bus_id: str | None = Field(None, max_length=32)
+    state: Literal["ok", "lost", "error"] = "ok"
+    interval_s: NonNeg | None = Field(None, description="Length of the interval averaged over.")
+    util_gpu_ratio: Ratio | None = Field(None, description="nvmlDeviceGetUtilizationRates.gpu")
+    util_memory_ratio: Ratio | None = Field(None, description="nvmlDeviceGetUtilizationRates.memory")
+    util_gpu_idle_fraction_ratio: Ratio | None = Field(
+        None, description="Fraction of the 1 s polls in the interval with util_gpu == 0."
+    )
+    util_gpu_stddev_ratio: NonNeg | None = Field(None, description="Std-dev of util_gpu over polls.")
+    memory_used_bytes: Count | None = None
+    memory_total_bytes: Count | None = None
+    memory_reserved_bytes: Count | None = None
+    power_watts: NonNeg | None = None
+    power_limit_watts: NonNeg | None = None
+    energy_joules: NonNeg | None = Field(None, description="Total energy counter since driver load.")
+    sm_clock_hz: NonNeg | None = None
+    sm_clock_max_hz: NonNeg | None = None
+    memory_clock_hz: NonNeg | None = None
+    temperature_celsius: float | None = None
+    throttle_reasons: list[str] | None = Field(
+        None, description="Active clocks-event reasons, e.g. ['sw_power_cap', 'hw_slowdown']."
+    )
+    pcie_tx_bytes_per_s: NonNeg | None = None
+    pcie_rx_bytes_per_s: NonNeg | None = None
+    nvlink_tx_bytes_per_s: NonNeg | None = None
+    nvlink_rx_bytes_per_s: NonNeg | None = None
+    ecc_corrected_errors: Count | None = None
+    ecc_uncorrected_errors: Count | None = None
+    xid_errors: list[int] | None = Field(None, description="XID codes seen during the interval.")
+    sm_active_ratio: Ratio | None = Field(None, description="GPM NVML_GPM_METRIC_SM_UTIL / 100.")
+    sm_occupancy_ratio: Ratio | None = Field(None, description="GPM SM_OCCUPANCY / 100.")
+    tensor_active_ratio: Ratio | None = Field(None, description="GPM ANY_TENSOR_UTIL / 100.")
+    dram_active_ratio: Ratio | None = Field(None, description="GPM DRAM_BW_UTIL / 100.")
+    fp32_active_ratio: Ratio | None = Field(None, description="GPM FP32_UTIL / 100.")
+    fp16_active_ratio: Ratio | None = Field(None, description="GPM FP16_UTIL / 100.")
+    processes: list[GpuProcess] | None = None
+    simulated: bool = Field(False, description="True when produced by the simulated backend.")
+
+
+class CpuSample(_Sample):
+    """Host CPU over the interval, from two snapshots of ``/proc/stat``."""
+
+    kind: Literal["cpu"] = "cpu"
+    cores: Count = Field(description="Logical CPUs counted in /proc/stat.")
+    busy_ratio: Ratio = Field(description="1 - (idle + iowait) / total, all CPUs.")
+    user_ratio: Ratio
+    system_ratio: Ratio
+    iowait_ratio: Ratio
+    steal_ratio: Ratio = 0.0
+    per_core_busy_ratio: list[Ratio] | None = None
+    load1: NonNeg | None = Field(None, description="/proc/loadavg first field.")
+
+
+class MemorySample(_Sample):
+    """Host memory from ``/proc/meminfo`` and swap activity from ``/proc/vmstat``."""
+
+    kind: Literal["memory"] = "memory"
+    total_bytes: Count
+    available_bytes: Count
+    used_bytes: Count = Field(description="total - available.")
+    swap_total_bytes: Count = 0
+    swap_used_bytes: Count = 0
+    swap_in_bytes_per_s: NonNeg | None = Field(None, description="pswpin * page size / s.")
+    swap_out_bytes_per_s: NonNeg | None = None
+
+
+class NicSample(_Sample):
+    """One network interface, from ``/proc/net/dev`` (loopback excluded)."""
+
+    kind: Literal["nic"] = "nic"
+    device: str = Field(min_length=1, max_length=64)
+    rx_bytes_per_s: NonNeg
+    tx_bytes_per_s: NonNeg
+    rx_packets_per_s: NonNeg
+    tx_packets_per_s: NonNeg
+    rx_errors: Count = 0
+    tx_errors: Count = 0
+
+
+class InfinibandSample(_Sample):
+    """One IB port from ``/sys/class/infiniband/<hca>/ports/<n>/counters``.
+
+    ``port_rcv_data``/``port_xmit_data`` count 4-byte words (IBTA spec); converted to bytes here.
+    """
+
+    kind: Literal["infiniband"] = "infiniband"
+    device: str = Field(min_length=1, max_length=64)
+    port: Count
+    rx_bytes_per_s: NonNeg
+    tx_bytes_per_s: NonNeg
+    rx_packets_per_s: NonNeg | None = None
+    tx_packets_per_s: NonNeg | None = None
+    link_rate_bytes_per_s: NonNeg | None = Field(None, description="From ports/<n>/rate.")
+
+
+class DiskSample(_Sample):
+    """One block device from ``/proc/diskstats`` (partitions and loop/ram devices excluded)."""
+
+    kind: Literal["disk"] = "disk"
+    device: str = Field(min_length=1, max_length=64)
+    read_bytes_per_s: NonNeg
+    write_bytes_per_s: NonNeg
+    reads_per_s: NonNeg
+    writes_per_s: NonNeg
+    busy_ratio: Ratio = Field(description="io_ticks delta / interval.")
+
+
+class JobSample(_Sample):
+    """One Slurm job's cgroup on this node (v2 ``cpu.stat``/``memory.current``, v1 cpuacct)."""
+
+    kind: Literal["job"] = "job"
+    job_id: JobId
+    cpu_used_cores: NonNeg | None = Field(None, description="CPU seconds used per second.")
+    cpu_allocated_cores: NonNeg | None = Field(None, description="From cpuset.cpus.effective.")
+    memory_used_bytes: Count | None = None
+    memory_limit_bytes: Count | None = None
+    memory_swap_bytes: Count | None = None
+    memory_pressure_ratio: Ratio | None = Field(
+        None, description="cgroup v2 memory.pressure 'some' avg10 / 100."
+    )
+    cgroup_version: Literal[1, 2] | None = None
+
+
+class AttributionSample(_Sample):
+    """Which Slurm job holds a GPU right now, and how the agent knows."""
+
+    kind: Literal["attribution"] = "attribution"
+    gpu_index: Count
+    gpu_uuid: str | None = Field(None, max_length=96)
+    job_id: JobId
+    user: str | None = Field(None, max_length=64)
+    uid: Count | None = None
+    source: Literal["prolog", "process", "environ"]
+    pids: list[Count] | None = None
+
+
+class AgentSample(_Sample):
+    """The agent's own health, so a silent node and a broken collector look different."""
+
+    kind: Literal["agent"] = "agent"
+    spool_batches: Count = 0
+    spool_bytes: Count = 0
+    dropped_batches_total: Count = Field(0, description="Batches the full spool dropped, ever.")
+    collector_errors: dict[str, str] | None = Field(
+        None, description="Collector name -> last error, for collectors that failed this cycle."
+    )
+    collector_seconds: dict[str, NonNeg] | None = None
+
+
+Sample = Annotated[
+    GpuSample
+    | CpuSample
+    | MemorySample
+    | NicSample
+    | InfinibandSample
+    | DiskSample
+    | JobSample
+    | AttributionSample
+    | AgentSample,
+    Field(discriminator="kind"),
+]
+
+SAMPLE_KINDS: dict[str, type[_Sample]] = {
+    cls.model_fields["kind"].default: cls
+    for cls in (
+        GpuSample,
+        CpuSample,
+        MemorySample,
+        NicSample,
+        InfinibandSample,
+        DiskSample,
+        JobSample,
+        AttributionSample,
+        AgentSample,
+    )
+}
+
+MAX_SAMPLES_PER_BATCH = 100_000
+
+
+class Batch(BaseModel):
+    """One push from one agent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    batch_id: uuid.UUID = Field(default_factory=uuid.uuid4)
+    node: NodeName
+    agent_version: str = Field(min_length=1, max_length=64)
+    seq: Count = Field(0, description="Agent-local sequence number; informational, for gaps.")
+    created_at: AwareDatetime = Field(default_factory=utcnow)
+    samples: list[Sample] = Field(max_length=MAX_SAMPLES_PER_BATCH)
+
+
+def json_schema() -> dict:
+    """JSON Schema of a batch, generated from the models above."""
+    schema = Batch.model_json_schema()
+    schema["$id"] = f"urn:gpuwatch:wire:batch:v{SCHEMA_VERSION}"
+    return schema
