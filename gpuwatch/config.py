@@ -75,9 +75,7 @@ class AgentConfig(_Section):
     token: str | None = Field(None, description="Per-node token; prefer token_file.")
     token_file: Path | None = None
     interval_s: float = Field(10.0, gt=0, le=3600)
-    spool_dir: Path = Field(
-        default_factory=lambda: Path(platformdirs.user_cache_dir("gpuwatch")) / "spool"
-    )
+    spool_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_cache_dir("gpuwatch")) / "spool")
     spool_max_bytes: int = Field(256 * 1024 * 1024, ge=64 * 1024)
     push_timeout_s: float = Field(10.0, gt=0)
     backoff_initial_s: float = Field(1.0, gt=0)

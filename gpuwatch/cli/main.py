@@ -1,0 +1,288 @@
+"""``gpuwatch``: the one entry point for agent, daemon and admin commands."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwatch import __version__
+from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.config import ConfigError, Settings, load_settings
+
+log = logging.getLogger("gpuwatch.cli")
+
+FORMAT_OPTION = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in OutputFormat]),
+    default=OutputFormat.TABLE.value,
+    show_default=True,
+    help="Output as a table for people, or JSON/CSV for tools.",
+)
+
+
+class Context:
+    """Lazily loaded settings, so ``--help`` and ``wire-schema`` need no config."""
+
+    def __init__(self, config: Path | None, db: str | None, log_level: str) -> None:
+        self.config_path = config
+        self.db = db
+        self.log_level = log_level
+        self._settings: Settings | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            overrides: dict[str, Any] = {}
+            if self.db:
+                overrides["database"] = {"url": self.db}
+            try:
+                self._settings = load_settings(self.config_path, **overrides)
+            except ConfigError as exc:
+                raise click.ClickException(str(exc)) from None
+        return self._settings
+
+    def engine(self):  # type: ignore[no-untyped-def]
+        from gpuwatch.sql.engine import create_engine
+
+        return create_engine(self.settings.database.url, echo=self.settings.database.echo)
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuwatch")
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="GPUWATCH_CONFIG",
+    help="TOML config file [default: /etc/gpuwatch/gpuwatch.toml if present].",
+)
+@click.option("--db", envvar="GPUWATCH_DB", help="Database URL (overrides database.url).")
+@click.option("--log-level", default="INFO", show_default=True, envvar="GPUWATCH_LOG_LEVEL")
+@click.pass_context
+def cli(ctx: click.Context, config: Path | None, db: str | None, log_level: str) -> None:
+    """gpuwatch: find the GPU jobs that waste their GPUs, and say why."""
+    ctx.obj = Context(config, db, log_level)
+
+
+def _setup_logging(ctx: Context, *, service: bool) -> None:
+    from gpuwatch.logs import setup_logging
+
+    setup_logging(ctx.log_level, json_lines=service)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        log.info("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+# --------------------------------------------------------------------------- daemon
+@cli.command()
+@pass_ctx
+def daemon(ctx: Context) -> None:
+    """Run the daemon: HTTP ingest, scheduled work, read API."""
+    _setup_logging(ctx, service=True)
+    from gpuwatch.daemon.server import serve
+
+    serve(ctx.settings)
+
+
+# --------------------------------------------------------------------------- agent
+@cli.command()
+@click.option("--once", is_flag=True, help="Collect one batch, print it as JSON, send nothing.")
+@click.option("--cycles", type=int, default=None, help="Stop after N sample cycles (tests, demos).")
+@pass_ctx
+def agent(ctx: Context, once: bool, cycles: int | None) -> None:
+    """Run the node agent: sample, spool, push to the daemon."""
+    _setup_logging(ctx, service=not once)
+    from gpuwatch.agent import Agent, Pusher, Spool
+    from gpuwatch.collectors import build_collectors
+
+    settings = ctx.settings
+    try:
+        collectors = build_collectors(settings)
+        token = settings.agent.resolve_token()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if once:
+        runner = Agent(settings, collectors, spool=None, pusher=None)
+        try:
+            click.echo(runner.collect_once_json())
+        finally:
+            runner.close()
+        return
+    if token is None:
+        raise click.ClickException(
+            "no ingest token: set agent.token_file (or GPUWATCH_AGENT__TOKEN); "
+            f"create one on the daemon host with: gpuwatch token create {settings.agent.node}"
+        )
+    spool = Spool(settings.agent.spool_dir, settings.agent.spool_max_bytes)
+    pusher = Pusher(settings.agent.daemon_url, settings.agent.node, token, settings.agent.push_timeout_s)
+    runner = Agent(settings, collectors, spool=spool, pusher=pusher)
+    stop = _stop_on_signals()
+    try:
+        runner.run(stop, max_cycles=cycles)
+    finally:
+        runner.close()
+
+
+# --------------------------------------------------------------------------- tokens
+@cli.group()
+def token() -> None:
+    """Per-node ingest tokens."""
+
+
+@token.command("create")
+@click.argument("node")
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the token to this file (mode 0600) instead of printing it.",
+)
+@pass_ctx
+def token_create(ctx: Context, node: str, output: Path | None) -> None:
+    """Register NODE (if new) and issue it a fresh token; the old one stops working."""
+    from gpuwatch.sql import migrate
+    from gpuwatch.sql.nodes import create_token
+    from gpuwatch.wire import Batch
+
+    try:
+        Batch.model_validate({"node": node, "agent_version": "x", "samples": []})
+    except Exception:
+        raise click.ClickException(f"invalid node name {node!r}") from None
+    engine = ctx.engine()
+    migrate.upgrade(engine)
+    value = create_token(engine, node)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.touch(mode=0o600, exist_ok=True)
+        output.chmod(0o600)
+        output.write_text(value + "\n")
+        click.echo(f"token for {node} written to {output}")
+    else:
+        click.echo(value)
+
+
+# --------------------------------------------------------------------------- db
+@cli.group()
+def db() -> None:
+    """Database schema (Alembic migrations)."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+@pass_ctx
+def db_upgrade(ctx: Context, revision: str) -> None:
+    """Upgrade the schema to REVISION (default: head)."""
+    from gpuwatch.sql import migrate
+
+    engine = ctx.engine()
+    migrate.upgrade(engine, revision)
+    click.echo(f"database at revision {migrate.current_revision(engine)}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+@pass_ctx
+def db_downgrade(ctx: Context, revision: str) -> None:
+    """Downgrade the schema to REVISION ('base' drops everything)."""
+    from gpuwatch.sql import migrate
+
+    engine = ctx.engine()
+    migrate.downgrade(engine, revision)
+    click.echo(f"database at revision {migrate.current_revision(engine)}")
+
+
+@db.command("current")
+@pass_ctx
+def db_current(ctx: Context) -> None:
+    """Print the schema revision and whether it is the newest."""
+    from gpuwatch.sql import migrate
+
+    engine = ctx.engine()
+    current, head = migrate.current_revision(engine), migrate.head_revision(engine)
+    click.echo(f"current={current} head={head}{'' if current == head else ' (run: gpuwatch db upgrade)'}")
+
+
+# --------------------------------------------------------------------------- reading
+NODE_COLUMNS = [
+    ("name", "node"),
+    ("last_seen_at", "last seen (UTC)"),
+    ("agent_version", "agent"),
+    ("gpus", "GPUs"),
+    ("batches", "batches"),
+    ("samples_window", "samples"),
+    ("gpu_samples_window", "GPU samples"),
+]
+
+
+@cli.command()
+@FORMAT_OPTION
+@click.option("--window", default=60, show_default=True, help="Count samples of the last N minutes.")
+@pass_ctx
+def nodes(ctx: Context, fmt: str, window: int) -> None:
+    """Nodes: last seen, GPUs, sample counts."""
+    from gpuwatch.sql import migrate
+    from gpuwatch.sql.queries import node_summaries
+
+    engine = ctx.engine()
+    if not migrate.is_up_to_date(engine):
+        raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
+    rows = [
+        n.as_json() | {"last_seen_at": n.last_seen_at}
+        for n in node_summaries(engine, timedelta(minutes=window))
+    ]
+    click.echo(
+        render(rows, NODE_COLUMNS, OutputFormat(fmt), title=f"nodes (samples in the last {window} min)")
+    )
+
+
+@cli.command("wire-schema")
+def wire_schema() -> None:
+    """Print the JSON Schema of wire-format batches."""
+    from gpuwatch.wire import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+# --------------------------------------------------------------------------- demo
+@cli.command()
+@click.option("--nodes", "node_count", default=3, show_default=True, help="Simulated nodes.")
+@click.option("--cycles", default=5, show_default=True, help="Sample cycles per node.")
+@click.option("--interval", default=1.0, show_default=True, help="Seconds between cycles.")
+@pass_ctx
+def demo(ctx: Context, node_count: int, cycles: int, interval: float) -> None:
+    """Run the whole pipeline on this machine: daemon on SQLite + simulated GPU agents."""
+    from gpuwatch.cli.demo import run_demo
+
+    _setup_logging(ctx, service=False)
+    logging.getLogger().setLevel(logging.WARNING)
+    run_demo(ctx.settings, node_count=node_count, cycles=cycles, interval_s=interval, echo=click.echo)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The CLI's one rendering layer: the same rows as a table, JSON or CSV.
+
+JSON is the stable, documented form other tools read: a list of objects with the keys
+given in ``columns``, values unformatted (ISO 8601 times, raw numbers). Tables format
+values for people.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+class OutputFormat(str, Enum):
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+Column = tuple[str, str]  # (key, header)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def _human(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def render(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: OutputFormat, *, title: str = ""
+) -> str:
+    if fmt is OutputFormat.JSON:
+        return json.dumps([{k: _plain(r.get(k)) for k, _ in columns} for r in rows], indent=2)
+    if fmt is OutputFormat.CSV:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow([k for k, _ in columns])
+        for r in rows:
+            writer.writerow(["" if r.get(k) is None else _plain(r.get(k)) for k, _ in columns])
+        return buf.getvalue().rstrip("\n")
+    table = Table(title=title or None)
+    for _, header in columns:
+        table.add_column(header)
+    for r in rows:
+        table.add_row(*(_human(r.get(k)) for k, _ in columns))
+    console = Console(file=io.StringIO(), width=200, force_terminal=False, color_system=None)
+    console.print(table)
+    return console.file.getvalue().rstrip("\n")  # type: ignore[attr-defined]

@@ -1,0 +1,62 @@
+"""The daemon's HTTP application: ingest, health, node listing and its own metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuwatch import __version__
+from gpuwatch.config import Settings
+from gpuwatch.daemon.ingest import build_router, openapi_components
+from gpuwatch.sql import queries
+from gpuwatch.sql.ingest import BatchStore
+
+
+def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
+    app = FastAPI(
+        title="gpuwatch daemon",
+        version=__version__,
+        description="Ingest of agent batches (wire format v1) and read-only views.",
+    )
+    store = BatchStore(engine)
+    app.state.engine = engine
+    app.state.store = store
+    app.include_router(
+        build_router(engine, store, settings.daemon.max_batch_bytes, settings.daemon.max_future_skew_s)
+    )
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> JSONResponse:
+        """200 when the database answers, 503 otherwise (for load balancers and systemd)."""
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except sa.exc.SQLAlchemyError as exc:
+            return JSONResponse({"status": "unavailable", "db": type(exc).__name__}, status_code=503)
+        return JSONResponse({"status": "ok", "db": "ok", "version": __version__})
+
+    @app.get("/api/v1/nodes", tags=["read"])
+    def list_nodes() -> list[dict[str, Any]]:
+        """Every registered node with its last contact and sample counts."""
+        return [row.as_json() for row in queries.node_summaries(engine)]
+
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(openapi_components())
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,207 @@
+"""``POST /api/v1/ingest/{node}``: the one way samples get in.
+
+Checks, in order, each with its own status so an agent (and an admin reading its log)
+knows what to do:
+
+=====  ==========================================================  ==================
+code   when                                                        agent does
+=====  ==========================================================  ==================
+401    no bearer token, or the token is not this node's            retries, logs
+403    node not registered; the token belongs to another node;     retries, logs
+       the batch names another node than the URL
+413    body larger than ``daemon.max_batch_bytes``                 keeps in rejected/
+400    not JSON, or an unsupported ``schema_version``              keeps in rejected/
+422    JSON that is not a valid batch; samples stamped beyond      keeps in rejected/
+       ``daemon.max_future_skew_s``
+503    database unavailable                                        retries
+200    ``stored`` or ``duplicate`` (batch id seen before)          deletes from spool
+=====  ==========================================================  ==================
+
+Nothing is stored unless every check passes, and then all of the batch is stored at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, HTTPException, Request
+from prometheus_client import Counter, Histogram
+from pydantic import ValidationError
+
+from gpuwatch.sql import nodes as node_store
+from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.wire import SUPPORTED_SCHEMA_VERSIONS, Batch, json_schema, utcnow
+
+log = logging.getLogger(__name__)
+
+INGEST_REQUESTS = Counter(
+    "gpuwatch_daemon_ingest_requests_total", "Ingest requests by HTTP status.", ["status"]
+)
+INGEST_SAMPLES = Counter("gpuwatch_daemon_ingest_samples_total", "Samples stored.")
+INGEST_SECONDS = Histogram("gpuwatch_daemon_ingest_seconds", "Time to validate and store one batch.")
+
+_MAX_ERRORS_SHOWN = 20
+
+
+class IngestError(HTTPException):
+    """An HTTP error whose detail is a message for the agent's log."""
+
+
+def _fail(status: int, message: str) -> IngestError:
+    return IngestError(status_code=status, detail=message)
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _fail(401, "missing bearer token (Authorization: Bearer <node token>)")
+    return token.strip()
+
+
+def authenticate(engine: sa.Engine, node: str, token: str) -> int:
+    """The node's id if ``token`` is its token; else the right 401/403."""
+    with engine.connect() as conn:
+        found = node_store.get_node(conn, node)
+        if found is None:
+            raise _fail(403, f"node {node!r} is not registered; run: gpuwatch token create {node}")
+        if node_store.token_matches(found, token):
+            return found.id
+        owner = node_store.node_for_token(conn, token)
+    if owner is not None:
+        raise _fail(403, f"this token belongs to node {owner!r}; it may only write that node's samples")
+    raise _fail(401, f"invalid token for node {node!r}")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _fail(413, f"batch of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _fail(413, f"batch exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_batch(body: bytes) -> Batch:
+    """Validate the body as a wire batch, mapping pydantic errors to 400 or 422."""
+    try:
+        return Batch.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        if any(e["type"] == "json_invalid" for e in errors):
+            raise _fail(400, f"body is not valid JSON: {errors[0]['msg']}") from None
+        if any(e["loc"] == ("schema_version",) and e["type"] == "literal_error" for e in errors):
+            accepted = ", ".join(map(str, sorted(SUPPORTED_SCHEMA_VERSIONS)))
+            raise _fail(400, f"unsupported schema_version; this daemon accepts: {accepted}") from None
+        shown = [
+            {"loc": ".".join(map(str, e["loc"])), "msg": e["msg"], "type": e["type"]}
+            for e in errors[:_MAX_ERRORS_SHOWN]
+        ]
+        raise IngestError(
+            status_code=422,
+            detail={"message": f"invalid batch: {len(errors)} error(s)", "errors": shown},
+        ) from None
+
+
+def check_clock(batch: Batch, max_future_skew_s: float) -> None:
+    """Refuse samples from the future: they would sort after everything real.
+
+    The rule (``docs/wire-format.md``): a sample may be at most ``max_future_skew_s``
+    ahead of the daemon's clock. Old samples are fine (a spool replaying after an outage).
+    """
+    limit = utcnow() + timedelta(seconds=max_future_skew_s)
+    ahead = [s.ts for s in batch.samples if s.ts > limit]
+    if ahead:
+        raise _fail(
+            422,
+            f"{len(ahead)} sample(s) stamped up to {max(ahead).isoformat()}, more than "
+            f"{max_future_skew_s:g} s ahead of the daemon's clock; fix the node's clock (chrony/NTP)",
+        )
+
+
+def build_router(
+    engine: sa.Engine, store: BatchStore, max_batch_bytes: int, max_future_skew_s: float
+) -> APIRouter:
+    router = APIRouter()
+    body_schema: dict[str, Any] = {"$ref": "#/components/schemas/Batch"}
+
+    @router.post(
+        "/api/v1/ingest/{node}",
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body_schema}}}
+        },
+        responses={
+            200: {"description": "Stored, or a duplicate of a batch already stored."},
+            400: {"description": "Not JSON, or unsupported schema_version."},
+            401: {"description": "Missing or invalid token."},
+            403: {"description": "Unknown node, or a token of another node."},
+            413: {"description": "Batch too large."},
+            422: {"description": "Invalid batch."},
+            503: {"description": "Database unavailable; retry later."},
+        },
+        tags=["ingest"],
+    )
+    async def ingest(node: str, request: Request) -> dict[str, Any]:
+        """Store one batch from ``node``. Idempotent by ``batch_id``."""
+        started = time.perf_counter()
+        try:
+            token = _bearer(request)
+            node_id = await _run_sync(authenticate, engine, node, token)
+            body = await _read_body(request, max_batch_bytes)
+            batch = parse_batch(body)
+            if batch.node != node:
+                raise _fail(
+                    403, f"batch is for node {batch.node!r}; node {node!r} may only write its own samples"
+                )
+            check_clock(batch, max_future_skew_s)
+            result = await _run_sync(store.store, node_id, batch)
+        except IngestError as exc:
+            INGEST_REQUESTS.labels(str(exc.status_code)).inc()
+            log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
+            raise
+        INGEST_REQUESTS.labels("200").inc()
+        INGEST_SAMPLES.inc(result.samples)
+        INGEST_SECONDS.observe(time.perf_counter() - started)
+        log.info(
+            "ingest",
+            extra={
+                "node": node,
+                "batch_id": str(batch.batch_id),
+                "status": result.status.value,
+                "samples": result.samples,
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+            },
+        )
+        return {"status": result.status.value, "samples": result.samples, "batch_id": str(batch.batch_id)}
+
+    return router
+
+
+async def _run_sync(func: Any, *args: Any) -> Any:
+    """Run blocking database work in the thread pool; database outages become 503."""
+    from starlette.concurrency import run_in_threadpool
+
+    try:
+        return await run_in_threadpool(func, *args)
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        log.error("database unavailable: %s", exc.__class__.__name__, exc_info=True)
+        raise _fail(503, "database unavailable; retry later") from None
+
+
+def openapi_components() -> dict[str, Any]:
+    """The batch schema and its definitions, for the OpenAPI document's components."""
+    schema = Batch.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = schema.pop("$defs", {})
+    return {"Batch": schema, **defs}
+
+
+__all__ = ["build_router", "json_schema", "openapi_components", "parse_batch"]

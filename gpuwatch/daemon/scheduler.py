@@ -1,0 +1,28 @@
+"""Scheduled work inside the daemon (APScheduler), one place that lists every job.
+
+Jobs now: create partitions ahead (hourly, and once at start). Slurm sync, rollups,
+retention, classification and alerts add themselves here as they land.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from gpuwatch.config import Settings
+from gpuwatch.sql.ingest import BatchStore
+
+log = logging.getLogger(__name__)
+
+
+def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundScheduler:
+    scheduler = BackgroundScheduler(timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1})
+
+    def partitions_ahead() -> None:
+        store.partitions.forget()
+        store.partitions.ensure_ahead(settings.daemon.partition_days_ahead)
+
+    scheduler.add_job(partitions_ahead, "interval", hours=1, id="partitions", name="create partitions ahead")
+    partitions_ahead()
+    return scheduler

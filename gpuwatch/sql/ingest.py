@@ -1,0 +1,141 @@
+"""Storing one batch: all of it or none of it, and never twice.
+
+The batch id goes into ``ingested_batches`` in the same transaction as the samples. A
+batch seen before inserts nothing there (``ON CONFLICT DO NOTHING``), and then the
+transaction stores nothing else and reports ``duplicate``. A daemon killed mid-batch
+rolls back, and the agent, which never got a 200, sends it again. Every sample table
+also has a primary key ending in ``ts`` with ``ON CONFLICT DO NOTHING``, so a sample
+that arrives in two different batches (an agent restored from an old spool copy) is
+still stored once.
+
+Rows go in with one multi-row ``INSERT`` per table (SQLAlchemy's "insertmanyvalues"),
+which ``bench/ingest.py`` measures against ``COPY``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from enum import Enum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from gpuwatch.sql.partitions import PartitionManager
+from gpuwatch.sql.schema import (
+    GPU_IDENTITY_FIELDS,
+    SAMPLE_TABLES,
+    gpu_process_samples,
+    gpus,
+    ingested_batches,
+    nodes,
+)
+from gpuwatch.wire import Batch, GpuSample, utcnow
+
+
+class IngestStatus(str, Enum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    status: IngestStatus
+    samples: int
+
+
+def _insert(conn: sa.Connection, table: sa.Table) -> Any:
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
+def sample_rows(node_id: int, batch: Batch) -> tuple[dict[str, list[dict]], dict[int, dict]]:
+    """Rows per table name, and the GPU identities seen (index -> uuid/name/bus)."""
+    rows: dict[str, list[dict]] = defaultdict(list)
+    identities: dict[int, dict] = {}
+    for sample in batch.samples:
+        kind = sample.kind
+        if isinstance(sample, GpuSample):
+            row = sample.model_dump(exclude={"kind", "processes", *GPU_IDENTITY_FIELDS})
+            identities[sample.gpu_index] = {f: getattr(sample, f) for f in GPU_IDENTITY_FIELDS}
+            for proc in sample.processes or ():
+                rows[gpu_process_samples.name].append(
+                    {"node_id": node_id, "ts": sample.ts, "gpu_index": sample.gpu_index, **proc.model_dump()}
+                )
+        else:
+            row = sample.model_dump(exclude={"kind"})
+        row["node_id"] = node_id
+        rows[SAMPLE_TABLES[kind].name].append(row)
+    return rows, identities
+
+
+def days_of(batch: Batch) -> set[date]:
+    return {s.ts.date() for s in batch.samples}
+
+
+class BatchStore:
+    """Writes batches; owns the partition cache so DDL runs once per new day."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.partitions = PartitionManager(engine)
+        self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_samples)}
+
+    def store(self, node_id: int, batch: Batch) -> IngestResult:
+        self.partitions.ensure_days(days_of(batch))
+        rows, identities = sample_rows(node_id, batch)
+        now = utcnow()
+        with self.engine.begin() as conn:
+            claimed = conn.execute(
+                _insert(conn, ingested_batches)
+                .values(
+                    node_id=node_id,
+                    batch_id=str(batch.batch_id),
+                    seq=batch.seq,
+                    received_at=now,
+                    samples=len(batch.samples),
+                )
+                .on_conflict_do_nothing()
+                .returning(ingested_batches.c.batch_id)
+            ).first()
+            if claimed is None:
+                return IngestResult(IngestStatus.DUPLICATE, 0)
+            for name, table_rows in rows.items():
+                conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
+            self._upsert_gpus(conn, node_id, identities, now)
+            conn.execute(
+                nodes.update()
+                .where(nodes.c.id == node_id)
+                .values(last_seen_at=now, agent_version=batch.agent_version, last_seq=batch.seq)
+            )
+        return IngestResult(IngestStatus.STORED, len(batch.samples))
+
+    @staticmethod
+    def _upsert_gpus(conn: sa.Connection, node_id: int, identities: dict[int, dict], now: Any) -> None:
+        if not identities:
+            return
+        stmt = _insert(conn, gpus)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[gpus.c.node_id, gpus.c.gpu_index],
+            set_={
+                # keep a known identity when a lost GPU reports none
+                **{f: sa.func.coalesce(stmt.excluded[f], gpus.c[f]) for f in GPU_IDENTITY_FIELDS},
+                "last_seen_at": stmt.excluded.last_seen_at,
+            },
+        )
+        conn.execute(
+            stmt,
+            [
+                {"node_id": node_id, "gpu_index": i, **ident, "first_seen_at": now, "last_seen_at": now}
+                for i, ident in sorted(identities.items())
+            ],
+        )
+
+
+def count_rows(conn: sa.Connection, tables: Iterable[sa.Table] | None = None) -> dict[str, int]:
+    """Row count per table (tests and ``gpuwatch nodes``' totals)."""
+    tables = tables or (*SAMPLE_TABLES.values(), gpu_process_samples)
+    return {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for t in tables}

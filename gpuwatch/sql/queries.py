@@ -1,0 +1,73 @@
+"""Read queries shared by the CLI and the HTTP API, so both show one truth."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
+from gpuwatch.wire import utcnow
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    name: str
+    last_seen_at: datetime | None
+    agent_version: str | None
+    gpus: int
+    batches: int
+    samples_window: int
+    gpu_samples_window: int
+    window_s: float
+
+    def as_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["last_seen_at"] = self.last_seen_at.isoformat() if self.last_seen_at else None
+        return doc
+
+
+def node_summaries(engine: sa.Engine, window: timedelta = timedelta(hours=1)) -> list[NodeSummary]:
+    """One row per node: last contact, GPUs known, batches ever, samples in ``window``."""
+    since = utcnow() - window
+    with engine.connect() as conn:
+        gpu_counts = dict(
+            conn.execute(sa.select(gpus.c.node_id, sa.func.count()).group_by(gpus.c.node_id)).all()
+        )
+        batch_counts = dict(
+            conn.execute(
+                sa.select(ingested_batches.c.node_id, sa.func.count()).group_by(ingested_batches.c.node_id)
+            ).all()
+        )
+        window_counts: dict[int, int] = {}
+        gpu_window: dict[int, int] = {}
+        for table in SAMPLE_TABLES.values():
+            counts = conn.execute(
+                sa.select(table.c.node_id, sa.func.count())
+                .where(table.c.ts >= since)
+                .group_by(table.c.node_id)
+            ).all()
+            for node_id, n in counts:
+                window_counts[node_id] = window_counts.get(node_id, 0) + n
+                if table is gpu_samples:
+                    gpu_window[node_id] = n
+        rows = conn.execute(
+            sa.select(nodes.c.id, nodes.c.name, nodes.c.last_seen_at, nodes.c.agent_version).order_by(
+                nodes.c.name
+            )
+        ).all()
+    return [
+        NodeSummary(
+            name=r.name,
+            last_seen_at=r.last_seen_at,
+            agent_version=r.agent_version,
+            gpus=gpu_counts.get(r.id, 0),
+            batches=batch_counts.get(r.id, 0),
+            samples_window=window_counts.get(r.id, 0),
+            gpu_samples_window=gpu_window.get(r.id, 0),
+            window_s=window.total_seconds(),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,257 @@
+"""The tables, one source of truth for SQLAlchemy and the Alembic migrations.
+
+Layout:
+
+* ``nodes`` — one row per agent node, with the SHA-256 of its token (never the token).
+* ``ingested_batches`` — every batch id ever stored, per node: the idempotency record that
+  makes a re-sent batch store nothing twice. Written in the same transaction as its samples.
+* ``gpus`` — per (node, GPU index) identity (UUID, model, PCI bus) so sample rows don't
+  repeat strings.
+* ``<kind>_samples`` — one table per wire sample kind, columns named like the wire fields
+  (units in the names). On PostgreSQL they are partitioned by ``ts`` in daily ranges
+  (``sql/partitions.py`` creates them ahead); every primary key includes ``ts`` as
+  PostgreSQL requires of partitioned tables, and makes ingest idempotent per sample too.
+
+Sample tables are listed in :data:`SAMPLE_TABLES`, keyed by wire ``kind``; a test holds
+each table's columns to its wire model's fields.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from gpuwatch.sql.types import Double, Json, UtcDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+PARTITION_BY = "RANGE (ts)"
+
+nodes = sa.Table(
+    "nodes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(253), nullable=False, unique=True),
+    sa.Column("token_sha256", sa.String(64), nullable=True, unique=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("token_created_at", UtcDateTime, nullable=True),
+    sa.Column("last_seen_at", UtcDateTime, nullable=True),
+    sa.Column("agent_version", sa.String(64), nullable=True),
+    sa.Column("last_seq", sa.BigInteger, nullable=True),
+)
+
+ingested_batches = sa.Table(
+    "ingested_batches",
+    metadata,
+    sa.Column("node_id", sa.Integer, sa.ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("batch_id", sa.String(36), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("received_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("samples", sa.Integer, nullable=False),
+)
+
+gpus = sa.Table(
+    "gpus",
+    metadata,
+    sa.Column("node_id", sa.Integer, sa.ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("gpu_index", sa.Integer, primary_key=True),
+    sa.Column("uuid", sa.String(96), nullable=True),
+    sa.Column("name", sa.String(96), nullable=True),
+    sa.Column("pci_bus_id", sa.String(32), nullable=True),
+    sa.Column("first_seen_at", UtcDateTime, nullable=False),
+    sa.Column("last_seen_at", UtcDateTime, nullable=False),
+)
+
+
+def _sample_table(name: str, keys: list[sa.Column], *columns: sa.Column) -> sa.Table:
+    """A partitioned sample table: ``node_id`` + ``keys`` + ``ts`` form the primary key."""
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("node_id", sa.Integer, primary_key=True),
+        *keys,
+        sa.Column("ts", UtcDateTime, primary_key=True),
+        *columns,
+        postgresql_partition_by=PARTITION_BY,
+    )
+    # BRIN on PostgreSQL: rows arrive in time order, so a tiny block-range index serves
+    # cluster-wide time-range scans; SQLite gets an ordinary index.
+    sa.Index(f"ix_{name}_ts", table.c.ts, postgresql_using="brin")
+    return table
+
+
+def _d(name: str) -> sa.Column:
+    return sa.Column(name, Double, nullable=True)
+
+
+def _i(name: str) -> sa.Column:
+    return sa.Column(name, sa.BigInteger, nullable=True)
+
+
+gpu_samples = _sample_table(
+    "gpu_samples",
+    [sa.Column("gpu_index", sa.SmallInteger, primary_key=True)],
+    sa.Column("state", sa.String(8), nullable=False),
+    _d("interval_s"),
+    _d("util_gpu_ratio"),
+    _d("util_memory_ratio"),
+    _d("util_gpu_idle_fraction_ratio"),
+    _d("util_gpu_stddev_ratio"),
+    _i("memory_used_bytes"),
+    _i("memory_total_bytes"),
+    _i("memory_reserved_bytes"),
+    _d("power_watts"),
+    _d("power_limit_watts"),
+    _d("energy_joules"),
+    _d("sm_clock_hz"),
+    _d("sm_clock_max_hz"),
+    _d("memory_clock_hz"),
+    _d("temperature_celsius"),
+    sa.Column("throttle_reasons", Json, nullable=True),
+    _d("pcie_tx_bytes_per_s"),
+    _d("pcie_rx_bytes_per_s"),
+    _d("nvlink_tx_bytes_per_s"),
+    _d("nvlink_rx_bytes_per_s"),
+    _i("ecc_corrected_errors"),
+    _i("ecc_uncorrected_errors"),
+    sa.Column("xid_errors", Json, nullable=True),
+    _d("sm_active_ratio"),
+    _d("sm_occupancy_ratio"),
+    _d("tensor_active_ratio"),
+    _d("dram_active_ratio"),
+    _d("fp32_active_ratio"),
+    _d("fp16_active_ratio"),
+    sa.Column("simulated", sa.Boolean, nullable=False),
+)
+
+gpu_process_samples = _sample_table(
+    "gpu_process_samples",
+    [
+        sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
+        sa.Column("pid", sa.BigInteger, primary_key=True),
+    ],
+    _i("used_memory_bytes"),
+    _d("sm_util_ratio"),
+    _d("memory_util_ratio"),
+    sa.Column("job_id", sa.String(64), nullable=True),
+)
+
+cpu_samples = _sample_table(
+    "cpu_samples",
+    [],
+    sa.Column("cores", sa.Integer, nullable=False),
+    _d("busy_ratio"),
+    _d("user_ratio"),
+    _d("system_ratio"),
+    _d("iowait_ratio"),
+    _d("steal_ratio"),
+    sa.Column("per_core_busy_ratio", Json, nullable=True),
+    _d("load1"),
+)
+
+memory_samples = _sample_table(
+    "memory_samples",
+    [],
+    _i("total_bytes"),
+    _i("available_bytes"),
+    _i("used_bytes"),
+    _i("swap_total_bytes"),
+    _i("swap_used_bytes"),
+    _d("swap_in_bytes_per_s"),
+    _d("swap_out_bytes_per_s"),
+)
+
+nic_samples = _sample_table(
+    "nic_samples",
+    [sa.Column("device", sa.String(64), primary_key=True)],
+    _d("rx_bytes_per_s"),
+    _d("tx_bytes_per_s"),
+    _d("rx_packets_per_s"),
+    _d("tx_packets_per_s"),
+    _i("rx_errors"),
+    _i("tx_errors"),
+)
+
+infiniband_samples = _sample_table(
+    "infiniband_samples",
+    [
+        sa.Column("device", sa.String(64), primary_key=True),
+        sa.Column("port", sa.SmallInteger, primary_key=True),
+    ],
+    _d("rx_bytes_per_s"),
+    _d("tx_bytes_per_s"),
+    _d("rx_packets_per_s"),
+    _d("tx_packets_per_s"),
+    _d("link_rate_bytes_per_s"),
+)
+
+disk_samples = _sample_table(
+    "disk_samples",
+    [sa.Column("device", sa.String(64), primary_key=True)],
+    _d("read_bytes_per_s"),
+    _d("write_bytes_per_s"),
+    _d("reads_per_s"),
+    _d("writes_per_s"),
+    _d("busy_ratio"),
+)
+
+job_samples = _sample_table(
+    "job_samples",
+    [sa.Column("job_id", sa.String(64), primary_key=True)],
+    _d("cpu_used_cores"),
+    _d("cpu_allocated_cores"),
+    _i("memory_used_bytes"),
+    _i("memory_limit_bytes"),
+    _i("memory_swap_bytes"),
+    _d("memory_pressure_ratio"),
+    sa.Column("cgroup_version", sa.SmallInteger, nullable=True),
+)
+
+attribution_samples = _sample_table(
+    "attribution_samples",
+    [
+        sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
+        sa.Column("job_id", sa.String(64), primary_key=True),
+    ],
+    sa.Column("gpu_uuid", sa.String(96), nullable=True),
+    sa.Column("user", sa.String(64), nullable=True),
+    _i("uid"),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("pids", Json, nullable=True),
+)
+
+agent_samples = _sample_table(
+    "agent_samples",
+    [],
+    _i("spool_batches"),
+    _i("spool_bytes"),
+    _i("dropped_batches_total"),
+    sa.Column("collector_errors", Json, nullable=True),
+    sa.Column("collector_seconds", Json, nullable=True),
+)
+
+#: wire sample kind -> its table (GPU processes are stored apart, from gpu samples)
+SAMPLE_TABLES: dict[str, sa.Table] = {
+    "gpu": gpu_samples,
+    "cpu": cpu_samples,
+    "memory": memory_samples,
+    "nic": nic_samples,
+    "infiniband": infiniband_samples,
+    "disk": disk_samples,
+    "job": job_samples,
+    "attribution": attribution_samples,
+    "agent": agent_samples,
+}
+
+#: every table partitioned by day on PostgreSQL
+PARTITIONED_TABLES: tuple[sa.Table, ...] = (*SAMPLE_TABLES.values(), gpu_process_samples)
+
+#: wire fields of GpuSample kept in ``gpus`` rather than in every sample row
+GPU_IDENTITY_FIELDS = ("uuid", "name", "pci_bus_id")

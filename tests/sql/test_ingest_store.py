@@ -1,0 +1,94 @@
+"""BatchStore on both databases: values round-trip, batches and samples are stored once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from gpuwatch.sql.ingest import BatchStore, IngestStatus, count_rows
+from gpuwatch.sql.nodes import create_token, get_node
+from gpuwatch.sql.partitions import list_partitions
+from gpuwatch.sql.schema import gpu_process_samples, gpu_samples, gpus, ingested_batches, job_samples, nodes
+from tests import factories
+
+
+def _node_id(engine, name="node001") -> int:
+    create_token(engine, name)
+    with engine.connect() as conn:
+        return get_node(conn, name).id
+
+
+def test_values_round_trip(engine):
+    node_id = _node_id(engine)
+    batch = factories.batch(cycles=2, gpus=2)
+    result = BatchStore(engine).store(node_id, batch)
+    assert result.status is IngestStatus.STORED
+    assert result.samples == len(batch.samples)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(gpu_samples).order_by(gpu_samples.c.ts, gpu_samples.c.gpu_index)).all()
+        assert len(rows) == 4
+        sent = [s for s in batch.samples if s.kind == "gpu"]
+        for row, sample in zip(rows, sorted(sent, key=lambda s: (s.ts, s.gpu_index)), strict=True):
+            assert row.ts == sample.ts and row.ts.tzinfo is not None
+            assert row.node_id == node_id
+            assert row.util_gpu_ratio == sample.util_gpu_ratio
+            assert row.memory_total_bytes == 141 * 2**30
+            assert row.power_watts == 350.5
+            assert row.throttle_reasons == ["sw_power_cap"]
+            assert row.tensor_active_ratio == 0.0  # a zero stays a zero ...
+            assert row.sm_occupancy_ratio is None  # ... and "not supported" stays absent
+            assert row.simulated is True
+        ident = conn.execute(sa.select(gpus).order_by(gpus.c.gpu_index)).all()
+        assert [g.name for g in ident] == ["NVIDIA H200", "NVIDIA H200"]
+        assert ident[1].pci_bus_id == "00000000:19:00.0"
+        procs = conn.execute(sa.select(gpu_process_samples)).all()
+        assert {(p.gpu_index, p.pid, p.job_id) for p in procs} == {(0, 4242, "123"), (1, 4243, "123")}
+        job = conn.execute(sa.select(job_samples)).first()
+        assert job.cpu_used_cores == 3.5 and job.cgroup_version == 2
+        counts = count_rows(conn)
+        assert counts["cpu_samples"] == counts["nic_samples"] == counts["agent_samples"] == 2
+        node = conn.execute(sa.select(nodes).where(nodes.c.id == node_id)).first()
+        assert node.agent_version == "test" and node.last_seen_at is not None
+
+
+def test_resent_batch_is_stored_once(engine):
+    node_id = _node_id(engine)
+    store = BatchStore(engine)
+    batch = factories.batch()
+    assert store.store(node_id, batch).status is IngestStatus.STORED
+    again = store.store(node_id, batch)
+    assert again.status is IngestStatus.DUPLICATE and again.samples == 0
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 1
+        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 4
+
+
+def test_same_samples_in_a_new_batch_are_not_duplicated(engine):
+    """An agent restored from an old copy of its spool re-sends samples under new batch ids."""
+    node_id = _node_id(engine)
+    store = BatchStore(engine)
+    first = factories.batch()
+    copy = first.model_copy(
+        update={"batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id}
+    )
+    assert store.store(node_id, first).status is IngestStatus.STORED
+    assert store.store(node_id, copy).status is IngestStatus.STORED
+    with engine.connect() as conn:
+        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 4
+
+
+def test_partitions_made_for_every_day_in_a_batch(engine):
+    if engine.dialect.name != "postgresql":
+        return
+    node_id = _node_id(engine)
+    store = BatchStore(engine)
+    old = factories.batch(start=factories.T0 - timedelta(days=40))
+    store.store(node_id, old)
+    store.store(node_id, factories.batch(start=factories.T0))  # 23:59:50 + 10 s crosses midnight
+    with engine.connect() as conn:
+        names = list_partitions(conn, "gpu_samples")
+        assert {"gpu_samples_p20261022", "gpu_samples_p20261201", "gpu_samples_p20261202"} <= set(names)
+        # rows landed in the partition of their day
+        day2 = conn.execute(sa.text("SELECT count(*) FROM gpu_samples_p20261202")).scalar()
+        assert day2 == 2

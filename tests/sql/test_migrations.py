@@ -1,0 +1,46 @@
+"""Migrations go up, down and up again, and leave exactly the schema the code declares."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from gpuwatch import wire
+from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.schema import GPU_IDENTITY_FIELDS, SAMPLE_TABLES, gpu_process_samples, metadata
+
+
+def _diff(engine: sa.Engine) -> list:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(
+            conn, opts={"compare_type": True, "include_name": migrate.include_name}
+        )
+        return compare_metadata(ctx, metadata)
+
+
+def test_upgrade_downgrade_upgrade(db_url):
+    engine = create_engine(db_url)
+    migrate.upgrade(engine)
+    assert migrate.is_up_to_date(engine)
+    assert _diff(engine) == []
+    migrate.downgrade(engine, "base")
+    assert migrate.current_revision(engine) is None
+    assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}
+    migrate.upgrade(engine)
+    assert migrate.is_up_to_date(engine)
+    assert _diff(engine) == []
+    engine.dispose()
+
+
+def test_every_wire_field_has_a_column():
+    """Sample tables mirror the wire models, so nothing an agent sends is silently dropped."""
+    for kind, table in SAMPLE_TABLES.items():
+        model = wire.SAMPLE_KINDS[kind]
+        fields = set(model.model_fields) - {"kind"}
+        if kind == "gpu":
+            fields -= {"processes", *GPU_IDENTITY_FIELDS}
+        assert fields == set(table.c.keys()) - {"node_id"}, kind
+    proc_fields = set(wire.GpuProcess.model_fields) | {"node_id", "ts", "gpu_index"}
+    assert proc_fields == set(gpu_process_samples.c.keys())
