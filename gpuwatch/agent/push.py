@@ -1,0 +1,241 @@
+"""HTTP push of one serialized batch to the daemon, and the retry backoff.
+
+The daemon's ingest endpoint is ``POST {daemon_url}/api/v1/ingest/{node}`` with a bearer
+token; a re-sent batch is stored once, so retrying anything that is not known to be the
+batch's own fault is safe. The outcome of a send is one of three:
+
+* ``OK`` (2xx): stored (or already stored); the batch leaves the spool.
+* ``REJECTED`` (400, 413, 422): the batch itself is bad; sending it again cannot help.
+* ``RETRY``: everything else - no connection, timeout, 5xx, 429, 408, 404, and also 401/403,
+  which mean a wrong token or an unregistered node: a configuration problem an admin fixes,
+  so the data is kept and the problem is logged loudly (ERROR, once per distinct message)
+  rather than dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from enum import Enum
+from urllib.parse import quote
+
+import requests
+
+from gpuwatch import __version__
+from gpuwatch.wire import utcnow
+
+log = logging.getLogger(__name__)
+
+REJECT_STATUSES = frozenset({400, 413, 422})
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+_CONFIG_STATUSES = frozenset({401, 403, 404})
+_MAX_LOGGED_MESSAGES = 256
+_ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+
+TokenSource = str | Callable[[], str | None] | None
+
+
+class Outcome(str, Enum):
+    """What the sender should do with the batch after one send."""
+
+    OK = "ok"
+    REJECTED = "rejected"
+    RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """Outcome of one POST; ``reason`` is a human sentence for logs and the rejected/ sidecar."""
+
+    outcome: Outcome
+    status: int | None = None
+    reason: str = ""
+    retry_after_s: float | None = None
+    #: a wrong token, node, URL or redirect: only an admin can fix it, so it is logged at ERROR
+    config_problem: bool = False
+
+
+def parse_retry_after(value: str | None, now: Callable[[], datetime] = utcnow) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date, RFC 9110)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        return max(0.0, (when - now()).total_seconds())
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def classify(status: int) -> Outcome:
+    """Map an HTTP status to what the sender does next (see the module docstring)."""
+    if 200 <= status < 300:
+        return Outcome.OK
+    if status in REJECT_STATUSES:
+        return Outcome.REJECTED
+    return Outcome.RETRY
+
+
+def _detail(response: requests.Response) -> str:
+    """The daemon's short error text (FastAPI's ``detail``) or the start of the body."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    text = str(body["detail"]) if isinstance(body, dict) and "detail" in body else response.text
+    text = " ".join(text.split())
+    return text[:300] if text else (response.reason or "")
+
+
+class Pusher:
+    """Sends serialized batches to the daemon over one keep-alive ``requests.Session``.
+
+    Not thread-safe: one sender thread owns it. ``token`` may be a callable (e.g.
+    ``AgentConfig.resolve_token``) so that an admin who fixes the token file after a 401
+    is picked up without restarting the agent.
+    """
+
+    def __init__(
+        self,
+        daemon_url: str,
+        node: str,
+        token: TokenSource,
+        timeout_s: float,
+        *,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.url = f"{daemon_url.rstrip('/')}/api/v1/ingest/{quote(node, safe='')}"
+        self.timeout_s = timeout_s
+        self._token = token
+        self._session = session or requests.Session()
+        self._logged: set[str] = set()
+        self._failures = 0
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "User-Agent": f"gpuwatch-agent/{__version__}"}
+        token = self._token() if callable(self._token) else self._token
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def send(self, body: bytes) -> PushResult:
+        """POST one batch and classify the outcome; never raises."""
+        result = self._send(body)
+        self._report(result)
+        return result
+
+    def _send(self, body: bytes) -> PushResult:
+        try:
+            headers = self._headers()
+        except Exception as exc:  # e.g. ConfigError from an unreadable token_file
+            return PushResult(Outcome.RETRY, None, f"cannot read the agent token: {exc}", config_problem=True)
+        try:
+            response = self._session.post(
+                self.url, data=body, headers=headers, timeout=self.timeout_s, allow_redirects=False
+            )
+        except requests.Timeout:
+            return PushResult(Outcome.RETRY, None, f"no answer from {self.url} within {self.timeout_s:g} s")
+        except requests.RequestException as exc:
+            message = _ADDRESS_RE.sub("", str(exc))  # object addresses would make every message distinct
+            return PushResult(
+                Outcome.RETRY, None, f"cannot reach {self.url}: {type(exc).__name__}: {message}"
+            )
+        try:
+            status = response.status_code
+            outcome = classify(status)
+            retry_after = None
+            if status in RETRY_AFTER_STATUSES:
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            if outcome is Outcome.OK:
+                return PushResult(outcome, status, "stored")
+            config_problem = status in _CONFIG_STATUSES or 300 <= status < 400
+            return PushResult(outcome, status, self._explain(status, response), retry_after, config_problem)
+        finally:
+            response.close()
+
+    def _explain(self, status: int, response: requests.Response) -> str:
+        detail = _detail(response)
+        if status == 401:
+            hint = "the daemon refused the agent's token; check agent.token / agent.token_file"
+        elif status == 403:
+            hint = "the daemon refused this node; register it or use this node's own token"
+        elif status == 404:
+            hint = "no ingest endpoint there; check agent.daemon_url"
+        elif 300 <= status < 400:
+            hint = f"daemon_url redirects to {response.headers.get('Location')!r}; set it to the final URL"
+        else:
+            hint = ""
+        parts = [f"HTTP {status} from {self.url}"]
+        if hint:
+            parts.append(hint)
+        if detail:
+            parts.append(detail)
+        return ": ".join(parts)
+
+    def _report(self, result: PushResult) -> None:
+        """Log failures once per distinct message (a 10 s loop must not flood the log)."""
+        if result.outcome is Outcome.OK:
+            if self._failures:
+                log.info(
+                    "daemon %s accepted a batch again after %d failed attempt(s)", self.url, self._failures
+                )
+            self._failures = 0
+            self._logged.clear()
+            return
+        if result.outcome is Outcome.REJECTED:
+            return  # the caller knows which batch and logs it
+        self._failures += 1
+        if result.reason in self._logged:
+            log.debug("push failed again: %s", result.reason)
+            return
+        if len(self._logged) < _MAX_LOGGED_MESSAGES:
+            self._logged.add(result.reason)
+        if result.config_problem:
+            log.error("push failed, batches are kept and retried: %s", result.reason)
+        else:
+            log.warning("push failed, batches are kept and retried: %s", result.reason)
+
+    def close(self) -> None:
+        self._session.close()
+
+
+class Backoff:
+    """Exponential backoff with full jitter (AWS architecture blog, "Exponential Backoff and Jitter").
+
+    The n-th consecutive failure waits uniform(0, min(max_s, initial_s * 2**n)) so that many
+    agents recovering from one daemon outage do not retry in lockstep.
+    """
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        if initial_s <= 0 or max_s <= 0:
+            raise ValueError("backoff bounds must be positive")
+        self.initial_s = initial_s
+        self.max_s = max(max_s, initial_s)
+        self._rng = rng or random.Random()
+        self.attempts = 0
+
+    def ceiling(self) -> float:
+        """The upper bound of the next delay."""
+        return min(self.max_s, self.initial_s * 2.0 ** min(self.attempts, 64))
+
+    def next_delay(self) -> float:
+        delay = self._rng.uniform(0.0, self.ceiling())
+        self.attempts += 1
+        return delay
+
+    def reset(self) -> None:
+        self.attempts = 0

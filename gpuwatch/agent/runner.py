@@ -1,0 +1,295 @@
+"""The agent: sample on schedule, spool every batch, send from the spool in its own thread.
+
+Two threads, joined only through the on-disk :class:`~gpuwatch.agent.spool.Spool`:
+
+* the sample loop (the caller's thread, :meth:`Agent.run`) runs every collector at ticks
+  ``start + k * interval_s`` of a monotonic clock, so a slow cycle never shifts the ones
+  after it (missed ticks are skipped and counted), builds one :class:`~gpuwatch.wire.Batch`
+  and writes it to the spool before anything else happens to it;
+* the sender thread sends the oldest spooled batch, one per request, and acks, rejects or
+  backs off (exponential, full jitter, at least ``Retry-After``), never blocking sampling.
+
+So a crash at any point loses at most the cycle still in memory, and an outage of the
+daemon costs only spool space.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from gpuwatch import __version__
+from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult
+from gpuwatch.agent.spool import Spool
+from gpuwatch.collectors.base import Collector, run_collector
+from gpuwatch.config import AgentConfig, Settings
+from gpuwatch.wire import AgentSample, Batch, utcnow
+
+log = logging.getLogger(__name__)
+
+#: ``sleep(stop, seconds) -> bool``: wait up to ``seconds``; True (early) when ``stop`` is set
+SleepFn = Callable[[threading.Event, float], bool]
+
+
+def event_sleep(stop: threading.Event, seconds: float) -> bool:
+    """The real :data:`SleepFn`: an interruptible wait on the stop event."""
+    return stop.wait(max(0.0, seconds))
+
+
+class Agent:
+    """Sample loop + spool + sender for one node.
+
+    The agent owns ``spool`` and ``pusher`` and closes them in :meth:`close`. Both may be
+    None for :meth:`collect_once_json` (``gpuwatch agent --once``), which neither spools nor
+    sends. ``clock`` (monotonic seconds), ``sleep`` (see :data:`SleepFn`), ``now`` (the wall
+    clock samples are stamped with) and ``rng`` (backoff jitter) are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | AgentConfig,
+        collectors: Sequence[Collector],
+        spool: Spool | None,
+        pusher: Pusher | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: SleepFn = event_sleep,
+        now: Callable[[], datetime] = utcnow,
+        rng: random.Random | None = None,
+        once_gap_s: float = 1.0,
+        idle_poll_s: float = 5.0,
+    ) -> None:
+        self.config = settings.agent if isinstance(settings, Settings) else settings
+        self.collectors = list(collectors)
+        self.spool = spool
+        self.pusher = pusher
+        self.backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s, rng)
+        self._clock = clock
+        self._sleep = sleep
+        self._now = now
+        self._once_gap_s = once_gap_s
+        self._idle_poll_s = idle_poll_s
+        self._seq = spool.next_seq if spool is not None else 0
+        self._stop_sender = threading.Event()
+        self._wake = threading.Event()
+        self._sender: threading.Thread | None = None
+        self._logged: set[str] = set()
+        self._closed = False
+        # counters, read by tests and by the agent's own metrics
+        self.cycles = 0
+        self.cycle_errors = 0
+        self.skipped_ticks = 0
+        self.sent_batches = 0
+        self.rejected_batches = 0
+        self.retried_sends = 0
+        self.last_push: PushResult | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings | AgentConfig, collectors: Sequence[Collector], **kwargs
+    ) -> Agent:
+        """An agent with the spool and pusher that the configuration describes."""
+        config = settings.agent if isinstance(settings, Settings) else settings
+        token = config.token or (config.resolve_token if config.token_file is not None else None)
+        if token is None:
+            log.warning("no agent.token or agent.token_file set; the daemon will refuse batches (401)")
+        spool = Spool(config.spool_dir, config.spool_max_bytes)
+        pusher = Pusher(config.daemon_url, config.node, token, config.push_timeout_s)
+        return cls(settings, collectors, spool, pusher, **kwargs)
+
+    # ----------------------------------------------------------------- sampling
+
+    def collect_batch(self) -> Batch:
+        """Run every collector once and build the batch, with the agent's own health sample.
+
+        ``seq`` continues the spool's sequence, so a gap the daemon sees in it is a batch the
+        spool dropped (or the one cycle a crash lost).
+        """
+        now = self._now()
+        runs = [run_collector(collector, now) for collector in self.collectors]
+        errors = {run.name: run.error for run in runs if run.error is not None}
+        spool = self.spool
+        health = AgentSample(
+            ts=now,
+            spool_batches=len(spool) if spool is not None else 0,
+            spool_bytes=spool.bytes_used if spool is not None else 0,
+            dropped_batches_total=spool.dropped_total if spool is not None else 0,
+            collector_errors=errors or None,
+            collector_seconds={run.name: run.seconds for run in runs} or None,
+        )
+        seq = max(self._seq, spool.next_seq) if spool is not None else self._seq
+        self._seq = seq + 1
+        samples = [sample for run in runs for sample in run.samples]
+        samples.append(health)
+        return Batch(node=self.config.node, agent_version=__version__, seq=seq, samples=samples)
+
+    def cycle(self) -> Batch | None:
+        """One sample cycle: collect, then spool (the sender is woken). Never raises."""
+        try:
+            batch = self.collect_batch()
+            if self.spool is not None:
+                self.spool.put(batch.model_dump_json().encode(), batch_id=str(batch.batch_id))
+                self._wake.set()
+            return batch
+        except Exception as exc:  # one bad cycle must not end the agent
+            self.cycle_errors += 1
+            self._log_once(logging.ERROR, f"sample cycle failed: {type(exc).__name__}: {exc}", exc_info=True)
+            return None
+        finally:
+            self.cycles += 1
+
+    def run(self, stop: threading.Event, max_cycles: int | None = None) -> None:
+        """Sample every ``interval_s`` until ``stop`` is set or ``max_cycles`` cycles ran.
+
+        Starts the sender thread; it keeps sending after this returns, until :meth:`close`.
+        """
+        if self.spool is None or self.pusher is None:
+            raise ValueError("Agent.run needs a spool and a pusher")
+        self.start_sender()
+        interval = self.config.interval_s
+        start = self._clock()
+        tick = done = 0
+        while not stop.is_set():
+            self.cycle()
+            done += 1
+            if max_cycles is not None and done >= max_cycles:
+                return
+            tick += 1
+            now = self._clock()
+            if now >= start + tick * interval:  # the cycle overran: skip to the next future tick
+                behind = math.floor((now - start) / interval) + 1
+                self.skipped_ticks += behind - tick
+                log.warning(
+                    "sample cycle took longer than interval_s=%g s; skipped %d tick(s)",
+                    interval,
+                    behind - tick,
+                )
+                tick = behind
+            due = start + tick * interval
+            while (remaining := due - self._clock()) > 0:
+                if self._sleep(stop, remaining):
+                    return
+
+    def collect_once_json(self, gap_s: float | None = None) -> str:
+        """Two collections ``gap_s`` apart (rates need two snapshots); the second as pretty JSON.
+
+        For ``gpuwatch agent --once``: nothing is spooled or sent.
+        """
+        self.collect_batch()
+        self._sleep(threading.Event(), self._once_gap_s if gap_s is None else gap_s)
+        return self.collect_batch().model_dump_json(indent=2)
+
+    # ----------------------------------------------------------------- sending
+
+    def start_sender(self) -> None:
+        """Start the sender thread (idempotent)."""
+        if self.spool is None or self.pusher is None:
+            raise ValueError("the sender needs a spool and a pusher")
+        if self._sender is not None and self._sender.is_alive():
+            return
+        self._stop_sender.clear()
+        self._sender = threading.Thread(target=self._send_loop, name="gpuwatch-sender", daemon=True)
+        self._sender.start()
+
+    def send_one(self) -> PushResult | None:
+        """Send the oldest spooled batch and ack/reject it; None when the spool is empty."""
+        assert self.spool is not None and self.pusher is not None
+        item = self.spool.peek_oldest()
+        if item is None:
+            return None
+        result = self.pusher.send(item.data)
+        self.last_push = result
+        if result.outcome is Outcome.OK:
+            self.spool.ack(item.path)
+            self.sent_batches += 1
+            self.backoff.reset()
+        elif result.outcome is Outcome.REJECTED:
+            self.spool.reject(item.path, result.reason)
+            self.rejected_batches += 1
+            self.backoff.reset()  # the daemon is up; the next batch may go at once
+            log.error(
+                "daemon rejected batch %s (seq %d), moved to rejected/: %s",
+                item.batch_id,
+                item.seq,
+                result.reason,
+            )
+        else:
+            self.retried_sends += 1
+        return result
+
+    def retry_delay(self, result: PushResult) -> float:
+        """The next backoff delay, but at least the daemon's Retry-After (capped at backoff_max_s)."""
+        delay = self.backoff.next_delay()
+        if result.retry_after_s is not None:
+            delay = max(delay, min(result.retry_after_s, self.config.backoff_max_s))
+        return delay
+
+    def _send_loop(self) -> None:
+        stop = self._stop_sender
+        while not stop.is_set():
+            self._wake.clear()  # cleared before peeking, so a put() after this wakes the wait below
+            try:
+                result = self.send_one()
+            except Exception as exc:  # e.g. an unreadable spool file; keep the thread alive
+                self._log_once(logging.ERROR, f"sender failed: {type(exc).__name__}: {exc}", exc_info=True)
+                if self._sleep(stop, self.backoff.next_delay()):
+                    return
+                continue
+            if result is None:
+                self._wake.wait(self._idle_poll_s)
+            elif result.outcome is Outcome.RETRY and self._sleep(stop, self.retry_delay(result)):
+                return
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait (real time) until the spool is empty; True if it emptied within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.spool is not None and len(self.spool):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Stop the sender, close collectors, the pusher and the spool (idempotent).
+
+        Unsent batches stay in the spool for the next start.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_sender.set()
+        self._wake.set()
+        if self._sender is not None:
+            self._sender.join(timeout=self.config.push_timeout_s + 5.0)
+            if self._sender.is_alive():
+                log.warning("sender thread did not stop within %g s", self.config.push_timeout_s + 5.0)
+        for collector in self.collectors:
+            try:
+                collector.close()
+            except Exception:
+                log.warning("closing collector %s failed", collector.name, exc_info=True)
+        if self.pusher is not None:
+            self.pusher.close()
+        if self.spool is not None:
+            self.spool.close()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _log_once(self, level: int, message: str, **kwargs) -> None:
+        if message in self._logged:
+            log.debug("%s", message)
+            return
+        if len(self._logged) < 256:
+            self._logged.add(message)
+        log.log(level, "%s", message, **kwargs)
