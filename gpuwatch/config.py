@@ -115,8 +115,8 @@ class DaemonConfig(_Section):
     @classmethod
     def _listen(cls, value: str) -> str:
         host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("must be host:port, e.g. 127.0.0.1:8470")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:8470 (port 0: any free port)")
         return value
 
     @property

@@ -278,3 +278,23 @@ def json_schema() -> dict:
     schema = Batch.model_json_schema()
     schema["$id"] = f"urn:gpuwatch:wire:batch:v{SCHEMA_VERSION}"
     return schema
+
+
+def fields_markdown() -> str:
+    """Field reference of every sample kind as Markdown (``docs/wire-fields.md``)."""
+    lines = [
+        "# Wire format v1: field reference",
+        "",
+        "Generated from `gpuwatch/wire.py` by `gpuwatch wire-schema --markdown`; a test keeps it current.",
+        "",
+    ]
+    for model in (Batch, *SAMPLE_KINDS.values(), GpuProcess):
+        lines += [f"## {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0], ""]
+        lines += ["| field | type | required | description |", "|---|---|---|---|"]
+        for name, info in model.model_fields.items():
+            annotation = getattr(info.annotation, "__name__", None) or str(info.annotation)
+            annotation = annotation.replace("typing.", "").replace("|", "\\|")
+            desc = (info.description or "").replace("|", "\\|")
+            lines.append(f"| `{name}` | `{annotation}` | {'yes' if info.is_required() else 'no'} | {desc} |")
+        lines.append("")
+    return "\n".join(lines)

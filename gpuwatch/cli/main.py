@@ -255,11 +255,12 @@ def nodes(ctx: Context, fmt: str, window: int) -> None:
 
 
 @cli.command("wire-schema")
-def wire_schema() -> None:
+@click.option("--markdown", is_flag=True, help="Print the field reference as Markdown instead.")
+def wire_schema(markdown: bool) -> None:
     """Print the JSON Schema of wire-format batches."""
-    from gpuwatch.wire import json_schema
+    from gpuwatch.wire import fields_markdown, json_schema
 
-    click.echo(json.dumps(json_schema(), indent=2))
+    click.echo(fields_markdown() if markdown else json.dumps(json_schema(), indent=2))
 
 
 # --------------------------------------------------------------------------- demo

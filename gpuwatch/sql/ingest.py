@@ -8,12 +8,16 @@ also has a primary key ending in ``ts`` with ``ON CONFLICT DO NOTHING``, so a sa
 that arrives in two different batches (an agent restored from an old spool copy) is
 still stored once.
 
-Rows go in with one multi-row ``INSERT`` per table (SQLAlchemy's "insertmanyvalues"),
-which ``bench/ingest.py`` measures against ``COPY``.
+Rows go in with one multi-row ``INSERT ... ON CONFLICT DO NOTHING`` per table
+(SQLAlchemy's "insertmanyvalues"). On PostgreSQL, ``bulk="copy"`` instead streams each
+table's rows with ``COPY`` into a session temp table and moves them with one
+``INSERT ... SELECT ... ON CONFLICT DO NOTHING``; ``bench/ingest.py`` measures both side
+by side, and the faster is the default (figures in ``bench/README.md``).
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -76,13 +80,26 @@ def days_of(batch: Batch) -> set[date]:
     return {s.ts.date() for s in batch.samples}
 
 
+class BulkMode(str, Enum):
+    INSERT = "insert"
+    COPY = "copy"
+
+
+#: below this many rows a table's plain INSERT beats setting up a COPY
+_COPY_MIN_ROWS = 64
+
+
 class BatchStore:
     """Writes batches; owns the partition cache so DDL runs once per new day."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, bulk: BulkMode | str | None = None) -> None:
         self.engine = engine
         self.partitions = PartitionManager(engine)
         self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_samples)}
+        is_pg = engine.dialect.name == "postgresql"
+        self.bulk = BulkMode(bulk) if bulk else BulkMode.INSERT
+        if self.bulk is BulkMode.COPY and not is_pg:
+            raise ValueError("bulk='copy' needs PostgreSQL")
 
     def store(self, node_id: int, batch: Batch) -> IngestResult:
         self.partitions.ensure_days(days_of(batch))
@@ -104,7 +121,11 @@ class BatchStore:
             if claimed is None:
                 return IngestResult(IngestStatus.DUPLICATE, 0)
             for name, table_rows in rows.items():
-                conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
+                table = self._tables[name]
+                if self.bulk is BulkMode.COPY and len(table_rows) >= _COPY_MIN_ROWS:
+                    _copy_rows(conn, table, table_rows)
+                else:
+                    conn.execute(_insert(conn, table).on_conflict_do_nothing(), table_rows)
             self._upsert_gpus(conn, node_id, identities, now)
             conn.execute(
                 nodes.update()
@@ -132,6 +153,32 @@ class BatchStore:
                 {"node_id": node_id, "gpu_index": i, **ident, "first_seen_at": now, "last_seen_at": now}
                 for i, ident in sorted(identities.items())
             ],
+        )
+
+
+def _copy_rows(conn: sa.Connection, table: sa.Table, rows: list[dict]) -> None:
+    """COPY into a per-session temp twin of ``table``, then one idempotent INSERT ... SELECT."""
+    temp = f"_gw_load_{table.name}"
+    columns = list(table.c.keys())
+    json_cols = {c.name for c in table.c if isinstance(c.type, sa.JSON) or "JSON" in type(c.type).__name__}
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    with dbapi.cursor() as cur:
+        cur.execute(
+            f'CREATE TEMP TABLE IF NOT EXISTS "{temp}" (LIKE "{table.name}" INCLUDING DEFAULTS) '
+            "ON COMMIT DELETE ROWS"
+        )
+        with cur.copy(f'COPY "{temp}" ({quoted}) FROM STDIN') as copy:
+            for row in rows:
+                copy.write_row(
+                    [
+                        json.dumps(row[c]) if c in json_cols and row.get(c) is not None else row.get(c)
+                        for c in columns
+                    ]
+                )
+        cur.execute(
+            f'INSERT INTO "{table.name}" ({quoted}) SELECT {quoted} FROM "{temp}" ON CONFLICT DO NOTHING'
         )
 
 

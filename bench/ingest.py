@@ -1,0 +1,159 @@
+"""Ingest rate into PostgreSQL: storage path (INSERT vs COPY) and the whole HTTP path.
+
+    .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8]
+
+Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
+for each mode stores the same realistic batches (one batch = one 10 s cycle of one node:
+8 GPU samples with 2 processes each + host samples) and prints samples/s and the ratio
+between modes. The HTTP figure posts the batches with `requests` to a daemon served in
+this process (uvicorn), so it includes JSON parsing, validation and auth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuwatch import wire
+from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.sql.nodes import create_token, get_node
+from tests import factories
+
+ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def make_batches(nodes: int, cycles: int, gpus: int, shift: timedelta) -> list[wire.Batch]:
+    start = wire.utcnow() - timedelta(hours=1) + shift
+    out = []
+    for c in range(cycles):
+        for n in range(nodes):
+            ts = start + timedelta(seconds=10 * c)
+            samples = [
+                factories.gpu_sample(
+                    ts,
+                    i,
+                    util=0.5,
+                    processes=[
+                        wire.GpuProcess(pid=1000 + i, used_memory_bytes=2**30, job_id="77"),
+                        wire.GpuProcess(pid=2000 + i, used_memory_bytes=2**29, job_id="77"),
+                    ],
+                )
+                for i in range(gpus)
+            ]
+            samples += factories.host_samples(ts)
+            out.append(wire.Batch(node=f"bench{n:04d}", agent_version="bench", seq=c, samples=samples))
+    return out
+
+
+def fresh_db() -> tuple[str, sa.Engine]:
+    name = f"gpuwatch_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = sa.engine.make_url(ADMIN).set(database=name).render_as_string(hide_password=False)
+    engine = create_engine(url)
+    migrate.upgrade(engine)
+    return name, engine
+
+
+def drop_db(name: str) -> None:
+    admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def bench_store(engine: sa.Engine, batches: list[wire.Batch], mode: str) -> tuple[float, list[float]]:
+    store = BatchStore(engine, bulk=mode)
+    ids = {}
+    for b in batches:
+        if b.node not in ids:
+            create_token(engine, b.node)
+            with engine.connect() as conn:
+                ids[b.node] = get_node(conn, b.node).id
+    store.partitions.ensure_days(d for b in batches for d in {s.ts.date() for s in b.samples})
+    latencies = []
+    t0 = time.perf_counter()
+    for b in batches:
+        t = time.perf_counter()
+        store.store(ids[b.node], b)
+        latencies.append(time.perf_counter() - t)
+    return time.perf_counter() - t0, latencies
+
+
+def bench_http(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float, list[float]]:
+    import requests
+
+    from gpuwatch.config import load_settings
+    from gpuwatch.daemon.server import BackgroundServer
+
+    settings = load_settings(None, daemon={"listen": "127.0.0.1:0"})
+    tokens = {b.node: create_token(engine, b.node) for b in batches}
+    bodies = [(b.node, b.model_dump_json().encode()) for b in batches]
+    latencies = []
+    with BackgroundServer(settings, engine) as server, requests.Session() as http:
+        t0 = time.perf_counter()
+        for node, body in bodies:
+            t = time.perf_counter()
+            r = http.post(
+                f"{server.url}/api/v1/ingest/{node}",
+                data=body,
+                headers={"Authorization": f"Bearer {tokens[node]}", "Content-Type": "application/json"},
+            )
+            r.raise_for_status()
+            latencies.append(time.perf_counter() - t)
+        return time.perf_counter() - t0, latencies
+
+
+def p(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] * 1000 if len(values) > 2 else values[0] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=50)
+    ap.add_argument("--cycles", type=int, default=20)
+    ap.add_argument("--gpus", type=int, default=8)
+    args = ap.parse_args()
+    results = {}
+    for i, mode in enumerate(("insert", "copy", "http")):
+        # each mode gets its own database and its own hour of timestamps: no warm cache sharing
+        batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0))
+        name, engine = fresh_db()
+        try:
+            elapsed, lat = (
+                bench_http(engine, batches) if mode == "http" else bench_store(engine, batches, mode)
+            )
+        finally:
+            engine.dispose()
+            drop_db(name)
+        samples = sum(len(b.samples) for b in batches)
+        gpu = sum(1 for b in batches for s in b.samples if s.kind == "gpu")
+        results[mode] = samples / elapsed
+        print(
+            f"{mode:>6}: {len(batches)} batches, {samples} samples ({gpu} GPU) in {elapsed:.2f} s = "
+            f"{samples / elapsed:,.0f} samples/s, {gpu / elapsed:,.0f} GPU-samples/s; "
+            f"per batch p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
+        )
+        del i
+    print(
+        f"ratio copy/insert = {results['copy'] / results['insert']:.2f}; "
+        f"http/insert = {results['http'] / results['insert']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

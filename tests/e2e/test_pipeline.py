@@ -1,0 +1,139 @@
+"""Agent -> HTTP -> daemon process -> database, with simulated GPUs and this host's /proc.
+
+The agent runs in the test process so the test can see exactly which batches the daemon
+acknowledged (a spy on the real Pusher); the daemon is a real separate process on a real
+port, on SQLite and on PostgreSQL, so it can be killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from gpuwatch.agent import Agent, Pusher, Spool
+from gpuwatch.agent.push import Outcome
+from gpuwatch.collectors import build_collectors
+from gpuwatch.config import load_settings
+from gpuwatch.sql.ingest import count_rows
+from gpuwatch.sql.nodes import create_token
+from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
+from gpuwatch.wire import Batch
+
+pytestmark = pytest.mark.slow
+
+
+class RecordingPusher(Pusher):
+    """The real pusher, remembering every body the daemon answered 200 to."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.delivered: list[Batch] = []
+
+    def send(self, body: bytes):
+        result = super().send(body)
+        if result.outcome is Outcome.OK:
+            self.delivered.append(Batch.model_validate_json(body))
+        return result
+
+
+def _agent(daemon, engine, tmp_path, interval_s=0.25, node="sim-node01"):
+    token = create_token(engine, node)
+    settings = load_settings(
+        None,
+        agent={
+            "node": node,
+            "daemon_url": daemon.url,
+            "token": token,
+            "interval_s": interval_s,
+            "spool_dir": str(tmp_path / "spool"),
+            "backoff_initial_s": 0.05,
+            "backoff_max_s": 0.3,
+            "push_timeout_s": 2,
+        },
+        gpu={"backend": "sim", "sim_scenario": "training", "sim_gpus": 4, "sim_seed": 7},
+    )
+    pusher = RecordingPusher(daemon.url, node, token, 2.0)
+    agent = Agent(settings, build_collectors(settings), Spool(settings.agent.spool_dir, 16 * 2**20), pusher)
+    return agent, pusher
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_stored_rows_match_what_the_agent_sent(daemon_process, tmp_path):
+    daemon, engine = daemon_process
+    agent, pusher = _agent(daemon, engine, tmp_path)
+    try:
+        agent.run(threading.Event(), max_cycles=4)
+        assert agent.drain(20), "spool did not drain"
+    finally:
+        agent.close()
+    sent = pusher.delivered
+    assert len(sent) == 4
+    sent_gpu = {(s.gpu_index, s.ts): s for b in sent for s in b.samples if s.kind == "gpu"}
+    assert len(sent_gpu) == 16  # 4 cycles x 4 simulated GPUs
+    with engine.connect() as conn:
+        node = conn.execute(sa.select(nodes).where(nodes.c.name == "sim-node01")).one()
+        rows = conn.execute(sa.select(gpu_samples)).all()
+        assert len(rows) == len(sent_gpu)
+        for row in rows:
+            assert row.node_id == node.id
+            sample = sent_gpu[(row.gpu_index, row.ts)]  # the timestamp survives exactly, as UTC
+            for field in (
+                "util_gpu_ratio",
+                "memory_used_bytes",
+                "memory_total_bytes",
+                "power_watts",
+                "energy_joules",
+                "sm_active_ratio",
+                "tensor_active_ratio",
+                "temperature_celsius",
+            ):
+                assert getattr(row, field) == getattr(sample, field), field
+            assert row.simulated is True
+        names = {g.gpu_index: g.name for g in conn.execute(sa.select(gpus)).all()}
+        assert set(names) == {0, 1, 2, 3} and all(names.values())
+        counts = count_rows(conn)
+        for kind, table in SAMPLE_TABLES.items():
+            expected = sum(1 for b in sent for s in b.samples if s.kind == kind)
+            assert counts[table.name] == expected, kind
+        assert counts["cpu_samples"] >= 3  # rates from the second cycle on
+        assert node.agent_version and node.last_seen_at is not None
+
+
+def test_daemon_killed_mid_run_loses_and_duplicates_nothing(daemon_process, tmp_path):
+    daemon, engine = daemon_process
+    agent, pusher = _agent(daemon, engine, tmp_path, interval_s=0.2)
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,), kwargs={"max_cycles": 25})
+    runner.start()
+    try:
+        _wait(lambda: len(pusher.delivered) >= 4, 30, "first batches delivered")
+        daemon.kill9()
+        down_at = agent.cycles
+        _wait(lambda: agent.cycles >= down_at + 4, 30, "cycles while the daemon is down")
+        assert len(agent.spool) >= 3, "batches should pile up in the spool while the daemon is down"
+        daemon.start()
+        runner.join(timeout=60)
+        assert agent.drain(30), "spool did not drain after the restart"
+    finally:
+        stop.set()
+        runner.join(timeout=10)
+        agent.close()
+    assert agent.cycles == 25
+    delivered_ids = {str(b.batch_id) for b in pusher.delivered}
+    assert len(delivered_ids) == 25, "every batch acknowledged once or more"
+    expected_samples = {str(b.batch_id): len(b.samples) for b in pusher.delivered}
+    with engine.connect() as conn:
+        stored = dict(conn.execute(sa.select(ingested_batches.c.batch_id, ingested_batches.c.samples)).all())
+        stored_gpu = conn.execute(sa.select(sa.func.count()).select_from(gpu_samples)).scalar()
+    assert stored == expected_samples  # 0 lost, and no batch stored twice
+    assert stored_gpu == 25 * 4  # 25 cycles x 4 simulated GPUs, each sample once

@@ -1,0 +1,70 @@
+"""Config: TOML + env, validated, errors that name the key; the example file is valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.config import ConfigError, GpuBackendKind, load_settings
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "gpuwatch.toml"
+
+
+def test_example_config_is_valid_and_shows_the_defaults():
+    example = load_settings(EXAMPLE)
+    defaults = load_settings(None)
+    for section in ("agent", "gpu", "daemon"):
+        ex, de = getattr(example, section), getattr(defaults, section)
+        for key in type(ex).model_fields:
+            if key in {"node", "spool_dir"}:
+                continue
+            assert getattr(ex, key) == getattr(de, key), f"{section}.{key}"
+
+
+def test_toml_env_and_overrides(tmp_path, monkeypatch):
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('[agent]\ninterval_s = 5\nnode = "n1"\n[gpu]\nbackend = "sim"\n')
+    monkeypatch.setenv("GPUWATCH_AGENT__INTERVAL_S", "7")
+    monkeypatch.setenv("GPUWATCH_DB", "postgres://u@h/db")
+    s = load_settings(cfg)
+    assert s.agent.interval_s == 7  # env beats file
+    assert s.agent.node == "n1"
+    assert s.gpu.backend is GpuBackendKind.SIM
+    assert s.database.url == "postgresql+psycopg://u@h/db"
+    s2 = load_settings(cfg, database={"url": "sqlite:///x.db"})
+    assert s2.database.url == "sqlite:///x.db"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[agent]\ninterval_s = -1\n", "agent.interval_s"),
+        ("[agent]\nbogus = 1\n", "agent.bogus"),
+        ('[gpu]\nbackend = "cuda"\n', "gpu.backend"),
+        ('[daemon]\nlisten = "8470"\n', "daemon.listen"),
+        ('[database]\nurl = "mysql://x"\n', "database.url"),
+        ('[agent]\ndaemon_url = "ftp://x"\n', "agent.daemon_url"),
+        ("[agent\n", "cannot read config"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path, text, words):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
+        load_settings(cfg)
+
+
+def test_explicit_missing_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_token_file(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("gw1_abc\n")
+    s = load_settings(None, agent={"token_file": str(token)})
+    assert s.agent.resolve_token() == "gw1_abc"
+    s = load_settings(None, agent={"token_file": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match=r"agent\.token_file"):
+        s.agent.resolve_token()
