@@ -1,0 +1,168 @@
+"""The GPU collector: one interface, two backends behind it.
+
+:class:`GpuBackend` is what the collector talks to; :mod:`~gpuwatch.collectors.nvml_backend`
+reads real GPUs through NVML and :mod:`~gpuwatch.collectors.sim_backend` is a seeded device
+model for machines without one. Both return one :class:`~gpuwatch.wire.GpuSample` per GPU per
+call, covering the time since the previous call, and both reduce their 1 s polls with the same
+helpers (:func:`util_stats`, :func:`order_reasons`) so a simulated duty cycle reads exactly as
+a real one would.
+
+``gpu.backend`` picks the backend (:func:`make_backend`): ``auto`` uses NVML when
+``nvmlInit`` succeeds and otherwise disables the collector, saying why once in the log; a
+node without NVIDIA GPUs is "no data", not a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuwatch.collectors.base import Collector, register
+from gpuwatch.config import GpuBackendKind, GpuConfig, Settings
+from gpuwatch.wire import GpuSample
+
+log = logging.getLogger(__name__)
+
+#: Clocks-event ("throttle") reason bits and the names the wire uses for them, in bit order.
+#: The bits are NVML's ``nvmlClocksEventReason*`` / ``nvmlClocksThrottleReason*`` values
+#: (``nvidia-smi --query-gpu=clocks_event_reasons.active``); both backends report these names.
+CLOCKS_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x0001, "gpu_idle"),
+    (0x0002, "applications_clocks_setting"),
+    (0x0004, "sw_power_cap"),
+    (0x0008, "hw_slowdown"),
+    (0x0010, "sync_boost"),
+    (0x0020, "sw_thermal_slowdown"),
+    (0x0040, "hw_thermal_slowdown"),
+    (0x0080, "hw_power_brake_slowdown"),
+    (0x0100, "display_clocks_setting"),
+    (0x0200, "board_limit"),
+    (0x0400, "reliability"),
+)
+_REASON_RANK = {name: rank for rank, (_, name) in enumerate(CLOCKS_EVENT_REASONS)}
+
+
+class GpuBackendUnavailable(RuntimeError):
+    """The backend cannot start on this host: no NVML library, no driver, or no device."""
+
+
+class GpuBackend(ABC):
+    """A source of :class:`GpuSample` s, one per GPU per :meth:`sample` call."""
+
+    #: short name for logs (``nvml``, ``sim``)
+    name: str = ""
+    #: True when the readings are made up; copied into every sample's ``simulated``
+    simulated: bool = False
+
+    @abstractmethod
+    def sample(self, now: datetime) -> list[GpuSample]:
+        """One sample per GPU stamped ``now``, covering the interval since the previous call.
+
+        A GPU that stopped answering is a sample with ``state="lost"``, never an exception,
+        so one dead GPU does not hide the others.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook; the simulated backend holds nothing
+        """Stop threads and release library handles."""
+
+
+@dataclass(frozen=True)
+class UtilStats:
+    """``nvmlDeviceGetUtilizationRates().gpu`` over the polls of one interval."""
+
+    mean: float | None
+    #: share of polls reading exactly 0 %: a loader-stalled job has many, a busy one none
+    idle_fraction: float | None
+    #: population std-dev; None below two polls, where it would say nothing
+    stddev: float | None
+
+
+def clamp_ratio(value: float) -> float:
+    """Into 0..1: NVML and GPM percentages can overshoot 100 by rounding."""
+    return min(1.0, max(0.0, value))
+
+
+def util_stats(ratios: Sequence[float]) -> UtilStats:
+    """Mean, idle fraction and std-dev of per-poll GPU utilization ratios (0..1)."""
+    if not ratios:
+        return UtilStats(None, None, None)
+    mean = clamp_ratio(math.fsum(ratios) / len(ratios))
+    idle = sum(1 for value in ratios if value == 0.0) / len(ratios)
+    stddev = statistics.pstdev(ratios) if len(ratios) >= 2 else None
+    return UtilStats(mean, idle, stddev)
+
+
+def mean_or_none(values: Iterable[float | None]) -> float | None:
+    """Mean of the values that exist; None when none do ("no data" is not zero)."""
+    present = [value for value in values if value is not None]
+    return math.fsum(present) / len(present) if present else None
+
+
+def order_reasons(names: Iterable[str]) -> list[str]:
+    """Distinct reason names in bit order, unknown names last, so equal sets compare equal."""
+    return sorted(set(names), key=lambda name: (_REASON_RANK.get(name, len(_REASON_RANK)), name))
+
+
+class GpuCollector(Collector):
+    """The ``gpu`` collector: whatever backend was chosen, sampled once per agent cycle."""
+
+    name = "gpu"
+
+    def __init__(self, backend: GpuBackend) -> None:
+        self.backend = backend
+
+    def collect(self, now: datetime) -> list[GpuSample]:
+        return self.backend.sample(now)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+_auto_disabled_logged = False
+
+
+def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
+    """The backend ``config.backend`` asks for, or None when the collector is off.
+
+    ``interval_s`` is the agent's sample interval; the simulated backend uses it as the
+    length of its first interval. ``nvml`` that cannot initialise raises
+    :class:`GpuBackendUnavailable`; ``auto`` in the same case logs once and returns None.
+    """
+    global _auto_disabled_logged
+    # imported here: both backend modules import this one for GpuBackend
+    if config.backend is GpuBackendKind.NONE:
+        return None
+    if config.backend is GpuBackendKind.SIM:
+        from gpuwatch.collectors.sim_backend import SimulatedBackend
+
+        return SimulatedBackend(
+            config.sim_scenario,
+            gpus=config.sim_gpus,
+            seed=config.sim_seed,
+            model=config.sim_model,
+            poll_interval_s=config.poll_interval_s,
+            interval_s=interval_s,
+        )
+    from gpuwatch.collectors.nvml_backend import NvmlBackend
+
+    try:
+        return NvmlBackend(poll_interval_s=config.poll_interval_s)
+    except GpuBackendUnavailable as exc:
+        if config.backend is GpuBackendKind.NVML:
+            raise GpuBackendUnavailable(f"gpu.backend = 'nvml' but NVML cannot start: {exc}") from exc
+        if not _auto_disabled_logged:
+            _auto_disabled_logged = True
+            log.info("no NVIDIA GPU/driver found (%s); GPU collector disabled", exc)
+        return None
+
+
+@register("gpu")
+def gpu_collector(settings: Settings) -> GpuCollector | None:
+    """Factory for the agent: the GPU collector, or None on a node without GPUs."""
+    backend = make_backend(settings.gpu, interval_s=settings.agent.interval_s)
+    return None if backend is None else GpuCollector(backend)

@@ -1,0 +1,519 @@
+"""Real GPUs through NVML (``pynvml``, package ``nvidia-ml-py``).
+
+This is the only module that imports ``pynvml``. ``nvmlInit`` runs once, device handles are
+cached, and the readings follow the wire's rule that "cannot tell" is None, never zero.
+
+How NVML fails, and what each failure becomes here:
+
+* ``NVMLError_LibraryNotFound`` / ``DriverNotLoaded`` / no devices at ``nvmlInit``:
+  :class:`~gpuwatch.collectors.gpu.GpuBackendUnavailable` (``auto`` then disables the collector);
+* ``NVMLError_NotSupported`` / ``FunctionNotFound`` (card too old, driver too old, ECC off):
+  the field is None, and the call is remembered per device and not retried every cycle;
+  a binding that lacks the function altogether counts the same;
+* ``NVMLError_GpuIsLost`` / ``Unknown``: that GPU's sample has ``state="lost"``; the others and
+  the agent carry on, and the next sample tries the GPU again;
+* the process-utilization calls raise a bare ``NVMLError`` with value 0 (pynvml's reading of a
+  successful empty first call) or ``NVML_ERROR_NOT_FOUND`` when no samples are newer than the
+  timestamp: that is "no samples", so the per-process ratios are None;
+* any other ``NVMLError`` (e.g. ``NoPermission`` in a container): None for this cycle, logged
+  once per device and call.
+
+Poll cost decides where each reading happens. Utilization, power, clocks, temperature and
+clocks-event reasons are cheap and are polled every ``poll_interval_s`` (1 s by default) by a
+background thread, then averaged into the sample, so idle fraction and std-dev come from real
+1 s polls. Memory, energy, ECC, PCIe, the process list (milliseconds per call) and GPM are read
+once per :meth:`NvmlBackend.sample`. Pass ``start_poller=False`` and call
+:meth:`NvmlBackend.poll` to drive the polls yourself (tests do).
+
+Not covered yet: XID events (need an ``nvmlEventSetWait`` thread), MIG instances, NVLink on
+cards without GPM (field-value counters), per-process GPM.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pynvml
+
+from gpuwatch.collectors.gpu import (
+    CLOCKS_EVENT_REASONS,
+    GpuBackend,
+    GpuBackendUnavailable,
+    clamp_ratio,
+    mean_or_none,
+    util_stats,
+)
+from gpuwatch.wire import GpuProcess, GpuSample
+
+log = logging.getLogger(__name__)
+
+_KIB = 1024
+_MIB = 1024 * 1024
+#: NVML refuses (or returns noise for) GPM metrics from two samples closer than this
+GPM_MIN_SPACING_S = 0.1
+#: polls kept per device if nobody calls sample(): an hour at 1 Hz
+_MAX_POLLS = 3600
+
+#: (pynvml metric constant, GpuSample field, scale to the wire unit): percent -> ratio and
+#: MiB/s -> bytes/s. dcgm-exporter's DCGM_FI_PROF_* fields are the same counters.
+GPM_METRICS: tuple[tuple[str, str, float], ...] = (
+    ("NVML_GPM_METRIC_SM_UTIL", "sm_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_SM_OCCUPANCY", "sm_occupancy_ratio", 0.01),
+    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", "tensor_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_DRAM_BW_UTIL", "dram_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_FP32_UTIL", "fp32_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_FP16_UTIL", "fp16_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", "pcie_tx_bytes_per_s", float(_MIB)),
+    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "pcie_rx_bytes_per_s", float(_MIB)),
+    ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bytes_per_s", float(_MIB)),
+    ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_bytes_per_s", float(_MIB)),
+)
+#: per-process utilization, newest API first; both report "no samples" as an error value
+_PROCESS_UTIL_CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
+_KNOWN_REASON_BITS = sum(bit for bit, _ in CLOCKS_EVENT_REASONS)
+
+
+def reasons_from_mask(mask: int) -> list[str]:
+    """Names of the set bits of ``nvmlDeviceGetCurrentClocksEventReasons``; unknown bits as hex."""
+    names = [name for bit, name in CLOCKS_EVENT_REASONS if mask & bit]
+    unknown = mask & ~_KNOWN_REASON_BITS
+    return names + [f"0x{1 << i:x}" for i in range(unknown.bit_length()) if unknown >> i & 1]
+
+
+class _DeviceLost(Exception):
+    """NVML said the GPU is gone (``GpuIsLost``/``Unknown``); aborts reading that device."""
+
+
+@dataclass(frozen=True)
+class _Poll:
+    """One cheap reading, already in wire units."""
+
+    util_gpu: float | None  # nvmlDeviceGetUtilizationRates().gpu / 100 (utilization.gpu)
+    util_memory: float | None  # ...().memory / 100 (utilization.memory)
+    power_watts: float | None  # nvmlDeviceGetPowerUsage mW / 1000 (power.draw)
+    sm_clock_hz: float | None  # nvmlDeviceGetClockInfo(NVML_CLOCK_SM) MHz (clocks.sm)
+    memory_clock_hz: float | None  # nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) MHz (clocks.mem)
+    temperature_celsius: float | None  # nvmlDeviceGetTemperature(GPU) (temperature.gpu)
+    reasons_mask: int | None  # nvmlDeviceGetCurrentClocksEventReasons (clocks_event_reasons.active)
+
+
+@dataclass
+class _Gpm:
+    """Two GPM sample buffers; ``buffers[0]`` holds the previous sample, taken at ``taken_at``."""
+
+    buffers: list[Any]
+    taken_at: float
+
+
+@dataclass
+class _Device:
+    """One GPU's cached handle and identity, and what we learned about it so far."""
+
+    index: int
+    handle: Any = None
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    lost: bool = False
+    #: call keys that raised NotSupported/FunctionNotFound: never asked again
+    unsupported: set[str] = field(default_factory=set)
+    #: (call key, error) pairs already logged
+    logged: set[tuple[str, str]] = field(default_factory=set)
+    polls: deque[_Poll] = field(default_factory=lambda: deque(maxlen=_MAX_POLLS))
+    sm_clock_max_hz: float | None = None
+    gpm: _Gpm | None = None
+
+
+class NvmlBackend(GpuBackend):
+    """Every GPU NVML sees on this host.
+
+    ``nvml`` is ``pynvml`` or a module-shaped stand-in (tests pass a fake that returns the
+    real ctypes structs and raises the real ``NVMLError_*`` classes). ``clock`` is the
+    monotonic clock that spaces GPM samples and measures intervals.
+    """
+
+    name = "nvml"
+    simulated = False
+
+    def __init__(
+        self,
+        poll_interval_s: float = 1.0,
+        *,
+        nvml: Any = None,
+        start_poller: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nvml = pynvml if nvml is None else nvml
+        self.poll_interval_s = poll_interval_s
+        self._clock = clock
+        nv = self._nvml
+        self._not_supported = (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound)
+        self._lost_errors = (nv.NVMLError_GpuIsLost, nv.NVMLError_Unknown)
+        self._no_samples = frozenset({0, nv.NVML_ERROR_NOT_FOUND})
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
+            raise GpuBackendUnavailable(str(exc)) from exc
+        try:
+            count = nv.nvmlDeviceGetCount()
+        except nv.NVMLError as exc:
+            nv.nvmlShutdown()
+            raise GpuBackendUnavailable(f"nvmlDeviceGetCount: {exc}") from exc
+        if count == 0:
+            nv.nvmlShutdown()
+            raise GpuBackendUnavailable("NVML reports no devices")
+        self._closed = False
+        self._lock = threading.Lock()
+        self._devices = [_Device(index) for index in range(count)]
+        for dev in self._devices:
+            self._open(dev)
+        self._last_sample_at = self._clock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if start_poller:
+            self._thread = threading.Thread(target=self._poll_loop, name="gpuwatch-nvml-poll", daemon=True)
+            self._thread.start()
+        log.info("NVML: %d GPU(s): %s", count, ", ".join(f"{d.index}={d.name}" for d in self._devices))
+
+    # -- calling NVML -------------------------------------------------------------------
+
+    def _guard(self, dev: _Device, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args)`` with NVML's failure modes mapped (module docstring); None = no value."""
+        nv = self._nvml
+        try:
+            return fn(*args, **kwargs)
+        except self._not_supported:
+            dev.unsupported.add(key)
+            log.debug("GPU %d: %s not supported; not asking again", dev.index, key)
+            return None
+        except self._lost_errors as exc:
+            raise _DeviceLost(f"{key}: {exc}") from exc
+        except nv.NVMLError as exc:
+            if exc.value in self._no_samples and key in _PROCESS_UTIL_CALLS:
+                return None
+            if (key, str(exc)) not in dev.logged:
+                dev.logged.add((key, str(exc)))
+                log.warning("GPU %d: %s failed: %s", dev.index, key, exc)
+            return None
+
+    def _call(self, dev: _Device, fn_name: str, *args: Any, key: str | None = None, **kwargs: Any) -> Any:
+        """``nvml.<fn_name>(handle, *args)`` unless known unsupported on this device."""
+        key = key or (f"{fn_name}{args}" if args else fn_name)
+        if key in dev.unsupported:
+            return None
+        fn = getattr(self._nvml, fn_name, None)
+        if fn is None:  # this pynvml predates the call: as good as FunctionNotFound
+            dev.unsupported.add(key)
+            return None
+        return self._guard(dev, key, fn, dev.handle, *args, **kwargs)
+
+    def _call_first(self, dev: _Device, fn_names: Sequence[str], *args: Any) -> Any:
+        """The first of ``fn_names`` the device supports (newest API first)."""
+        for fn_name in fn_names:
+            if fn_name in dev.unsupported:
+                continue
+            result = self._call(dev, fn_name, *args, key=fn_name)
+            if fn_name not in dev.unsupported:
+                return result
+        return None
+
+    # -- opening devices ----------------------------------------------------------------
+
+    def _open(self, dev: _Device) -> None:
+        """Handle, identity and GPM buffers; a GPU lost already is left to the next sample."""
+        nv = self._nvml
+        try:
+            dev.handle = self._guard(
+                dev, "nvmlDeviceGetHandleByIndex", nv.nvmlDeviceGetHandleByIndex, dev.index
+            )
+            if dev.handle is None:
+                return
+            dev.name = _text(self._call(dev, "nvmlDeviceGetName"))  # nvidia-smi name
+            dev.uuid = _text(self._call(dev, "nvmlDeviceGetUUID"))  # uuid
+            pci = self._call(dev, "nvmlDeviceGetPciInfo")  # pci.bus_id
+            dev.pci_bus_id = None if pci is None else _text(pci.busId)
+            max_mhz = self._call(dev, "nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM)  # clocks.max.sm
+            dev.sm_clock_max_hz = None if max_mhz is None else max_mhz * 1e6
+            self._open_gpm(dev)
+        except _DeviceLost as exc:
+            dev.handle = None
+            dev.lost = True
+            log.warning("GPU %d lost while opening: %s", dev.index, exc)
+
+    def _open_gpm(self, dev: _Device) -> None:
+        """Hopper+ only (``nvmlGpmQueryDeviceSupport``): allocate two buffers, take the first sample."""
+        support = self._call(dev, "nvmlGpmQueryDeviceSupport")
+        if support is None or not support.isSupportedDevice:
+            return
+        nv = self._nvml
+        buffers = [self._guard(dev, "nvmlGpmSampleAlloc", nv.nvmlGpmSampleAlloc) for _ in range(2)]
+        if any(buffer is None for buffer in buffers):
+            return
+        if self._call(dev, "nvmlGpmSampleGet", buffers[0], key="nvmlGpmSampleGet") is None:
+            return
+        dev.gpm = _Gpm(buffers, self._clock())
+
+    # -- polling ------------------------------------------------------------------------
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self.poll_interval_s):
+            self.poll()
+
+    def poll(self) -> None:
+        """One cheap reading of every GPU that answers; the poller thread calls this."""
+        for dev in self._devices:
+            if dev.lost or dev.handle is None:
+                continue
+            try:
+                reading = self._read_cheap(dev)
+            except _DeviceLost as exc:
+                self._mark_lost(dev, exc)
+                continue
+            with self._lock:
+                dev.polls.append(reading)
+
+    def _read_cheap(self, dev: _Device) -> _Poll:
+        nv = self._nvml
+        util = self._call(dev, "nvmlDeviceGetUtilizationRates")
+        power_mw = self._call(dev, "nvmlDeviceGetPowerUsage")
+        sm_mhz = self._call(dev, "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)
+        mem_mhz = self._call(dev, "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM)
+        temperature = self._call(dev, "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU)
+        # ClocksEvent is the newer name (driver 535+) of the same bitmask as ClocksThrottle
+        mask = self._call_first(
+            dev, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+        )
+        return _Poll(
+            util_gpu=None if util is None else clamp_ratio(util.gpu / 100),
+            util_memory=None if util is None else clamp_ratio(util.memory / 100),
+            power_watts=None if power_mw is None else power_mw / 1000,
+            sm_clock_hz=None if sm_mhz is None else sm_mhz * 1e6,
+            memory_clock_hz=None if mem_mhz is None else mem_mhz * 1e6,
+            temperature_celsius=None if temperature is None else float(temperature),
+            reasons_mask=mask,
+        )
+
+    def _mark_lost(self, dev: _Device, exc: Exception) -> None:
+        if not dev.lost:
+            log.warning("GPU %d (%s) lost: %s", dev.index, dev.uuid, exc)
+        dev.lost = True
+
+    # -- sampling -----------------------------------------------------------------------
+
+    def sample(self, now: datetime) -> list[GpuSample]:
+        at = self._clock()
+        interval_s = max(0.0, at - self._last_sample_at)
+        self._last_sample_at = at
+        return [self._sample_device(dev, now, interval_s) for dev in self._devices]
+
+    def _sample_device(self, dev: _Device, now: datetime, interval_s: float) -> GpuSample:
+        with self._lock:
+            polls = list(dev.polls)
+            dev.polls.clear()
+        try:
+            if dev.handle is None:
+                self._open(dev)
+                if dev.handle is None:
+                    raise _DeviceLost("no handle")
+            if not polls:  # poller off, or the GPU was lost until now: read once here
+                polls = [self._read_cheap(dev)]
+            fields = self._read_interval(dev, now, interval_s)
+        except _DeviceLost as exc:
+            self._mark_lost(dev, exc)
+            return GpuSample(
+                ts=now,
+                gpu_index=dev.index,
+                uuid=dev.uuid,
+                name=dev.name,
+                pci_bus_id=dev.pci_bus_id,
+                state="lost",
+                interval_s=interval_s,
+            )
+        if dev.lost:
+            log.warning("GPU %d (%s) answers again", dev.index, dev.uuid)
+            dev.lost = False
+        stats = util_stats([p.util_gpu for p in polls if p.util_gpu is not None])
+        masks = [p.reasons_mask for p in polls if p.reasons_mask is not None]
+        union = 0
+        for mask in masks:
+            union |= mask
+        return GpuSample(
+            ts=now,
+            gpu_index=dev.index,
+            uuid=dev.uuid,
+            name=dev.name,
+            pci_bus_id=dev.pci_bus_id,
+            interval_s=interval_s,
+            util_gpu_ratio=stats.mean,
+            util_gpu_idle_fraction_ratio=stats.idle_fraction,
+            util_gpu_stddev_ratio=stats.stddev,
+            util_memory_ratio=mean_or_none(p.util_memory for p in polls),
+            power_watts=mean_or_none(p.power_watts for p in polls),
+            sm_clock_hz=mean_or_none(p.sm_clock_hz for p in polls),
+            sm_clock_max_hz=dev.sm_clock_max_hz,
+            memory_clock_hz=mean_or_none(p.memory_clock_hz for p in polls),
+            temperature_celsius=mean_or_none(p.temperature_celsius for p in polls),
+            # any reason active at any poll of the interval
+            throttle_reasons=reasons_from_mask(union) if masks else None,
+            **fields,
+        )
+
+    def _read_interval(self, dev: _Device, now: datetime, interval_s: float) -> dict[str, Any]:
+        """The once-per-sample readings, as GpuSample keyword arguments."""
+        nv = self._nvml
+        fields: dict[str, Any] = self._memory(dev)
+        limit_mw = self._call(dev, "nvmlDeviceGetEnforcedPowerLimit")  # enforced.power.limit
+        fields["power_limit_watts"] = None if limit_mw is None else limit_mw / 1000
+        energy_mj = self._call(dev, "nvmlDeviceGetTotalEnergyConsumption")  # mJ since driver load
+        fields["energy_joules"] = None if energy_mj is None else energy_mj / 1000
+        # ecc.errors.{corrected,uncorrected}.aggregate.total; NotSupported when ECC is off
+        fields["ecc_corrected_errors"] = self._call(
+            dev, "nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_AGGREGATE_ECC
+        )
+        fields["ecc_uncorrected_errors"] = self._call(
+            dev, "nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC
+        )
+        fields.update(self._gpm_metrics(dev))
+        for name, counter in (
+            ("pcie_tx_bytes_per_s", nv.NVML_PCIE_UTIL_TX_BYTES),
+            ("pcie_rx_bytes_per_s", nv.NVML_PCIE_UTIL_RX_BYTES),
+        ):
+            if fields.get(name) is None:
+                # a 20 ms window in KB/s (KiB, as nvidia-smi dmon's rxpci/txpci); GPM spans the interval
+                kib = self._call(dev, "nvmlDeviceGetPcieThroughput", counter)
+                fields[name] = None if kib is None else float(kib * _KIB)
+        fields["processes"] = self._processes(dev, now, interval_s)
+        return fields
+
+    def _memory(self, dev: _Device) -> dict[str, int | None]:
+        """``nvmlDeviceGetMemoryInfo`` v2 (used excludes the driver's reserve), else v1.
+
+        nvidia-smi ``memory.used``, ``memory.total``, ``memory.reserved``.
+        """
+        version = getattr(self._nvml, "nvmlMemory_v2", None)
+        info = None
+        if version is not None:
+            info = self._call(
+                dev, "nvmlDeviceGetMemoryInfo", version=version, key="nvmlDeviceGetMemoryInfo_v2"
+            )
+        if info is None:
+            info = self._call(dev, "nvmlDeviceGetMemoryInfo")
+        if info is None:
+            return {"memory_used_bytes": None, "memory_total_bytes": None, "memory_reserved_bytes": None}
+        return {
+            "memory_used_bytes": int(info.used),
+            "memory_total_bytes": int(info.total),
+            "memory_reserved_bytes": int(info.reserved) if hasattr(info, "reserved") else None,
+        }
+
+    def _processes(self, dev: _Device, now: datetime, interval_s: float) -> list[GpuProcess] | None:
+        """``nvmlDeviceGetComputeRunningProcesses`` (``--query-compute-apps=pid,used_memory``)
+        with each pid's SM and memory utilization over the interval."""
+        procs = self._call(dev, "nvmlDeviceGetComputeRunningProcesses")
+        if procs is None:
+            return None
+        # NVML keeps a ring of recent per-process samples stamped in CPU microseconds; ask
+        # for those inside this interval only
+        since_us = int((now.timestamp() - interval_s) * 1e6)
+        samples = self._call_first(dev, _PROCESS_UTIL_CALLS, since_us) or []
+        sm_util: dict[int, list[float]] = {}
+        memory_util: dict[int, list[float]] = {}
+        for s in samples:  # several samples per pid inside one interval: averaged
+            sm_util.setdefault(int(s.pid), []).append(clamp_ratio(s.smUtil / 100))
+            memory_util.setdefault(int(s.pid), []).append(clamp_ratio(s.memUtil / 100))
+        result = []
+        for proc in procs:
+            pid = int(proc.pid)
+            used = proc.usedGpuMemory  # None where the driver cannot tell (WDDM)
+            result.append(
+                GpuProcess(
+                    pid=pid,
+                    used_memory_bytes=None if used is None else int(used),
+                    sm_util_ratio=mean_or_none(sm_util.get(pid, [])),
+                    memory_util_ratio=mean_or_none(memory_util.get(pid, [])),
+                )
+            )
+        return result
+
+    def _gpm_metrics(self, dev: _Device) -> dict[str, float | None]:
+        """GPM metrics between the previous sample and one taken now (``nvmlGpmMetricsGet``).
+
+        Calls closer than :data:`GPM_MIN_SPACING_S` keep the previous sample, so the next call
+        covers the longer interval; the fields are then None for this one.
+        """
+        gpm = dev.gpm
+        if gpm is None:
+            return {}
+        nv = self._nvml
+        now = self._clock()
+        if now - gpm.taken_at < GPM_MIN_SPACING_S:
+            return {}
+        current = gpm.buffers[1]
+        if self._call(dev, "nvmlGpmSampleGet", current, key="nvmlGpmSampleGet") is None:
+            return {}
+        wanted = [
+            (getattr(nv, const), name, scale) for const, name, scale in GPM_METRICS if hasattr(nv, const)
+        ]
+        request = nv.c_nvmlGpmMetricsGet_t()
+        request.version = nv.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(wanted)
+        request.sample1 = gpm.buffers[0]
+        request.sample2 = current
+        for i, (metric_id, _, _) in enumerate(wanted):
+            request.metrics[i].metricId = metric_id
+        result = self._guard(dev, "nvmlGpmMetricsGet", nv.nvmlGpmMetricsGet, request)
+        gpm.buffers.reverse()  # the sample just taken is the next call's start
+        gpm.taken_at = now
+        if result is None:
+            return {}
+        values: dict[str, float | None] = {}
+        for i, (_, name, scale) in enumerate(wanted):
+            metric = result.metrics[i]
+            if metric.nvmlReturn != nv.NVML_SUCCESS:
+                values[name] = None
+            elif name.endswith("_ratio"):
+                values[name] = clamp_ratio(metric.value * scale)
+            else:
+                values[name] = max(0.0, metric.value * scale)
+        return values
+
+    # -- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the poller, free GPM buffers, ``nvmlShutdown``; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        nv = self._nvml
+        for dev in self._devices:
+            if dev.gpm is not None:
+                for buffer in dev.gpm.buffers:
+                    self._free_quietly(dev, buffer)
+                dev.gpm = None
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError as exc:
+            log.debug("nvmlShutdown: %s", exc)
+
+    def _free_quietly(self, dev: _Device, buffer: Any) -> None:
+        try:
+            self._guard(dev, "nvmlGpmSampleFree", self._nvml.nvmlGpmSampleFree, buffer)
+        except _DeviceLost:
+            log.debug("GPU %d: GPM buffer not freed, GPU lost", dev.index)
+
+
+def _text(value: str | bytes | None) -> str | None:
+    """NVML strings arrive as str (pynvml decodes) or bytes (raw struct fields)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value

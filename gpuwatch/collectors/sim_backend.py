@@ -1,0 +1,635 @@
+"""Simulated GPUs: a seeded, deterministic device model for machines without one.
+
+Why: the classifier, alerts and demo must be testable on a laptop, and a test must get the
+same numbers every run. Every reading is a pure function of (seed, GPU index, scenario,
+virtual time): virtual time is ``now - start`` in seconds, and noise comes from a hash of
+(seed, GPU, poll number, channel), never from a shared random state. Two backends built with
+the same arguments and called with the same timestamps return identical samples, whatever
+else ran in between.
+
+The model applies NVML's semantics, so code written against it works on real cards:
+
+* polls fall on a grid every ``poll_interval_s`` of virtual time, as the NVML backend's 1 Hz
+  poller does; a poll reports what happened in the period before it (NVML utilization is a
+  trailing-window average), in NVML's units: integer percent, milliwatts, MHz, whole °C;
+* a sample averages the polls inside its interval and computes idle fraction and std-dev with
+  the same :func:`~gpuwatch.collectors.gpu.util_stats` as the real backend;
+* the total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``) is monotonic and is the
+  integral of the polled power over the grid, starting from an uptime's worth of idle energy;
+* memory used never exceeds total minus the driver's reserve (``nvmlDeviceGetMemoryInfo_v2``);
+* GPM fields (SM activity, occupancy, tensor, DRAM, FP32/FP16, NVLink) exist only on models
+  that have GPM (Hopper and newer), else they are None as on a real A100; NVLink rates come
+  from GPM on the real backend too, so they follow the same rule;
+* a lost GPU is ``state="lost"`` with every reading None.
+
+Scenarios live in :data:`SCENARIOS` (name -> :class:`Scenario`), so a new one is one entry.
+A scenario spec string names a default and per-GPU overrides: ``"training,gpu7=idle"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpuwatch.collectors.gpu import GpuBackend, clamp_ratio, mean_or_none, order_reasons, util_stats
+from gpuwatch.wire import GpuProcess, GpuSample
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """Static properties of one card model, as NVML reports them for the real card."""
+
+    name: str  # nvmlDeviceGetName
+    memory_total_bytes: int  # nvmlDeviceGetMemoryInfo total (nvidia-smi memory.total)
+    memory_reserved_bytes: int  # v2 reserved: driver/firmware share, approximate
+    power_limit_watts: float  # nvmlDeviceGetEnforcedPowerLimit (enforced.power.limit)
+    power_idle_watts: float  # typical power.draw of an idle, allocated card
+    sm_clock_max_mhz: int  # nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM) (clocks.max.sm)
+    memory_clock_mhz: int  # nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) (clocks.mem)
+    pcie_bytes_per_s: float  # per direction, the link's nominal rate
+    nvlink_bytes_per_s: float  # per direction, all links together
+    has_gpm: bool  # nvmlGpmQueryDeviceSupport: Hopper and newer
+
+
+#: Memory totals are what nvidia-smi shows on the real cards (143771 MiB on an H200 SXM,
+#: 81559 MiB on an H100 SXM, 81920 MiB on an A100 80GB, 32768 MiB on a V100 32GB).
+MODELS: dict[str, DeviceModel] = {
+    model.name: model
+    for model in (
+        DeviceModel("NVIDIA H200", 143_771 * _MIB, 600 * _MIB, 700.0, 75.0, 1980, 3201, 64e9, 450e9, True),
+        DeviceModel(
+            "NVIDIA H100 80GB HBM3", 81_559 * _MIB, 600 * _MIB, 700.0, 70.0, 1980, 2619, 64e9, 450e9, True
+        ),
+        DeviceModel(
+            "NVIDIA A100-SXM4-80GB", 81_920 * _MIB, 500 * _MIB, 400.0, 55.0, 1410, 1593, 32e9, 300e9, False
+        ),
+        DeviceModel(
+            "Tesla V100-SXM2-32GB", 32_768 * _MIB, 300 * _MIB, 300.0, 40.0, 1530, 877, 16e9, 150e9, False
+        ),
+    )
+}
+
+
+def find_model(name: str) -> DeviceModel:
+    """The model named exactly, or by a unique case-insensitive part of its name ("h200")."""
+    if name in MODELS:
+        return MODELS[name]
+    matches = [model for key, model in MODELS.items() if name.lower() in key.lower()]
+    if len(matches) != 1:
+        raise ValueError(f"unknown or ambiguous GPU model {name!r}; known: {sorted(MODELS)}")
+    return matches[0]
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a GPU is doing at one instant, before noise.
+
+    Utilizations and GPM activities are 0..1; ``memory_used`` is a share of the usable memory
+    (total minus reserved); ``power`` is 0 at idle power and 1 at the enforced limit;
+    ``sm_clock`` a share of the max SM clock; ``pcie`` and ``nvlink`` shares of the model's
+    per-direction bandwidth. ``temperature_celsius`` None follows power.
+    """
+
+    util_gpu: float = 0.0
+    util_memory: float = 0.0
+    sm_active: float = 0.0
+    sm_occupancy: float = 0.0
+    tensor_active: float = 0.0
+    dram_active: float = 0.0
+    fp32_active: float = 0.0
+    fp16_active: float = 0.0
+    memory_used: float = 0.0
+    power: float = 0.0
+    sm_clock: float = 0.95
+    temperature_celsius: float | None = None
+    pcie: float = 0.0
+    nvlink: float = 0.0
+    throttle_reasons: tuple[str, ...] = ()
+    processes: int = 1
+
+
+class Scenario(ABC):
+    """Activity as a function of virtual time (seconds since the scenario's start)."""
+
+    @abstractmethod
+    def at(self, t: float) -> Activity | None:
+        """The activity at ``t``; None once the GPU is lost."""
+
+    def xids_between(self, t0: float, t1: float) -> list[int]:
+        """XID codes raised in (t0, t1]; none for most scenarios."""
+        return []
+
+
+@dataclass(frozen=True)
+class Steady(Scenario):
+    """The same activity all the time (noise aside)."""
+
+    activity: Activity
+
+    def at(self, t: float) -> Activity:
+        return self.activity
+
+
+@dataclass(frozen=True)
+class DutyCycle(Scenario):
+    """``on`` for the first ``on_s`` of every ``period_s``, ``off`` for the rest.
+
+    All GPUs share the phase, as data-parallel ranks wait for the same loader or collective.
+    """
+
+    on: Activity
+    off: Activity
+    period_s: float
+    on_s: float
+
+    def at(self, t: float) -> Activity:
+        return self.on if (t % self.period_s) < self.on_s else self.off
+
+
+@dataclass(frozen=True)
+class Switch(Scenario):
+    """``before`` until ``at_s``, then ``after``."""
+
+    before: Scenario
+    after: Scenario
+    at_s: float
+
+    def at(self, t: float) -> Activity | None:
+        return self.before.at(t) if t < self.at_s else self.after.at(t)
+
+
+@dataclass(frozen=True)
+class XidThenLost(Scenario):
+    """``before`` until an XID at ``at_s``; the GPU drops off ``lost_after_s`` later."""
+
+    before: Scenario
+    xid: int
+    at_s: float
+    lost_after_s: float
+
+    def at(self, t: float) -> Activity | None:
+        return self.before.at(t) if t < self.at_s + self.lost_after_s else None
+
+    def xids_between(self, t0: float, t1: float) -> list[int]:
+        return [self.xid] if t0 < self.at_s <= t1 else []
+
+
+class Lost(Scenario):
+    """A GPU that no longer answers (NVML_ERROR_GPU_IS_LOST on every call)."""
+
+    def at(self, t: float) -> None:
+        return None
+
+
+TRAINING = Activity(
+    util_gpu=0.95,
+    util_memory=0.45,
+    sm_active=0.80,
+    sm_occupancy=0.45,
+    tensor_active=0.50,
+    dram_active=0.55,
+    fp32_active=0.10,
+    fp16_active=0.20,
+    memory_used=0.70,
+    power=0.88,
+    pcie=0.05,
+    nvlink=0.10,
+)
+#: allocated, nothing running: the driver parks the SM clock and says gpu_idle
+IDLE = Activity(sm_clock=0.17, throttle_reasons=("gpu_idle",), processes=0)
+#: waiting for the data loader: process alive, memory held, nothing launched
+LOADER_WAIT = Activity(memory_used=0.50, power=0.12, pcie=0.10, sm_clock=0.9)
+#: NCCL all-reduce: kernels resident (NVML util high) but SMs mostly waiting on NVLink
+ALL_REDUCE = Activity(
+    util_gpu=0.90,
+    util_memory=0.20,
+    sm_active=0.08,
+    sm_occupancy=0.05,
+    dram_active=0.30,
+    fp32_active=0.02,
+    memory_used=0.60,
+    power=0.35,
+    pcie=0.30,
+    nvlink=0.70,
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    "idle": Steady(IDLE),
+    "training": Steady(TRAINING),
+    # 2 s busy, 3 s waiting: idle fraction 0.6, mean util ~0.38
+    "input-bound": DutyCycle(on=TRAINING, off=LOADER_WAIT, period_s=5.0, on_s=2.0),
+    "small-batch": Steady(
+        Activity(
+            util_gpu=0.60,
+            util_memory=0.10,
+            sm_active=0.25,
+            sm_occupancy=0.10,
+            tensor_active=0.10,
+            dram_active=0.10,
+            fp32_active=0.10,
+            fp16_active=0.05,
+            memory_used=0.08,
+            power=0.20,
+        )
+    ),
+    "no-amp": Steady(
+        Activity(
+            util_gpu=0.97,
+            util_memory=0.50,
+            sm_active=0.85,
+            sm_occupancy=0.50,
+            tensor_active=0.01,
+            dram_active=0.40,
+            fp32_active=0.65,
+            memory_used=0.75,
+            power=0.80,
+        )
+    ),
+    "memory-pressure": Steady(
+        Activity(
+            util_gpu=0.12,
+            util_memory=0.05,
+            sm_active=0.08,
+            sm_occupancy=0.05,
+            tensor_active=0.02,
+            dram_active=0.10,
+            fp32_active=0.03,
+            memory_used=0.99,
+            power=0.12,
+        )
+    ),
+    # 1 s compute, 3 s all-reduce: mean SM activity ~0.25, NVLink ~half its bandwidth
+    "comm-bound": DutyCycle(
+        on=Activity(
+            util_gpu=0.97,
+            util_memory=0.45,
+            sm_active=0.75,
+            sm_occupancy=0.40,
+            tensor_active=0.45,
+            dram_active=0.50,
+            fp32_active=0.10,
+            fp16_active=0.15,
+            memory_used=0.60,
+            power=0.80,
+            pcie=0.05,
+            nvlink=0.05,
+        ),
+        off=ALL_REDUCE,
+        period_s=4.0,
+        on_s=1.0,
+    ),
+    "throttled": Steady(
+        Activity(
+            util_gpu=0.95,
+            util_memory=0.40,
+            sm_active=0.78,
+            sm_occupancy=0.45,
+            tensor_active=0.45,
+            dram_active=0.50,
+            fp32_active=0.10,
+            fp16_active=0.20,
+            memory_used=0.70,
+            power=0.60,
+            sm_clock=0.55,
+            temperature_celsius=92.0,
+            throttle_reasons=("hw_thermal_slowdown",),
+        )
+    ),
+    "power-capped": Steady(
+        Activity(
+            util_gpu=0.97,
+            util_memory=0.45,
+            sm_active=0.82,
+            sm_occupancy=0.45,
+            tensor_active=0.55,
+            dram_active=0.55,
+            fp32_active=0.10,
+            fp16_active=0.20,
+            memory_used=0.70,
+            power=1.0,
+            sm_clock=0.72,
+            throttle_reasons=("sw_power_cap",),
+        )
+    ),
+    # XID 79: "GPU has fallen off the bus", two minutes in
+    "xid": XidThenLost(Steady(TRAINING), xid=79, at_s=120.0, lost_after_s=5.0),
+    "lost": Lost(),
+    "idle-after-start": Switch(Steady(TRAINING), Steady(IDLE), at_s=600.0),
+}
+
+
+def parse_scenario_spec(spec: str) -> tuple[str, dict[int, str]]:
+    """``"training,gpu7=idle"`` -> ``("training", {7: "idle"})``: a default and overrides."""
+    default: str | None = None
+    overrides: dict[int, str] = {}
+    for part in (piece.strip() for piece in spec.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            if default is not None:
+                raise ValueError(f"scenario spec {spec!r}: two default scenarios")
+            default = part
+        elif key.strip().startswith("gpu") and key.strip()[3:].isdigit():
+            overrides[int(key.strip()[3:])] = value.strip()
+        else:
+            raise ValueError(f"scenario spec {spec!r}: {part!r} is not gpuN=<scenario>")
+    if default is None:
+        raise ValueError(f"scenario spec {spec!r} names no default scenario")
+    return default, overrides
+
+
+def _lookup(scenario: str | Scenario) -> Scenario:
+    if isinstance(scenario, Scenario):
+        return scenario
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown GPU scenario {scenario!r}; known: {sorted(SCENARIOS)}")
+    return SCENARIOS[scenario]
+
+
+# noise channels: one per independently jittered reading
+_CH_UTIL, _CH_UTIL_MEM, _CH_POWER, _CH_CLOCK, _CH_TEMP, _CH_MEM = range(6)
+_CH_PCIE_TX, _CH_PCIE_RX, _CH_NVLINK_TX, _CH_NVLINK_RX = range(6, 10)
+_CH_GPM = 20  # 20.. one per GPM field
+_CH_UPTIME, _CH_PID, _CH_UUID = 100, 101, 102
+_GPM_FIELDS = (
+    ("sm_active", "sm_active_ratio"),
+    ("sm_occupancy", "sm_occupancy_ratio"),
+    ("tensor_active", "tensor_active_ratio"),
+    ("dram_active", "dram_active_ratio"),
+    ("fp32_active", "fp32_active_ratio"),
+    ("fp16_active", "fp16_active_ratio"),
+)
+#: bus ids of the eight SXM slots of an HGX board; further boards get the next PCI domain
+_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+@dataclass(frozen=True)
+class _Poll:
+    """One simulated 1 s poll, in NVML's units."""
+
+    util_gpu_pct: int
+    util_memory_pct: int
+    power_mw: int
+    sm_clock_mhz: int
+    temperature_c: int
+    reasons: tuple[str, ...]
+    pcie_tx: float
+    pcie_rx: float
+    nvlink_tx: float | None
+    nvlink_rx: float | None
+    gpm: dict[str, float] | None
+
+
+class SimulatedBackend(GpuBackend):
+    """``gpus`` simulated cards of one ``model`` running ``scenario``.
+
+    ``scenario`` is a name, a spec string with overrides (``"training,gpu7=idle"``) or a
+    :class:`Scenario`; ``overrides`` maps GPU index to a scenario name or object and wins over
+    the spec. ``start`` is virtual time zero; by default the first :meth:`sample` call's time
+    minus ``interval_s``, so the first sample covers ``[0, interval_s]``. Later samples cover
+    the time since the previous call.
+    """
+
+    name = "sim"
+    simulated = True
+
+    def __init__(
+        self,
+        scenario: str | Scenario = "training",
+        *,
+        gpus: int = 4,
+        seed: int = 0,
+        model: str = "NVIDIA H200",
+        overrides: Mapping[int, str | Scenario] | None = None,
+        poll_interval_s: float = 1.0,
+        interval_s: float = 10.0,
+        start: datetime | None = None,
+    ) -> None:
+        if poll_interval_s <= 0 or interval_s <= 0:
+            raise ValueError("poll_interval_s and interval_s must be positive")
+        self.model = find_model(model)
+        self.seed = seed
+        self.poll_interval_s = poll_interval_s
+        self.interval_s = interval_s
+        self.start = start
+        if isinstance(scenario, str):
+            default, spec_overrides = parse_scenario_spec(scenario)
+            per_gpu: dict[int, str | Scenario] = {**spec_overrides, **(overrides or {})}
+            base = _lookup(default)
+        else:
+            per_gpu = dict(overrides or {})
+            base = scenario
+        bad = sorted(index for index in per_gpu if not 0 <= index < gpus)
+        if bad:
+            raise ValueError(f"scenario override for GPU(s) {bad}, but only {gpus} simulated GPUs")
+        self.scenarios = [_lookup(per_gpu[index]) if index in per_gpu else base for index in range(gpus)]
+        self._last_t: float | None = None
+        # signed energy integral over the poll grid, per GPU: _energy_pos[g][k] = S(k), k >= 0
+        self._energy_pos: list[list[float]] = [[0.0] for _ in range(gpus)]
+        self._energy_neg: list[list[float]] = [[0.0] for _ in range(gpus)]
+
+    # -- noise and identity ---------------------------------------------------------------
+
+    def _unit(self, gpu: int, k: int, channel: int) -> float:
+        """Uniform in [0, 1) from (seed, gpu, poll, channel): the model's only randomness."""
+        key = struct.pack("<QqqI", self.seed & 0xFFFF_FFFF_FFFF_FFFF, gpu, k, channel)
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") / 2.0**64
+
+    def _jitter(self, gpu: int, k: int, channel: int) -> float:
+        """Symmetric in [-1, 1)."""
+        return 2.0 * self._unit(gpu, k, channel) - 1.0
+
+    def _uuid(self, gpu: int) -> str:
+        digest = hashlib.blake2b(struct.pack("<QqI", self.seed & (2**64 - 1), gpu, _CH_UUID)).digest()
+        return f"GPU-{uuid.UUID(bytes=digest[:16])}"
+
+    @staticmethod
+    def _pci_bus_id(gpu: int) -> str:
+        return f"{gpu // len(_HGX_BUSES):08X}:{_HGX_BUSES[gpu % len(_HGX_BUSES)]:02X}:00.0"
+
+    # -- the device model -----------------------------------------------------------------
+
+    def _virtual(self, now: datetime) -> float:
+        if self.start is None:
+            self.start = now - timedelta(seconds=self.interval_s)
+        return (now - self.start).total_seconds()
+
+    def _grid(self, t: float) -> int:
+        """Index of the last poll at or before ``t`` (tolerant of float rounding)."""
+        return math.floor(t / self.poll_interval_s + 1e-9)
+
+    def _power_mw(self, gpu: int, k: int, activity: Activity) -> int:
+        model = self.model
+        span = model.power_limit_watts - model.power_idle_watts
+        watts = model.power_idle_watts + span * (activity.power + 0.02 * self._jitter(gpu, k, _CH_POWER))
+        return round(1000 * min(model.power_limit_watts, max(0.9 * model.power_idle_watts, watts)))
+
+    def _poll(self, gpu: int, k: int) -> _Poll | None:
+        """The reading NVML would give at poll ``k``; None when the GPU is lost then."""
+        activity = self.scenarios[gpu].at(k * self.poll_interval_s)
+        if activity is None:
+            return None
+        model = self.model
+
+        def pct(level: float, channel: int) -> int:
+            # integer percent like NVML; an idle engine reads exactly 0, never noise
+            if level <= 0.0:
+                return 0
+            return min(100, max(1, round(100 * level + 2.0 * self._jitter(gpu, k, channel))))
+
+        def rate(level: float, bandwidth: float, channel: int) -> float:
+            return max(0.0, bandwidth * level * (1.0 + 0.05 * self._jitter(gpu, k, channel)))
+
+        power_mw = self._power_mw(gpu, k, activity)
+        base_temp = activity.temperature_celsius
+        if base_temp is None:
+            base_temp = 30.0 + 45.0 * (power_mw / 1000 - model.power_idle_watts) / (
+                model.power_limit_watts - model.power_idle_watts
+            )
+        sm_mhz = activity.sm_clock * model.sm_clock_max_mhz + 15.0 * self._jitter(gpu, k, _CH_CLOCK)
+        gpm = None
+        if model.has_gpm:
+            gpm = {
+                attr: clamp_ratio(getattr(activity, attr) * (1.0 + 0.05 * self._jitter(gpu, k, _CH_GPM + i)))
+                for i, (attr, _) in enumerate(_GPM_FIELDS)
+            }
+        return _Poll(
+            util_gpu_pct=pct(activity.util_gpu, _CH_UTIL),
+            util_memory_pct=pct(activity.util_memory, _CH_UTIL_MEM),
+            power_mw=power_mw,
+            sm_clock_mhz=round(min(model.sm_clock_max_mhz, max(210.0, sm_mhz))),
+            temperature_c=round(base_temp + self._jitter(gpu, k, _CH_TEMP)),
+            reasons=activity.throttle_reasons,
+            pcie_tx=rate(activity.pcie, model.pcie_bytes_per_s, _CH_PCIE_TX),
+            pcie_rx=rate(activity.pcie, model.pcie_bytes_per_s, _CH_PCIE_RX),
+            nvlink_tx=rate(activity.nvlink, model.nvlink_bytes_per_s, _CH_NVLINK_TX) if gpm else None,
+            nvlink_rx=rate(activity.nvlink, model.nvlink_bytes_per_s, _CH_NVLINK_RX) if gpm else None,
+            gpm=gpm,
+        )
+
+    def _cell_joules(self, gpu: int, k: int) -> float:
+        """Energy of the poll period ending at poll ``k`` (a lost GPU draws nothing we see)."""
+        activity = self.scenarios[gpu].at(k * self.poll_interval_s)
+        if activity is None:
+            return 0.0
+        return self._power_mw(gpu, k, activity) / 1000 * self.poll_interval_s
+
+    def _integral(self, gpu: int, m: int) -> float:
+        """Signed energy from virtual zero to poll ``m``, summed in one fixed order and cached."""
+        if m >= 0:
+            table = self._energy_pos[gpu]
+            while len(table) <= m:
+                k = len(table)
+                table.append(table[-1] + self._cell_joules(gpu, k))
+            return table[m]
+        table = self._energy_neg[gpu]
+        while len(table) <= -m:
+            k = -len(table) + 1  # the period ending at poll k, walking back from zero
+            table.append(table[-1] - self._cell_joules(gpu, k))
+        return table[-m]
+
+    def energy_joules(self, gpu: int, t: float) -> float:
+        """Total-energy counter at virtual time ``t``: an uptime's idle energy plus the integral.
+
+        Power is held piecewise constant over each poll period (the value the poll at its end
+        reports), so over grid-aligned intervals energy delta = mean polled power x time.
+        """
+        uptime_s = 86_400.0 * (1.0 + 6.0 * self._unit(gpu, 0, _CH_UPTIME))
+        m = self._grid(t)
+        partial = t - m * self.poll_interval_s
+        activity = self.scenarios[gpu].at((m + 1) * self.poll_interval_s)
+        partial_watts = 0.0 if activity is None else self._power_mw(gpu, m + 1, activity) / 1000
+        return self.model.power_idle_watts * uptime_s + self._integral(gpu, m) + partial * partial_watts
+
+    # -- samples --------------------------------------------------------------------------
+
+    def sample(self, now: datetime) -> list[GpuSample]:
+        t1 = self._virtual(now)
+        t0 = t1 - self.interval_s if self._last_t is None else self._last_t
+        self._last_t = t1
+        return [self._sample_gpu(gpu, now, t0, t1) for gpu in range(len(self.scenarios))]
+
+    def _sample_gpu(self, gpu: int, now: datetime, t0: float, t1: float) -> GpuSample:
+        scenario = self.scenarios[gpu]
+        identity = {
+            "ts": now,
+            "gpu_index": gpu,
+            "uuid": self._uuid(gpu),
+            "name": self.model.name,
+            "pci_bus_id": self._pci_bus_id(gpu),
+            "interval_s": max(0.0, t1 - t0),
+            "simulated": True,
+        }
+        xids = scenario.xids_between(t0, t1)
+        end = scenario.at(t1)
+        if end is None:
+            return GpuSample(**identity, state="lost", xid_errors=xids or None)
+        first, last = self._grid(t0) + 1, self._grid(t1)
+        polls = [poll for k in range(first, last + 1) if (poll := self._poll(gpu, k)) is not None]
+        if not polls:  # interval shorter than a poll: the latest reading, as NVML would give
+            polls = [poll] if (poll := self._poll(gpu, last)) is not None else []
+        stats = util_stats([poll.util_gpu_pct / 100 for poll in polls])
+        model = self.model
+        usable = model.memory_total_bytes - model.memory_reserved_bytes
+        used = 0
+        if end.memory_used > 0:
+            noisy = usable * end.memory_used * (1.0 + 0.002 * self._jitter(gpu, last, _CH_MEM))
+            used = min(usable, max(0, round(noisy)))
+        gpm: dict[str, float | None] = {}
+        for attr, field in _GPM_FIELDS:
+            gpm[field] = None if not model.has_gpm else mean_or_none(p.gpm[attr] for p in polls if p.gpm)
+        return GpuSample(
+            **identity,
+            util_gpu_ratio=stats.mean,
+            util_memory_ratio=mean_or_none(p.util_memory_pct / 100 for p in polls),
+            util_gpu_idle_fraction_ratio=stats.idle_fraction,
+            util_gpu_stddev_ratio=stats.stddev,
+            memory_used_bytes=used,
+            memory_total_bytes=model.memory_total_bytes,
+            memory_reserved_bytes=model.memory_reserved_bytes,
+            power_watts=mean_or_none(p.power_mw / 1000 for p in polls),
+            power_limit_watts=model.power_limit_watts,
+            energy_joules=self.energy_joules(gpu, t1),
+            sm_clock_hz=mean_or_none(p.sm_clock_mhz * 1e6 for p in polls),
+            sm_clock_max_hz=model.sm_clock_max_mhz * 1e6,
+            memory_clock_hz=model.memory_clock_mhz * 1e6,
+            temperature_celsius=mean_or_none(p.temperature_c for p in polls),
+            throttle_reasons=order_reasons(reason for p in polls for reason in p.reasons),
+            pcie_tx_bytes_per_s=mean_or_none(p.pcie_tx for p in polls),
+            pcie_rx_bytes_per_s=mean_or_none(p.pcie_rx for p in polls),
+            nvlink_tx_bytes_per_s=mean_or_none(p.nvlink_tx for p in polls),
+            nvlink_rx_bytes_per_s=mean_or_none(p.nvlink_rx for p in polls),
+            ecc_corrected_errors=0,
+            ecc_uncorrected_errors=0,
+            xid_errors=xids,
+            processes=self._processes(gpu, end, used, stats.mean, polls),
+            **gpm,
+        )
+
+    def _processes(
+        self, gpu: int, end: Activity, used: int, util: float | None, polls: list[_Poll]
+    ) -> list[GpuProcess]:
+        """``end.processes`` compute processes sharing the memory and the utilization evenly."""
+        count = end.processes
+        if count == 0:
+            return []
+        base_pid = 2000 + int(self._unit(gpu, 0, _CH_PID) * 3_000_000)
+        memory_util = mean_or_none(p.util_memory_pct / 100 for p in polls)
+        return [
+            GpuProcess(
+                pid=base_pid + 7 * j,
+                used_memory_bytes=used // count + (used % count if j == 0 else 0),
+                sm_util_ratio=None if util is None else util / count,
+                memory_util_ratio=None if memory_util is None else memory_util / count,
+            )
+            for j in range(count)
+        ]

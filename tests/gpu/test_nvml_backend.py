@@ -1,0 +1,389 @@
+"""The NVML backend against the fake pynvml (real structs and exceptions), and on a real GPU."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pynvml
+import pytest
+
+from gpuwatch.collectors.gpu import GpuBackendUnavailable
+from gpuwatch.collectors.nvml_backend import NvmlBackend, reasons_from_mask
+from tests.gpu.fake_pynvml import CARDS, FakeNvml
+
+NoPermission = pynvml.NVMLError_NoPermission
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW_US = int(NOW.timestamp() * 1e6)
+GIB = 1024**3
+
+
+def open_backend(fake: FakeNvml) -> NvmlBackend:
+    return NvmlBackend(nvml=fake, start_poller=False, clock=fake.clock)
+
+
+@pytest.fixture
+def h200() -> Iterator[tuple[FakeNvml, NvmlBackend]]:
+    fake = FakeNvml(["H200"])
+    gpu = fake.gpus[0]
+    gpu.util_gpu, gpu.util_memory = 97, 40
+    gpu.power_mw, gpu.sm_clock_mhz, gpu.temperature = 650_000, 1980, 71
+    gpu.memory_used = 100 * GIB
+    gpu.ecc_corrected = 3
+    gpu.processes = [(4242, 99 * GIB), (4343, None)]
+    gpu.gpm_rates = {
+        pynvml.NVML_GPM_METRIC_SM_UTIL: 80.0,
+        pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
+        pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 50.0,
+        pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 55.0,
+        pynvml.NVML_GPM_METRIC_FP32_UTIL: 10.0,
+        pynvml.NVML_GPM_METRIC_FP16_UTIL: 100.4,  # GPM can overshoot by rounding
+        pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 1000.0,
+        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 2000.0,
+        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 3000.0,
+    }
+    backend = open_backend(fake)
+    yield fake, backend
+    backend.close()
+
+
+def test_h200_fields(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    fake, backend = h200
+    fake.advance(10)
+    for _ in range(3):
+        backend.poll()
+    s = backend.sample(NOW)[0]
+    assert (s.gpu_index, s.name, s.state, s.simulated) == (0, "NVIDIA H200", "ok", False)
+    assert s.uuid == "GPU-00000000-0000-0000-0000-000000000000"
+    assert s.pci_bus_id == "00000000:18:00.0"
+    assert s.interval_s == pytest.approx(10)
+    assert s.util_gpu_ratio == pytest.approx(0.97)
+    assert s.util_memory_ratio == pytest.approx(0.40)
+    assert s.memory_used_bytes == 100 * GIB
+    assert s.memory_total_bytes == 143_771 * 1024**2
+    assert s.memory_reserved_bytes == 600 * 1024**2  # only memory info v2 has it
+    assert s.power_watts == pytest.approx(650.0)
+    assert s.power_limit_watts == pytest.approx(700.0)
+    assert s.energy_joules == pytest.approx(5.0e6 + 650 * 10)
+    assert s.sm_clock_hz == pytest.approx(1.98e9)
+    assert s.sm_clock_max_hz == pytest.approx(1.98e9)
+    assert s.memory_clock_hz == pytest.approx(2.619e9)
+    assert s.temperature_celsius == 71
+    assert s.throttle_reasons == []
+    assert (s.ecc_corrected_errors, s.ecc_uncorrected_errors) == (3, 0)
+
+
+def test_gpm_two_sample_arithmetic(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    fake, backend = h200
+    gpu = fake.gpus[0]
+    fake.advance(10)
+    s = backend.sample(NOW)[0]
+    assert s.sm_active_ratio == pytest.approx(0.80)
+    assert s.sm_occupancy_ratio == pytest.approx(0.40)
+    assert s.tensor_active_ratio == pytest.approx(0.50)
+    assert s.dram_active_ratio == pytest.approx(0.55)
+    assert s.fp32_active_ratio == pytest.approx(0.10)
+    assert s.fp16_active_ratio == 1.0  # clamped into a ratio
+    assert s.pcie_tx_bytes_per_s == pytest.approx(1000 * 1024**2)
+    assert s.pcie_rx_bytes_per_s == 0.0  # no GPM metric: nvmlDeviceGetPcieThroughput instead
+    assert s.nvlink_tx_bytes_per_s == pytest.approx(2000 * 1024**2)
+    assert s.nvlink_rx_bytes_per_s == pytest.approx(3000 * 1024**2)
+    # the next interval: 5 s at 20 % SM, and only that interval is measured
+    gpu.gpm_rates[pynvml.NVML_GPM_METRIC_SM_UTIL] = 20.0
+    fake.advance(5)
+    assert backend.sample(NOW + timedelta(seconds=5))[0].sm_active_ratio == pytest.approx(0.20)
+    # half the next interval at 100 %, half at 0 %
+    gpu.gpm_rates[pynvml.NVML_GPM_METRIC_SM_UTIL] = 100.0
+    fake.advance(2)
+    gpu.gpm_rates[pynvml.NVML_GPM_METRIC_SM_UTIL] = 0.0
+    fake.advance(2)
+    assert backend.sample(NOW + timedelta(seconds=9))[0].sm_active_ratio == pytest.approx(0.50)
+
+
+def test_gpm_samples_too_close_are_skipped_not_lost(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    fake, backend = h200
+    gpu = fake.gpus[0]
+    fake.advance(0.05)
+    too_soon = backend.sample(NOW)[0]
+    assert too_soon.sm_active_ratio is None
+    assert too_soon.pcie_tx_bytes_per_s == 0.0  # fell back to nvmlDeviceGetPcieThroughput
+    gpu.gpm_rates[pynvml.NVML_GPM_METRIC_SM_UTIL] = 0.0
+    fake.advance(0.95)  # the next metrics span the whole second since the first GPM sample
+    assert backend.sample(NOW + timedelta(seconds=1))[0].sm_active_ratio == pytest.approx(0.04)
+
+
+def test_processes_with_utilization(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    fake, backend = h200
+    gpu = fake.gpus[0]
+    fake.advance(10)
+    gpu.process_samples = [
+        (NOW_US - 20_000_000, 4242, 10, 10),  # before the interval: ignored
+        (NOW_US - 5_000_000, 4242, 90, 30),
+        (NOW_US - 1_000_000, 4242, 70, 50),
+    ]
+    procs = backend.sample(NOW)[0].processes
+    assert procs is not None
+    assert [p.pid for p in procs] == [4242, 4343]
+    assert procs[0].used_memory_bytes == 99 * GIB
+    assert procs[0].sm_util_ratio == pytest.approx(0.80)
+    assert procs[0].memory_util_ratio == pytest.approx(0.40)
+    assert procs[1].used_memory_bytes is None
+    assert procs[1].sm_util_ratio is None  # no samples for that pid
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 0  # the newer call worked
+
+
+@pytest.mark.parametrize("empty_error", [0, pynvml.NVML_ERROR_NOT_FOUND])
+def test_no_process_samples_is_none_not_an_error(
+    h200: tuple[FakeNvml, NvmlBackend], empty_error: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, backend = h200
+    fake.gpus[0].process_empty_error = empty_error
+    for step in range(2):
+        fake.advance(10)
+        with caplog.at_level(logging.WARNING):
+            procs = backend.sample(NOW + timedelta(seconds=10 * step))[0].processes
+        assert procs is not None and [p.sm_util_ratio for p in procs] == [None, None]
+    # "no samples" is not "unsupported": asked again every cycle, never logged
+    assert fake.calls["nvmlDeviceGetProcessesUtilizationInfo"] == 2
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_throttle_reason_flags(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    fake, backend = h200
+    gpu = fake.gpus[0]
+    gpu.reasons = pynvml.nvmlClocksEventReasonSwPowerCap
+    backend.poll()
+    gpu.reasons = (
+        pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    )
+    backend.poll()
+    fake.advance(2)
+    s = backend.sample(NOW)[0]
+    assert s.throttle_reasons == ["sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown"]
+
+
+def test_reasons_from_mask() -> None:
+    assert reasons_from_mask(0) == []
+    assert reasons_from_mask(pynvml.nvmlClocksEventReasonGpuIdle) == ["gpu_idle"]
+    every = (
+        pynvml.nvmlClocksEventReasonGpuIdle
+        | pynvml.nvmlClocksEventReasonApplicationsClocksSetting
+        | pynvml.nvmlClocksEventReasonSwPowerCap
+        | pynvml.nvmlClocksEventReasonHwSlowdown
+        | pynvml.nvmlClocksEventReasonSyncBoost
+        | pynvml.nvmlClocksEventReasonSwThermalSlowdown
+        | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+        | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+        | pynvml.nvmlClocksEventReasonDisplayClockSetting
+    )
+    assert reasons_from_mask(every) == [
+        "gpu_idle",
+        "applications_clocks_setting",
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+        "display_clocks_setting",
+    ]
+    assert reasons_from_mask(0x1000 | 0x4) == ["sw_power_cap", "0x1000"]
+
+
+def test_polls_give_idle_fraction_and_stddev() -> None:
+    fake = FakeNvml(["A100"])
+    backend = open_backend(fake)
+    try:
+        gpu = fake.gpus[0]
+        for util in (0, 0, 0, 90, 90, 0, 0, 0, 90, 90):
+            gpu.util_gpu = util
+            backend.poll()
+            fake.advance(1)
+        s = backend.sample(NOW)[0]
+        assert s.util_gpu_ratio == pytest.approx(0.36)
+        assert s.util_gpu_idle_fraction_ratio == pytest.approx(0.6)
+        assert s.util_gpu_stddev_ratio == pytest.approx(0.4409, abs=1e-3)
+        # without polls in between, the sample reads once itself
+        gpu.util_gpu = 50
+        fake.advance(1)
+        s = backend.sample(NOW + timedelta(seconds=1))[0]
+        assert (s.util_gpu_ratio, s.util_gpu_idle_fraction_ratio, s.util_gpu_stddev_ratio) == (0.5, 0.0, None)
+    finally:
+        backend.close()
+
+
+def test_a100_has_no_gpm_and_uses_pcie_throughput() -> None:
+    fake = FakeNvml(["A100"])
+    fake.gpus[0].pcie_tx_kib, fake.gpus[0].pcie_rx_kib = 2000, 1000
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        s = backend.sample(NOW)[0]
+    finally:
+        backend.close()
+    assert s.sm_active_ratio is None and s.tensor_active_ratio is None and s.nvlink_tx_bytes_per_s is None
+    assert fake.calls["nvmlGpmSampleAlloc"] == 0 and fake.calls["nvmlGpmMetricsGet"] == 0
+    assert s.pcie_tx_bytes_per_s == 2000 * 1024
+    assert s.pcie_rx_bytes_per_s == 1000 * 1024
+
+
+def test_old_card_not_supported_is_none_and_not_retried() -> None:
+    fake = FakeNvml(["K80"])
+    gpu = fake.gpus[0]
+    gpu.reasons = pynvml.nvmlClocksThrottleReasonGpuIdle
+    gpu.memory_used = GIB
+    backend = open_backend(fake)
+    try:
+        for step in range(3):
+            backend.poll()
+            fake.advance(10)
+            s = backend.sample(NOW + timedelta(seconds=10 * step))[0]
+            assert s.state == "ok"
+            assert s.energy_joules is None  # NotSupported -> absent, not 0
+            assert s.ecc_corrected_errors is None and s.ecc_uncorrected_errors is None
+            assert s.pcie_tx_bytes_per_s is None
+            assert s.sm_active_ratio is None
+            assert s.memory_reserved_bytes is None  # v1: used includes the reserve
+            assert s.memory_used_bytes == GIB
+            assert s.throttle_reasons == ["gpu_idle"]  # via the older ClocksThrottle name
+            assert s.power_watts is not None and s.util_gpu_ratio is not None
+            assert s.processes == []
+    finally:
+        backend.close()
+    for name in (
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetProcessesUtilizationInfo",
+        "nvmlGpmQueryDeviceSupport",
+    ):
+        assert fake.calls[name] == 1, name
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 2  # corrected and uncorrected, once each
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 2
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 3  # polled every time: it works
+
+
+def test_gpu_lost_then_back() -> None:
+    fake = FakeNvml(["H200", "H200"])
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        assert [s.state for s in backend.sample(NOW)] == ["ok", "ok"]
+        fake.gpus[1].failure = pynvml.NVMLError_GpuIsLost
+        backend.poll()  # the poller notices first and stops polling that GPU
+        fake.advance(10)
+        ok, lost = backend.sample(NOW + timedelta(seconds=10))
+        assert ok.state == "ok" and ok.util_gpu_ratio is not None
+        assert lost.state == "lost"
+        assert lost.uuid == "GPU-00000000-0000-0000-0000-000000000001"  # identity kept
+        assert lost.util_gpu_ratio is None and lost.memory_used_bytes is None and lost.power_watts is None
+        calls = fake.calls["nvmlDeviceGetUtilizationRates"]
+        backend.poll()
+        assert fake.calls["nvmlDeviceGetUtilizationRates"] == calls + 1  # only the healthy GPU
+        fake.gpus[1].failure = None
+        fake.advance(10)
+        assert [s.state for s in backend.sample(NOW + timedelta(seconds=20))] == ["ok", "ok"]
+    finally:
+        backend.close()
+
+
+def test_unknown_error_counts_as_lost() -> None:
+    fake = FakeNvml(["A100"])
+    backend = open_backend(fake)
+    try:
+        fake.gpus[0].failure = pynvml.NVMLError_Unknown
+        fake.advance(10)
+        assert backend.sample(NOW)[0].state == "lost"
+    finally:
+        backend.close()
+
+
+def test_gpu_lost_before_start() -> None:
+    fake = FakeNvml(["H200", "A100"])
+    fake.gpus[0].failure = pynvml.NVMLError_GpuIsLost
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        lost, ok = backend.sample(NOW)
+        assert (lost.state, lost.uuid, ok.state) == ("lost", None, "ok")
+        fake.gpus[0].failure = None
+        fake.advance(10)
+        again = backend.sample(NOW + timedelta(seconds=10))[0]
+        assert again.state == "ok" and again.name == "NVIDIA H200"
+    finally:
+        backend.close()
+
+
+def test_other_nvml_errors_are_none_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNvml(["A100"])
+    fake.gpus[0].card = replace(CARDS["A100"], fails={"nvmlDeviceGetComputeRunningProcesses": NoPermission})
+    backend = open_backend(fake)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpuwatch.collectors.nvml_backend"):
+            for step in range(3):
+                fake.advance(10)
+                assert backend.sample(NOW + timedelta(seconds=10 * step))[0].processes is None
+    finally:
+        backend.close()
+    assert len([r for r in caplog.records if "Insufficient Permissions" in r.getMessage()]) == 1
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses"] == 3  # may be temporary: retried
+
+
+def test_init_failure_is_unavailable() -> None:
+    fake = FakeNvml(["H200"], init_error=pynvml.NVMLError_LibraryNotFound)
+    with pytest.raises(GpuBackendUnavailable, match="NVML Shared Library Not Found"):
+        open_backend(fake)
+
+
+def test_close_frees_gpm_and_shuts_down_once(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    fake, backend = h200
+    assert len(fake.gpm_buffers) == 2
+    backend.close()
+    backend.close()
+    assert fake.gpm_buffers == {}
+    assert fake.shutdowns == 1
+
+
+def test_background_poller_polls_and_stops() -> None:
+    fake = FakeNvml(["A100"])
+    fake.gpus[0].util_gpu = 42
+    backend = NvmlBackend(poll_interval_s=0.01, nvml=fake)
+    try:
+        for _ in range(500):
+            if fake.calls["nvmlDeviceGetUtilizationRates"] >= 3:
+                break
+            threading.Event().wait(0.01)
+        assert fake.calls["nvmlDeviceGetUtilizationRates"] >= 3
+        assert backend.sample(NOW)[0].util_gpu_ratio == pytest.approx(0.42)
+    finally:
+        backend.close()
+    assert not any(t.name == "gpuwatch-nvml-poll" for t in threading.enumerate())
+
+
+@pytest.mark.gpu
+def test_real_gpu() -> None:
+    """On a machine with a GPU: every reading a current NVIDIA datacenter card has is there."""
+    try:
+        backend = NvmlBackend(start_poller=False)
+    except GpuBackendUnavailable as exc:
+        pytest.skip(f"no NVML here: {exc}")
+    try:
+        backend.sample(datetime.now(timezone.utc))
+        for _ in range(3):
+            backend.poll()
+            threading.Event().wait(0.2)
+        samples = backend.sample(datetime.now(timezone.utc))
+    finally:
+        backend.close()
+    assert samples
+    for s in samples:
+        assert s.state == "ok" and s.uuid and s.uuid.startswith("GPU-")
+        assert s.util_gpu_ratio is not None and s.memory_total_bytes and s.power_watts is not None
+        assert s.memory_used_bytes <= s.memory_total_bytes
+        assert s.sm_clock_max_hz and s.throttle_reasons is not None and s.processes is not None
+        if s.name and ("H100" in s.name or "H200" in s.name):
+            assert s.sm_active_ratio is not None and s.memory_reserved_bytes is not None
