@@ -166,6 +166,16 @@ class Settings(BaseSettings):
     gpu: GpuConfig = Field(default_factory=GpuConfig)
     host_paths: HostPaths = Field(default_factory=HostPaths)
 
+    def with_overrides(self, **sections: dict[str, Any]) -> Settings:
+        """A validated copy with some keys of some sections replaced (demo, tests, validate)."""
+        data = self.model_dump()
+        for section, values in sections.items():
+            data[section] = {**data[section], **values}
+        try:
+            return Settings.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_format_error(exc, "overrides")) from None
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -29,9 +29,7 @@ def run_demo(
     from gpuwatch.sql.nodes import create_token
     from gpuwatch.sql.queries import node_summaries
 
-    daemon_settings = settings.model_copy(
-        update={"daemon": settings.daemon.model_copy(update={"listen": "127.0.0.1:0"})}
-    )
+    daemon_settings = settings.with_overrides(daemon={"listen": "127.0.0.1:0"})
     echo(f"database: {settings.database.url}")
     with BackgroundServer(daemon_settings) as server, tempfile.TemporaryDirectory() as spool_root:
         echo(f"daemon:   {server.url} (simulated GPUs; every GPU sample is marked simulated)")
@@ -40,21 +38,15 @@ def run_demo(
             node = f"demo-node{i + 1:02d}"
             scenario = DEMO_SCENARIOS[i % len(DEMO_SCENARIOS)]
             token = create_token(server.engine, node)
-            node_settings = settings.model_copy(
-                update={
-                    "agent": settings.agent.model_copy(
-                        update={
-                            "node": node,
-                            "daemon_url": server.url,
-                            "token": token,
-                            "interval_s": interval_s,
-                            "spool_dir": Path(spool_root) / node,
-                        }
-                    ),
-                    "gpu": settings.gpu.model_copy(
-                        update={"backend": "sim", "sim_scenario": scenario, "sim_seed": i}
-                    ),
-                }
+            node_settings = settings.with_overrides(
+                agent={
+                    "node": node,
+                    "daemon_url": server.url,
+                    "token": token,
+                    "interval_s": interval_s,
+                    "spool_dir": Path(spool_root) / node,
+                },
+                gpu={"backend": "sim", "sim_scenario": scenario, "sim_seed": i},
             )
             spool = Spool(node_settings.agent.spool_dir, node_settings.agent.spool_max_bytes)
             pusher = Pusher(server.url, node, token, node_settings.agent.push_timeout_s)
@@ -70,6 +62,7 @@ def run_demo(
         for t in threads:
             t.join(timeout=cycles * interval_s + 60)
         for a in agents:
+            a.drain(30)
             a.close()
         rows = [
             n.as_json() | {"last_seen_at": n.last_seen_at}

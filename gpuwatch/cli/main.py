@@ -37,6 +37,7 @@ class Context:
         self.db = db
         self.log_level = log_level
         self._settings: Settings | None = None
+        self._engine = None
 
     @property
     def settings(self) -> Settings:
@@ -51,9 +52,13 @@ class Context:
         return self._settings
 
     def engine(self):  # type: ignore[no-untyped-def]
+        """One engine per command, disposed when the command ends (no pooled sockets left open)."""
         from gpuwatch.sql.engine import create_engine
 
-        return create_engine(self.settings.database.url, echo=self.settings.database.echo)
+        if self._engine is None:
+            self._engine = create_engine(self.settings.database.url, echo=self.settings.database.echo)
+            click.get_current_context().call_on_close(self._engine.dispose)
+        return self._engine
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -134,7 +139,13 @@ def agent(ctx: Context, once: bool, cycles: int | None) -> None:
             f"create one on the daemon host with: gpuwatch token create {settings.agent.node}"
         )
     spool = Spool(settings.agent.spool_dir, settings.agent.spool_max_bytes)
-    pusher = Pusher(settings.agent.daemon_url, settings.agent.node, token, settings.agent.push_timeout_s)
+    # the token source, not its value: a token file fixed after a 401 is picked up without a restart
+    pusher = Pusher(
+        settings.agent.daemon_url,
+        settings.agent.node,
+        settings.agent.resolve_token,
+        settings.agent.push_timeout_s,
+    )
     runner = Agent(settings, collectors, spool=spool, pusher=pusher)
     stop = _stop_on_signals()
     try:

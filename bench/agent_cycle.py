@@ -1,0 +1,67 @@
+"""CPU time and memory of one agent sample cycle on this host.
+
+    .venv/bin/python bench/agent_cycle.py [--cycles 200] [--gpus 8]
+
+Runs the real collectors against this machine's /proc and /sys (cpu, memory, nic,
+infiniband, disk, jobs) plus the simulated GPU backend with N GPUs, building and
+serializing one batch per cycle exactly as the agent does (no network). Prints the CPU
+time per cycle for host collectors alone, for the GPU simulation alone, and for the
+whole cycle, with the process RSS. The simulated GPU figure is NOT the cost of NVML on a
+real GPU (bench/gpu_probe.py measures that on an H200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuwatch.agent import Agent
+from gpuwatch.collectors import build_collectors
+from gpuwatch.config import load_settings
+
+
+def measure(agent: Agent, cycles: int) -> list[float]:
+    agent.collect_batch()  # first cycle primes counters (no rates yet)
+    cpu = []
+    for _ in range(cycles):
+        t = time.process_time()
+        agent.collect_batch().model_dump_json()
+        cpu.append(time.process_time() - t)
+    return cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cycles", type=int, default=200)
+    ap.add_argument("--gpus", type=int, default=8)
+    args = ap.parse_args()
+    settings = load_settings(None, gpu={"backend": "sim", "sim_gpus": args.gpus, "sim_scenario": "training"})
+    collectors = build_collectors(settings)
+    host = [c for c in collectors if c.name != "gpu"]
+    gpu = [c for c in collectors if c.name == "gpu"]
+    figures = {}
+    for label, chosen in (
+        ("host collectors", host),
+        (f"sim GPU x{args.gpus}", gpu),
+        ("whole cycle", collectors),
+    ):
+        agent = Agent(settings, chosen, spool=None, pusher=None)
+        cpu = measure(agent, args.cycles)
+        figures[label] = statistics.median(cpu)
+        print(
+            f"{label:>16}: CPU per cycle median {statistics.median(cpu) * 1e3:.2f} ms, "
+            f"p95 {statistics.quantiles(cpu, n=20)[18] * 1e3:.2f} ms over {args.cycles} cycles "
+            f"({', '.join(c.name for c in chosen)})"
+        )
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"max RSS of this process: {rss_mb:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

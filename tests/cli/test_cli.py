@@ -1,0 +1,107 @@
+"""The `gpuwatch` command: tokens, schema, nodes in three formats, agent --once, demo."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from gpuwatch.cli.main import cli
+from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.sql.nodes import get_node
+from gpuwatch.wire import Batch
+
+
+def _run(*args: str, env: dict | None = None):
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    return result
+
+
+def test_token_create_db_and_nodes_formats(db_url, tmp_path):
+    out = tmp_path / "tok"
+    result = _run("--db", db_url, "token", "create", "gpu017", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    token = out.read_text().strip()
+    assert token.startswith("gw1_") and oct(out.stat().st_mode & 0o777) == "0o600"
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        node = get_node(conn, "gpu017")
+    from datetime import timedelta
+
+    from gpuwatch.wire import utcnow
+    from tests import factories
+
+    BatchStore(engine).store(node.id, factories.batch(node="gpu017", start=utcnow() - timedelta(minutes=2)))
+    engine.dispose()
+
+    as_json = json.loads(_run("--db", db_url, "nodes", "--format", "json").output)
+    assert as_json == [
+        {
+            "name": "gpu017",
+            "last_seen_at": as_json[0]["last_seen_at"],
+            "agent_version": "test",
+            "gpus": 2,
+            "batches": 1,
+            "samples_window": 20,
+            "gpu_samples_window": 4,
+        }
+    ]
+    rows = list(csv.DictReader(io.StringIO(_run("--db", db_url, "nodes", "--format", "csv").output)))
+    assert rows[0]["name"] == "gpu017" and rows[0]["gpus"] == "2"
+    table = _run("--db", db_url, "nodes").output
+    assert "gpu017" in table and "GPU samples" in table
+    assert "current=0001 head=0001" in _run("--db", db_url, "db", "current").output
+
+
+def test_bad_node_name_and_bad_config(tmp_path, sqlite_url):
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "token", "create", "bad name!"])
+    assert result.exit_code != 0 and "invalid node name" in result.output
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[agent]\ninterval_s = 0\n")
+    result = CliRunner().invoke(cli, ["--config", str(cfg), "agent", "--once"])
+    assert result.exit_code != 0 and "agent.interval_s" in result.output
+
+
+def test_agent_once_prints_a_valid_batch_with_simulated_gpus(tmp_path):
+    env = {"GPUWATCH_GPU__BACKEND": "sim", "GPUWATCH_GPU__SIM_GPUS": "2", "GPUWATCH_AGENT__NODE": "n1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "agent", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, **env},
+    )
+    assert proc.returncode == 0, proc.stderr
+    batch = Batch.model_validate_json(proc.stdout)
+    kinds = [s.kind for s in batch.samples]
+    assert kinds.count("gpu") == 2 and "cpu" in kinds and "memory" in kinds and kinds[-1] == "agent"
+    assert batch.node == "n1"
+
+
+def test_agent_without_token_says_how_to_get_one(tmp_path):
+    result = CliRunner().invoke(
+        cli, ["agent"], env={"GPUWATCH_GPU__BACKEND": "none", "GPUWATCH_AGENT__NODE": "n9"}
+    )
+    assert result.exit_code != 0 and "gpuwatch token create n9" in result.output
+
+
+def test_wire_schema_command():
+    doc = json.loads(_run("wire-schema").output)
+    assert doc["title"] == "Batch"
+
+
+def test_demo_runs_the_whole_pipeline(sqlite_url):
+    result = _run("--db", sqlite_url, "demo", "--nodes", "2", "--cycles", "2", "--interval", "0.2")
+    assert result.exit_code == 0, result.output
+    assert "demo-node01" in result.output and "demo-node02" in result.output
+    engine = create_engine(sqlite_url)
+    with engine.connect() as conn:
+        gpu_rows = conn.execute(sa.text("SELECT count(*) FROM gpu_samples WHERE simulated")).scalar()
+    engine.dispose()
+    assert gpu_rows == 2 * 2 * 4  # nodes x cycles x simulated GPUs, all marked simulated
