@@ -97,6 +97,7 @@ class GpuSample(_Sample):
     sm_clock_hz: NonNeg | None = None
     sm_clock_max_hz: NonNeg | None = None
     memory_clock_hz: NonNeg | None = None
+    memory_clock_max_hz: NonNeg | None = None
     temperature_celsius: float | None = None
     throttle_reasons: list[str] | None = Field(
         None, description="Active clocks-event reasons, e.g. ['sw_power_cap', 'hw_slowdown']."
@@ -114,6 +115,7 @@ class GpuSample(_Sample):
     dram_active_ratio: Ratio | None = Field(None, description="GPM DRAM_BW_UTIL / 100.")
     fp32_active_ratio: Ratio | None = Field(None, description="GPM FP32_UTIL / 100.")
     fp16_active_ratio: Ratio | None = Field(None, description="GPM FP16_UTIL / 100.")
+    fp64_active_ratio: Ratio | None = Field(None, description="GPM FP64_UTIL / 100.")
     processes: list[GpuProcess] | None = None
     simulated: bool = Field(False, description="True when produced by the simulated backend.")
 
@@ -196,6 +198,9 @@ class JobSample(_Sample):
     memory_used_bytes: Count | None = None
     memory_limit_bytes: Count | None = None
     memory_swap_bytes: Count | None = None
+    memory_cache_bytes: Count | None = Field(
+        None, description="Page cache inside memory_used_bytes (memory.stat file / cache)."
+    )
     memory_pressure_ratio: Ratio | None = Field(
         None, description="cgroup v2 memory.pressure 'some' avg10 / 100."
     )

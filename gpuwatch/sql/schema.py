@@ -113,6 +113,7 @@ gpu_samples = _sample_table(
     _d("sm_clock_hz"),
     _d("sm_clock_max_hz"),
     _d("memory_clock_hz"),
+    _d("memory_clock_max_hz"),
     _d("temperature_celsius"),
     sa.Column("throttle_reasons", Json, nullable=True),
     _d("pcie_tx_bytes_per_s"),
@@ -128,6 +129,7 @@ gpu_samples = _sample_table(
     _d("dram_active_ratio"),
     _d("fp32_active_ratio"),
     _d("fp16_active_ratio"),
+    _d("fp64_active_ratio"),
     sa.Column("simulated", sa.Boolean, nullable=False),
 )
 
@@ -210,6 +212,7 @@ job_samples = _sample_table(
     _i("memory_used_bytes"),
     _i("memory_limit_bytes"),
     _i("memory_swap_bytes"),
+    _i("memory_cache_bytes"),
     _d("memory_pressure_ratio"),
     sa.Column("cgroup_version", sa.SmallInteger, nullable=True),
 )

@@ -3,6 +3,9 @@
 Revision ID: 0001
 Revises:
 Create Date: 2026-12-02 13:27:06.923146
+
+Edited in place before the first release (no database carries it yet); from the first
+release on, every change is a new revision.
 """
 
 from __future__ import annotations
@@ -228,6 +231,11 @@ def upgrade() -> None:
             nullable=True,
         ),
         sa.Column(
+            "memory_clock_max_hz",
+            sa.Float(precision=53).with_variant(sa.DOUBLE_PRECISION(), "postgresql"),
+            nullable=True,
+        ),
+        sa.Column(
             "temperature_celsius",
             sa.Float(precision=53).with_variant(sa.DOUBLE_PRECISION(), "postgresql"),
             nullable=True,
@@ -294,6 +302,11 @@ def upgrade() -> None:
             sa.Float(precision=53).with_variant(sa.DOUBLE_PRECISION(), "postgresql"),
             nullable=True,
         ),
+        sa.Column(
+            "fp64_active_ratio",
+            sa.Float(precision=53).with_variant(sa.DOUBLE_PRECISION(), "postgresql"),
+            nullable=True,
+        ),
         sa.Column("simulated", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("node_id", "gpu_index", "ts", name=op.f("pk_gpu_samples")),
         postgresql_partition_by="RANGE (ts)",
@@ -354,6 +367,7 @@ def upgrade() -> None:
         sa.Column("memory_used_bytes", sa.BigInteger(), nullable=True),
         sa.Column("memory_limit_bytes", sa.BigInteger(), nullable=True),
         sa.Column("memory_swap_bytes", sa.BigInteger(), nullable=True),
+        sa.Column("memory_cache_bytes", sa.BigInteger(), nullable=True),
         sa.Column(
             "memory_pressure_ratio",
             sa.Float(precision=53).with_variant(sa.DOUBLE_PRECISION(), "postgresql"),
