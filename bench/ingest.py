@@ -34,27 +34,35 @@ from tests import factories
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
-def make_batches(nodes: int, cycles: int, gpus: int, shift: timedelta) -> list[wire.Batch]:
+def make_batches(
+    nodes: int, cycles: int, gpus: int, shift: timedelta, per_batch: int = 1
+) -> list[wire.Batch]:
+    """``per_batch`` cycles of one node in each batch (1 = the agent's normal push)."""
     start = wire.utcnow() - timedelta(hours=1) + shift
     out = []
-    for c in range(cycles):
+    for c0 in range(0, cycles, per_batch):
         for n in range(nodes):
-            ts = start + timedelta(seconds=10 * c)
-            samples = [
-                factories.gpu_sample(
-                    ts,
-                    i,
-                    util=0.5,
-                    processes=[
-                        wire.GpuProcess(pid=1000 + i, used_memory_bytes=2**30, job_id="77"),
-                        wire.GpuProcess(pid=2000 + i, used_memory_bytes=2**29, job_id="77"),
-                    ],
-                )
-                for i in range(gpus)
-            ]
-            samples += factories.host_samples(ts)
-            out.append(wire.Batch(node=f"bench{n:04d}", agent_version="bench", seq=c, samples=samples))
+            samples = []
+            for c in range(c0, min(c0 + per_batch, cycles)):
+                samples += _cycle(start + timedelta(seconds=10 * c), gpus)
+            out.append(wire.Batch(node=f"bench{n:04d}", agent_version="bench", seq=c0, samples=samples))
     return out
+
+
+def _cycle(ts, gpus: int) -> list:
+    samples = [
+        factories.gpu_sample(
+            ts,
+            i,
+            util=0.5,
+            processes=[
+                wire.GpuProcess(pid=1000 + i, used_memory_bytes=2**30, job_id="77"),
+                wire.GpuProcess(pid=2000 + i, used_memory_bytes=2**29, job_id="77"),
+            ],
+        )
+        for i in range(gpus)
+    ]
+    return samples + factories.host_samples(ts)
 
 
 def fresh_db() -> tuple[str, sa.Engine]:
@@ -127,11 +135,12 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=50)
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--per-batch", type=int, default=1, help="cycles per batch (1 = normal agent push)")
     args = ap.parse_args()
     results = {}
     for i, mode in enumerate(("insert", "copy", "http")):
         # each mode gets its own database and its own hour of timestamps: no warm cache sharing
-        batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0))
+        batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0), args.per_batch)
         name, engine = fresh_db()
         try:
             elapsed, lat = (

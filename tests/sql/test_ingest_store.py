@@ -92,3 +92,38 @@ def test_partitions_made_for_every_day_in_a_batch(engine):
         # rows landed in the partition of their day
         day2 = conn.execute(sa.text("SELECT count(*) FROM gpu_samples_p20261202")).scalar()
         assert day2 == 2
+
+
+def test_copy_and_insert_store_the_same_rows(pg_url):
+    """The COPY path (big batches on PostgreSQL) stores exactly what the INSERT path stores."""
+    from gpuwatch.sql import migrate
+    from gpuwatch.sql.engine import create_engine
+
+    engine = create_engine(pg_url)
+    migrate.upgrade(engine)
+    node_id = _node_id(engine)
+    big = factories.batch(cycles=40, gpus=8)  # 320 GPU rows: above the COPY threshold
+    shifted = factories.batch(cycles=40, gpus=8, start=factories.T0 + timedelta(days=3))
+    BatchStore(engine, bulk="copy").store(node_id, big)
+    BatchStore(engine, bulk="insert").store(node_id, shifted)
+    with engine.connect() as conn:
+
+        def rows(day_filter):
+            q = sa.select(gpu_samples).where(day_filter).order_by(gpu_samples.c.ts, gpu_samples.c.gpu_index)
+            return [r._asdict() for r in conn.execute(q)]
+
+        copied = rows(gpu_samples.c.ts < factories.T0 + timedelta(days=1))
+        inserted = rows(gpu_samples.c.ts >= factories.T0 + timedelta(days=1))
+        assert len(copied) == len(inserted) == 320
+        for a, b in zip(copied, inserted, strict=True):
+            assert a["ts"] + timedelta(days=3) == b["ts"]
+            assert {k: v for k, v in a.items() if k != "ts"} == {k: v for k, v in b.items() if k != "ts"}
+        assert copied[0]["throttle_reasons"] == ["sw_power_cap"]
+    # COPY is idempotent too: the same samples again under a new batch id add nothing
+    again = big.model_copy(
+        update={"batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id}
+    )
+    BatchStore(engine, bulk="copy").store(node_id, again)
+    with engine.connect() as conn:
+        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 640
+    engine.dispose()
