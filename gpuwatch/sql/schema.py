@@ -258,3 +258,49 @@ PARTITIONED_TABLES: tuple[sa.Table, ...] = (*SAMPLE_TABLES.values(), gpu_process
 
 #: wire fields of GpuSample kept in ``gpus`` rather than in every sample row
 GPU_IDENTITY_FIELDS = ("uuid", "name", "pci_bus_id")
+
+# --------------------------------------------------------------------------- Slurm
+#: one row per Slurm job the daemon's sync has seen (squeue while running, sacct after);
+#: columns mirror gpuwatch.slurm.model.SlurmJob
+slurm_jobs = sa.Table(
+    "slurm_jobs",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("name", sa.Text, nullable=True),
+    sa.Column("user_name", sa.String(64), nullable=True, index=True),
+    sa.Column("uid", sa.BigInteger, nullable=True),
+    sa.Column("account", sa.String(64), nullable=True, index=True),
+    sa.Column("partition", sa.String(64), nullable=True),
+    sa.Column("qos", sa.String(64), nullable=True),
+    sa.Column("state", sa.String(24), nullable=True, index=True),
+    sa.Column("state_reason", sa.String(64), nullable=True),
+    sa.Column("array_job_id", sa.String(64), nullable=True),
+    sa.Column("array_task_id", sa.String(64), nullable=True),
+    sa.Column("submit_at", UtcDateTime, nullable=True),
+    sa.Column("start_at", UtcDateTime, nullable=True, index=True),
+    sa.Column("end_at", UtcDateTime, nullable=True, index=True),
+    sa.Column("time_limit_s", sa.BigInteger, nullable=True),
+    sa.Column("elapsed_s", sa.BigInteger, nullable=True),
+    sa.Column("nodes", Json, nullable=True),
+    sa.Column("cpus", sa.Integer, nullable=True),
+    sa.Column("memory_bytes", sa.BigInteger, nullable=True),
+    sa.Column("gpus", sa.Integer, nullable=True),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("exit_signal", sa.Integer, nullable=True),
+    sa.Column("tres", Json, nullable=True),
+    sa.Column("first_seen_at", UtcDateTime, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+
+#: which GPUs (node name, GRES index = NVML index under Slurm's default ordering) a job holds
+job_gpus = sa.Table(
+    "job_gpus",
+    metadata,
+    sa.Column(
+        "job_id", sa.String(64), sa.ForeignKey("slurm_jobs.job_id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("node", sa.String(253), primary_key=True),
+    sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
+)
+sa.Index("ix_job_gpus_node_gpu", job_gpus.c.node, job_gpus.c.gpu_index)
