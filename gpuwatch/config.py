@@ -128,6 +128,22 @@ class DaemonConfig(_Section):
         return int(self.listen.rpartition(":")[2])
 
 
+class SlurmConfig(_Section):
+    """The daemon's Slurm sync (``gpuwatch/daemon/slurm_sync.py``)."""
+
+    enabled: bool = Field(False, description="Poll Slurm for jobs and their GPUs.")
+    command_prefix: list[str] = Field(
+        default_factory=list, description="Run Slurm commands through this, e.g. ['ssh', 'login1']."
+    )
+    sync_interval_s: float = Field(
+        30.0, ge=5, description="One squeue call per interval for the whole cluster."
+    )
+    sacct_interval_s: float = Field(300.0, ge=30, description="Finished jobs from sacct this often.")
+    sacct_lookback_s: float = Field(3600.0, ge=60, description="How far back each sacct call looks.")
+    command_timeout_s: float = Field(60.0, gt=0)
+    cluster: str | None = Field(None, description="sacct -M cluster name, for multi-cluster sites.")
+
+
 def default_database_url() -> str:
     """SQLite under the user's data dir: the embedded default for one machine and demos."""
     data = Path(platformdirs.user_data_dir("gpuwatch"))
@@ -164,6 +180,7 @@ class Settings(BaseSettings):
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     gpu: GpuConfig = Field(default_factory=GpuConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     host_paths: HostPaths = Field(default_factory=HostPaths)
 
     def with_overrides(self, **sections: dict[str, Any]) -> Settings:

@@ -289,6 +289,20 @@ def demo(ctx: Context, node_count: int, cycles: int, interval: float) -> None:
     run_demo(ctx.settings, node_count=node_count, cycles=cycles, interval_s=interval, echo=click.echo)
 
 
+#: modules adding their own commands with ``register(cli)``: each feature keeps its CLI beside it
+SUBCOMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _register_subcommands() -> None:
+    import importlib
+
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(cli)
+
+
+_register_subcommands()
+
+
 def main() -> None:
     try:
         cli(standalone_mode=True)

@@ -123,6 +123,8 @@ class BatchStore:
                     seq=batch.seq,
                     received_at=now,
                     samples=len(batch.samples),
+                    min_ts=min((x.ts for x in batch.samples), default=None),
+                    max_ts=max((x.ts for x in batch.samples), default=None),
                 )
                 .on_conflict_do_nothing()
                 .returning(ingested_batches.c.batch_id)

@@ -55,6 +55,9 @@ ingested_batches = sa.Table(
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("received_at", UtcDateTime, nullable=False, index=True),
     sa.Column("samples", sa.Integer, nullable=False),
+    # the batch's time span: the rollup job re-rolls minutes a late batch (a replayed spool) touched
+    sa.Column("min_ts", UtcDateTime, nullable=True),
+    sa.Column("max_ts", UtcDateTime, nullable=True),
 )
 
 gpus = sa.Table(
@@ -304,3 +307,100 @@ job_gpus = sa.Table(
     sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
 )
 sa.Index("ix_job_gpus_node_gpu", job_gpus.c.node, job_gpus.c.gpu_index)
+
+# --------------------------------------------------------------------------- rollups
+#: utilization histogram bins of gpu_minutes: bin 0 is exactly idle, bin k is (10(k-1), 10k] %
+UTIL_BINS = 11
+
+
+def _rollup_sums(*names: str) -> list[sa.Column]:
+    """``<name>_sum`` and ``<name>_n`` per metric: GPM fields are absent on some cards, so each
+    mean needs its own count of samples that had the field."""
+    cols: list[sa.Column] = []
+    for name in names:
+        cols += [_d(f"{name}_sum"), sa.Column(f"{name}_n", sa.Integer, nullable=False, server_default="0")]
+    return cols
+
+
+#: per GPU per minute: what the classifier and the CLI read instead of raw samples
+gpu_minutes = sa.Table(
+    "gpu_minutes",
+    metadata,
+    sa.Column("node_id", sa.Integer, primary_key=True),
+    sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
+    sa.Column("minute", UtcDateTime, primary_key=True),
+    sa.Column("samples", sa.Integer, nullable=False),
+    sa.Column("lost_samples", sa.Integer, nullable=False),
+    *_rollup_sums(
+        "util_gpu_ratio",
+        "util_gpu_idle_fraction_ratio",
+        "util_memory_ratio",
+        "sm_active_ratio",
+        "sm_occupancy_ratio",
+        "tensor_active_ratio",
+        "dram_active_ratio",
+        "fp32_active_ratio",
+        "fp16_active_ratio",
+        "power_watts",
+        "pcie_bytes_per_s",
+        "nvlink_bytes_per_s",
+    ),
+    _d("util_gpu_ratio_sumsq"),
+    _d("util_gpu_ratio_max"),
+    *[sa.Column(f"util_bin_{k}", sa.Integer, nullable=False, server_default="0") for k in range(UTIL_BINS)],
+    _i("memory_used_bytes_max"),
+    _i("memory_total_bytes"),
+    _d("power_limit_watts"),
+    _d("temperature_celsius_max"),
+    sa.Column("throttled_samples", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("xid_samples", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("simulated", sa.Boolean, nullable=False, server_default=sa.false()),
+)
+sa.Index("ix_gpu_minutes_minute", gpu_minutes.c.minute)
+
+#: per Slurm job cgroup per node per minute
+job_minutes = sa.Table(
+    "job_minutes",
+    metadata,
+    sa.Column("node_id", sa.Integer, primary_key=True),
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("minute", UtcDateTime, primary_key=True),
+    sa.Column("samples", sa.Integer, nullable=False),
+    *_rollup_sums("cpu_used_cores", "memory_pressure_ratio"),
+    _d("cpu_allocated_cores"),
+    _i("memory_used_bytes_max"),
+    _i("memory_cache_bytes_max"),
+    _i("memory_limit_bytes"),
+    _i("memory_swap_bytes_max"),
+)
+sa.Index("ix_job_minutes_job", job_minutes.c.job_id, job_minutes.c.minute)
+
+#: per node per minute: host CPU, memory/swap and network, for input-bound and comm-bound rules
+node_minutes = sa.Table(
+    "node_minutes",
+    metadata,
+    sa.Column("node_id", sa.Integer, primary_key=True),
+    sa.Column("minute", UtcDateTime, primary_key=True),
+    *_rollup_sums(
+        "busy_ratio",
+        "iowait_ratio",
+        "swap_in_bytes_per_s",
+        "swap_out_bytes_per_s",
+        "nic_bytes_per_s",
+        "ib_bytes_per_s",
+    ),
+    _i("available_bytes_min"),
+    _i("total_bytes"),
+)
+sa.Index("ix_node_minutes_minute", node_minutes.c.minute)
+
+#: how far the rollup job has got: 'minutes' (rolled up to, exclusive) and 'late_scan'
+#: (batches received since this are checked for samples older than the rolled-up edge)
+rollup_state = sa.Table(
+    "rollup_state",
+    metadata,
+    sa.Column("name", sa.String(32), primary_key=True),
+    sa.Column("done_until", UtcDateTime, nullable=False),
+)
+
+ROLLUP_TABLES: tuple[sa.Table, ...] = (gpu_minutes, job_minutes, node_minutes)

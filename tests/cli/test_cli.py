@@ -56,7 +56,12 @@ def test_token_create_db_and_nodes_formats(db_url, tmp_path):
     assert rows[0]["name"] == "gpu017" and rows[0]["gpus"] == "2"
     table = _run("--db", db_url, "nodes").output
     assert "gpu017" in table and "GPU samples" in table
-    assert "current=0002 head=0002" in _run("--db", db_url, "db", "current").output
+    from gpuwatch.sql import migrate
+
+    head_engine = create_engine(db_url)
+    head = migrate.head_revision(head_engine)
+    head_engine.dispose()
+    assert f"current={head} head={head}" in _run("--db", db_url, "db", "current").output
 
 
 def test_bad_node_name_and_bad_config(tmp_path, sqlite_url):

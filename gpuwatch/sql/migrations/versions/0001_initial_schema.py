@@ -467,6 +467,8 @@ def upgrade() -> None:
         sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("received_at", gpuwatch.sql.types.UtcDateTime(timezone=True), nullable=False),
         sa.Column("samples", sa.Integer(), nullable=False),
+        sa.Column("min_ts", gpuwatch.sql.types.UtcDateTime(timezone=True), nullable=True),
+        sa.Column("max_ts", gpuwatch.sql.types.UtcDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["node_id"], ["nodes.id"], name=op.f("fk_ingested_batches_node_id_nodes"), ondelete="CASCADE"
         ),
