@@ -404,3 +404,29 @@ rollup_state = sa.Table(
 )
 
 ROLLUP_TABLES: tuple[sa.Table, ...] = (gpu_minutes, job_minutes, node_minutes)
+
+# --------------------------------------------------------------------------- verdicts
+#: what the classifier concluded about a job over a window: one row per (evaluation, cause);
+#: alerts and the CLI read these, so both show one truth
+verdicts = sa.Table(
+    "verdicts",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(64), nullable=False),
+    sa.Column("evaluated_at", UtcDateTime, nullable=False),
+    sa.Column("window_kind", sa.String(16), nullable=False),  # "recent" (rolling) | "job" (whole job)
+    sa.Column("window_start", UtcDateTime, nullable=False),
+    sa.Column("window_end", UtcDateTime, nullable=False),
+    sa.Column("cause", sa.String(32), nullable=False),
+    sa.Column("confidence", Double, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=True),
+    sa.Column("gpu_hours", Double, nullable=True),
+    sa.Column("gpu_hours_wasted", Double, nullable=True),
+    sa.Column("mean_util_ratio", Double, nullable=True),
+    sa.Column("summary", sa.Text, nullable=False),
+    sa.Column("fix", sa.Text, nullable=True),
+    sa.Column("evidence", Json, nullable=False),
+    sa.Column("rules_version", sa.String(16), nullable=False),
+)
+sa.Index("ix_verdicts_job_evaluated", verdicts.c.job_id, verdicts.c.evaluated_at)
+sa.Index("ix_verdicts_evaluated_cause", verdicts.c.evaluated_at, verdicts.c.cause)
