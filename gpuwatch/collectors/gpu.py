@@ -67,8 +67,37 @@ class GpuBackend(ABC):
         so one dead GPU does not hide the others.
         """
 
+    def mig_devices(self) -> list[MigDevice]:
+        """MIG devices seen by the latest :meth:`sample`; none unless a GPU is in MIG mode.
+
+        Not on the wire (v1 has no MIG sample kind): the agent logs them and ``/metrics``
+        exposes them (``gpuwatch_gpu_mig_*``). Reading this never samples again.
+        """
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook; the simulated backend holds nothing
         """Stop threads and release library handles."""
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a GPU instance + compute instance) of a GPU in MIG mode.
+
+    From ``nvmlDeviceGetMigDeviceHandleByIndex`` on the parent, then on the MIG handle
+    ``nvmlDeviceGetUUID``, ``nvmlDeviceGetGpuInstanceId``, ``nvmlDeviceGetComputeInstanceId``,
+    ``nvmlDeviceGetMemoryInfo`` and ``nvmlDeviceGetAttributes`` (SM count); any of them may be
+    None where the driver does not say.
+    """
+
+    gpu_index: int  # the parent's NVML index
+    parent_uuid: str | None
+    mig_index: int  # slot in 0..nvmlDeviceGetMaxMigDeviceCount-1
+    uuid: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    multiprocessor_count: int | None
 
 
 @dataclass(frozen=True)
@@ -101,6 +130,18 @@ def mean_or_none(values: Iterable[float | None]) -> float | None:
     """Mean of the values that exist; None when none do ("no data" is not zero)."""
     present = [value for value in values if value is not None]
     return math.fsum(present) / len(present) if present else None
+
+
+def reduce_xids(codes: Iterable[int] | None) -> list[int] | None:
+    """XID codes of one interval as the wire has them: distinct, in order of first arrival.
+
+    None means "not watched" (no event support, or watching off) and stays None; a watched GPU
+    with no event is ``[]``. Both backends reduce through this, so a simulated XID reads as a
+    real one.
+    """
+    if codes is None:
+        return None
+    return list(dict.fromkeys(int(code) for code in codes))
 
 
 def order_reasons(names: Iterable[str]) -> list[str]:

@@ -25,8 +25,20 @@ background thread, then averaged into the sample, so idle fraction and std-dev c
 once per :meth:`NvmlBackend.sample`. Pass ``start_poller=False`` and call
 :meth:`NvmlBackend.poll` to drive the polls yourself (tests do).
 
-Not covered yet: XID events (need an ``nvmlEventSetWait`` thread), MIG instances, NVLink on
-cards without GPM (field-value counters), per-process GPM.
+XID and ECC events arrive on a third thread (:mod:`~gpuwatch.collectors.nvml_events`), which
+blocks in ``nvmlEventSetWait_v2``; each sample takes the codes that arrived since the last one
+into ``xid_errors`` (``watch_events=False`` turns it off; the field is then None).
+
+NVLink rates come from GPM on Hopper and newer; on older cards (A100, V100) from the cumulative
+``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` field values (KiB, all links: scope ``UINT_MAX``)
+of ``nvmlDeviceGetFieldValues``, as a delta over the field timestamps of two samples.
+
+MIG: a GPU in MIG mode (``nvmlDeviceGetMigMode``) has its MIG devices listed every sample
+(:meth:`NvmlBackend.mig_devices`: count, UUIDs, instance ids, memory, SM count); the wire has no
+MIG kind yet, so they are logged when the layout changes and exported on ``/metrics`` only.
+
+Not covered yet: per-MIG-device utilization and GPM (``nvmlGpmMigSampleGet``), per-process
+GPM, NVLink error counters, row remapping, vGPU. See ``docs/gpu.md``.
 """
 
 from __future__ import annotations
@@ -46,10 +58,13 @@ from gpuwatch.collectors.gpu import (
     CLOCKS_EVENT_REASONS,
     GpuBackend,
     GpuBackendUnavailable,
+    MigDevice,
     clamp_ratio,
     mean_or_none,
+    reduce_xids,
     util_stats,
 )
+from gpuwatch.collectors.nvml_events import DEFAULT_WAIT_MS, XidEventWatcher, start_watcher
 from gpuwatch.wire import GpuProcess, GpuSample
 
 log = logging.getLogger(__name__)
@@ -70,6 +85,7 @@ GPM_METRICS: tuple[tuple[str, str, float], ...] = (
     ("NVML_GPM_METRIC_DRAM_BW_UTIL", "dram_active_ratio", 0.01),
     ("NVML_GPM_METRIC_FP32_UTIL", "fp32_active_ratio", 0.01),
     ("NVML_GPM_METRIC_FP16_UTIL", "fp16_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_FP64_UTIL", "fp64_active_ratio", 0.01),
     ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", "pcie_tx_bytes_per_s", float(_MIB)),
     ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "pcie_rx_bytes_per_s", float(_MIB)),
     ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bytes_per_s", float(_MIB)),
@@ -78,6 +94,22 @@ GPM_METRICS: tuple[tuple[str, str, float], ...] = (
 #: per-process utilization, newest API first; both report "no samples" as an error value
 _PROCESS_UTIL_CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 _KNOWN_REASON_BITS = sum(bit for bit, _ in CLOCKS_EVENT_REASONS)
+#: cumulative NVLink data counters (KiB, payload only) for cards without GPM, and their fields
+NVLINK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "nvlink_tx_bytes_per_s"),
+    ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", "nvlink_rx_bytes_per_s"),
+)
+#: field-value scope meaning "all links together" for the NVLink throughput fields
+ALL_LINKS_SCOPE = 0xFFFFFFFF
+_NVLINK_KEY = "nvmlDeviceGetFieldValues(nvlink)"
+#: nvmlValue_t member per NVML_VALUE_TYPE_*
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def field_value(fv: Any) -> float | int:
+    """The number in an ``nvmlFieldValue_t``, read through the union member its type names."""
+    member = _VALUE_MEMBERS[fv.valueType] if 0 <= fv.valueType < len(_VALUE_MEMBERS) else "ullVal"
+    return getattr(fv.value, member)
 
 
 def reasons_from_mask(mask: int) -> list[str]:
@@ -128,7 +160,13 @@ class _Device:
     logged: set[tuple[str, str]] = field(default_factory=set)
     polls: deque[_Poll] = field(default_factory=lambda: deque(maxlen=_MAX_POLLS))
     sm_clock_max_hz: float | None = None
+    memory_clock_max_hz: float | None = None
     gpm: _Gpm | None = None
+    #: NVLink field name -> (timestamp us, cumulative KiB) of the previous sample
+    nvlink_prev: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: nvmlDeviceGetMaxMigDeviceCount when MIG mode is on, else None
+    mig_slots: int | None = None
+    mig_layout: tuple[tuple[int, str | None], ...] = ()
 
 
 class NvmlBackend(GpuBackend):
@@ -136,7 +174,8 @@ class NvmlBackend(GpuBackend):
 
     ``nvml`` is ``pynvml`` or a module-shaped stand-in (tests pass a fake that returns the
     real ctypes structs and raises the real ``NVMLError_*`` classes). ``clock`` is the
-    monotonic clock that spaces GPM samples and measures intervals.
+    monotonic clock that spaces GPM samples and measures intervals. ``watch_events`` starts the
+    XID event thread (with ``start_poller``; without it, tests call ``events.wait_once()``).
     """
 
     name = "nvml"
@@ -149,6 +188,8 @@ class NvmlBackend(GpuBackend):
         nvml: Any = None,
         start_poller: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        watch_events: bool = True,
+        event_wait_ms: int = DEFAULT_WAIT_MS,
     ) -> None:
         self._nvml = pynvml if nvml is None else nvml
         self.poll_interval_s = poll_interval_s
@@ -171,6 +212,10 @@ class NvmlBackend(GpuBackend):
             raise GpuBackendUnavailable("NVML reports no devices")
         self._closed = False
         self._lock = threading.Lock()
+        self._mig: list[MigDevice] = []
+        self.events: XidEventWatcher | None = None
+        if watch_events:
+            self.events = start_watcher(nv, start=start_poller, wait_ms=event_wait_ms)
         self._devices = [_Device(index) for index in range(count)]
         for dev in self._devices:
             self._open(dev)
@@ -241,7 +286,12 @@ class NvmlBackend(GpuBackend):
             dev.pci_bus_id = None if pci is None else _text(pci.busId)
             max_mhz = self._call(dev, "nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM)  # clocks.max.sm
             dev.sm_clock_max_hz = None if max_mhz is None else max_mhz * 1e6
+            max_mem = self._call(dev, "nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_MEM)  # clocks.max.mem
+            dev.memory_clock_max_hz = None if max_mem is None else max_mem * 1e6
             self._open_gpm(dev)
+            self._open_mig(dev)
+            if self.events is not None and not self.events.watched(dev.index):
+                self.events.register(dev.index, dev.handle)
         except _DeviceLost as exc:
             dev.handle = None
             dev.lost = True
@@ -259,6 +309,14 @@ class NvmlBackend(GpuBackend):
         if self._call(dev, "nvmlGpmSampleGet", buffers[0], key="nvmlGpmSampleGet") is None:
             return
         dev.gpm = _Gpm(buffers, self._clock())
+
+    def _open_mig(self, dev: _Device) -> None:
+        """``nvmlDeviceGetMigMode`` [current, pending]; MIG devices are listed only when current is on."""
+        mode = self._call(dev, "nvmlDeviceGetMigMode")
+        dev.mig_slots = None
+        if mode is None or mode[0] != getattr(self._nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+            return
+        dev.mig_slots = self._call(dev, "nvmlDeviceGetMaxMigDeviceCount") or 0
 
     # -- polling ------------------------------------------------------------------------
 
@@ -311,12 +369,24 @@ class NvmlBackend(GpuBackend):
         at = self._clock()
         interval_s = max(0.0, at - self._last_sample_at)
         self._last_sample_at = at
-        return [self._sample_device(dev, now, interval_s) for dev in self._devices]
+        mig: list[MigDevice] = []
+        samples = [self._sample_device(dev, now, interval_s, mig) for dev in self._devices]
+        with self._lock:
+            self._mig = mig
+        return samples
 
-    def _sample_device(self, dev: _Device, now: datetime, interval_s: float) -> GpuSample:
+    def mig_devices(self) -> list[MigDevice]:
+        with self._lock:
+            return list(self._mig)
+
+    def _sample_device(
+        self, dev: _Device, now: datetime, interval_s: float, mig: list[MigDevice]
+    ) -> GpuSample:
         with self._lock:
             polls = list(dev.polls)
             dev.polls.clear()
+        # before reading the GPU: an XID 79 is exactly what arrives just before it is lost
+        xids = reduce_xids(self.events.drain(dev.index)) if self.events is not None else None
         try:
             if dev.handle is None:
                 self._open(dev)
@@ -325,6 +395,7 @@ class NvmlBackend(GpuBackend):
             if not polls:  # poller off, or the GPU was lost until now: read once here
                 polls = [self._read_cheap(dev)]
             fields = self._read_interval(dev, now, interval_s)
+            mig.extend(self._mig_devices(dev))
         except _DeviceLost as exc:
             self._mark_lost(dev, exc)
             return GpuSample(
@@ -335,6 +406,7 @@ class NvmlBackend(GpuBackend):
                 pci_bus_id=dev.pci_bus_id,
                 state="lost",
                 interval_s=interval_s,
+                xid_errors=xids or None,  # as the simulated backend: only when one arrived
             )
         if dev.lost:
             log.warning("GPU %d (%s) answers again", dev.index, dev.uuid)
@@ -359,9 +431,11 @@ class NvmlBackend(GpuBackend):
             sm_clock_hz=mean_or_none(p.sm_clock_hz for p in polls),
             sm_clock_max_hz=dev.sm_clock_max_hz,
             memory_clock_hz=mean_or_none(p.memory_clock_hz for p in polls),
+            memory_clock_max_hz=dev.memory_clock_max_hz,
             temperature_celsius=mean_or_none(p.temperature_celsius for p in polls),
             # any reason active at any poll of the interval
             throttle_reasons=reasons_from_mask(union) if masks else None,
+            xid_errors=xids,
             **fields,
         )
 
@@ -381,6 +455,8 @@ class NvmlBackend(GpuBackend):
             dev, "nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC
         )
         fields.update(self._gpm_metrics(dev))
+        if dev.gpm is None:  # GPM has the NVLink rates on Hopper+; older cards have counters
+            fields.update(self._nvlink_counters(dev))
         for name, counter in (
             ("pcie_tx_bytes_per_s", nv.NVML_PCIE_UTIL_TX_BYTES),
             ("pcie_rx_bytes_per_s", nv.NVML_PCIE_UTIL_RX_BYTES),
@@ -442,6 +518,97 @@ class NvmlBackend(GpuBackend):
             )
         return result
 
+    def _nvlink_counters(self, dev: _Device) -> dict[str, float | None]:
+        """NVLink tx/rx bytes/s from two readings of the cumulative KiB field values.
+
+        ``nvmlDeviceGetFieldValues`` answers per field: a field whose ``nvmlReturn`` is not
+        success is None; when every field is NotSupported (no NVLink) it is not asked again.
+        The first reading, a counter that went backwards (driver reload) or a timestamp that
+        did not advance give None: no rate from one snapshot.
+        """
+        nv = self._nvml
+        wanted = [(getattr(nv, const), name) for const, name in NVLINK_FIELDS if hasattr(nv, const)]
+        if not wanted or _NVLINK_KEY in dev.unsupported:
+            return {}
+        request = [(field_id, ALL_LINKS_SCOPE) for field_id, _ in wanted]
+        values = self._call(dev, "nvmlDeviceGetFieldValues", request, key=_NVLINK_KEY)
+        if values is None:
+            return {}
+        rates: dict[str, float | None] = {}
+        not_supported = 0
+        fallback_us = int(self._clock() * 1e6)
+        for (_, name), fv in zip(wanted, values, strict=True):
+            if fv.nvmlReturn != nv.NVML_SUCCESS:
+                not_supported += fv.nvmlReturn == nv.NVML_ERROR_NOT_SUPPORTED
+                rates[name] = None
+                continue
+            stamp = int(fv.timestamp) or fallback_us
+            kib = int(field_value(fv))
+            previous = dev.nvlink_prev.get(name)
+            dev.nvlink_prev[name] = (stamp, kib)
+            if previous is None or stamp <= previous[0] or kib < previous[1]:
+                rates[name] = None
+            else:
+                rates[name] = (kib - previous[1]) * _KIB / ((stamp - previous[0]) / 1e6)
+        if not_supported == len(wanted):
+            dev.unsupported.add(_NVLINK_KEY)
+            return {}
+        return rates
+
+    def _mig_devices(self, dev: _Device) -> list[MigDevice]:
+        """The MIG devices of a GPU in MIG mode (empty slots raise NotFound and are skipped)."""
+        if not dev.mig_slots:
+            return []
+        nv = self._nvml
+        found: list[MigDevice] = []
+        for slot in range(dev.mig_slots):
+            try:
+                handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, slot)
+            except nv.NVMLError_NotFound:
+                continue
+            except self._lost_errors as exc:
+                raise _DeviceLost(f"nvmlDeviceGetMigDeviceHandleByIndex: {exc}") from exc
+            except nv.NVMLError as exc:
+                if ("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)) not in dev.logged:
+                    dev.logged.add(("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)))
+                    log.warning("GPU %d: nvmlDeviceGetMigDeviceHandleByIndex(%d): %s", dev.index, slot, exc)
+                continue
+
+            def mig_call(fn_name: str, handle: Any = handle) -> Any:
+                fn = getattr(nv, fn_name, None)
+                return None if fn is None else self._guard(dev, f"mig:{fn_name}", fn, handle)
+
+            memory = mig_call("nvmlDeviceGetMemoryInfo")
+            attributes = mig_call("nvmlDeviceGetAttributes")
+            found.append(
+                MigDevice(
+                    gpu_index=dev.index,
+                    parent_uuid=dev.uuid,
+                    mig_index=slot,
+                    uuid=_text(mig_call("nvmlDeviceGetUUID")),
+                    gpu_instance_id=mig_call("nvmlDeviceGetGpuInstanceId"),
+                    compute_instance_id=mig_call("nvmlDeviceGetComputeInstanceId"),
+                    memory_used_bytes=None if memory is None else int(memory.used),
+                    memory_total_bytes=None if memory is None else int(memory.total),
+                    multiprocessor_count=None if attributes is None else int(attributes.multiprocessorCount),
+                )
+            )
+        layout = tuple((m.mig_index, m.uuid) for m in found)
+        if layout != dev.mig_layout:
+            dev.mig_layout = layout
+            log.info(
+                "GPU %d (%s) in MIG mode: %d MIG device(s): %s",
+                dev.index,
+                dev.uuid,
+                len(found),
+                ", ".join(
+                    f"{m.uuid} GI {m.gpu_instance_id} CI {m.compute_instance_id} "
+                    f"{(m.memory_total_bytes or 0) // _MIB} MiB {m.multiprocessor_count} SMs"
+                    for m in found
+                ),
+            )
+        return found
+
     def _gpm_metrics(self, dev: _Device) -> dict[str, float | None]:
         """GPM metrics between the previous sample and one taken now (``nvmlGpmMetricsGet``).
 
@@ -494,6 +661,8 @@ class NvmlBackend(GpuBackend):
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self.events is not None:  # the event set must go before nvmlShutdown
+            self.events.close()
         nv = self._nvml
         for dev in self._devices:
             if dev.gpm is not None:

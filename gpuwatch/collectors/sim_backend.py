@@ -17,9 +17,11 @@ The model applies NVML's semantics, so code written against it works on real car
 * the total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``) is monotonic and is the
   integral of the polled power over the grid, starting from an uptime's worth of idle energy;
 * memory used never exceeds total minus the driver's reserve (``nvmlDeviceGetMemoryInfo_v2``);
-* GPM fields (SM activity, occupancy, tensor, DRAM, FP32/FP16, NVLink) exist only on models
-  that have GPM (Hopper and newer), else they are None as on a real A100; NVLink rates come
-  from GPM on the real backend too, so they follow the same rule;
+* GPM fields (SM activity, occupancy, tensor, DRAM, FP32/FP16/FP64) exist only on models
+  that have GPM (Hopper and newer), else they are None as on a real A100; NVLink rates exist
+  on every model with NVLink (GPM on Hopper, the NVLink throughput field values before it);
+* XID codes go through :func:`~gpuwatch.collectors.gpu.reduce_xids` as the NVML event
+  thread's do: ``[]`` when none arrived;
 * a lost GPU is ``state="lost"`` with every reading None.
 
 Scenarios live in :data:`SCENARIOS` (name -> :class:`Scenario`), so a new one is one entry.
@@ -37,7 +39,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuwatch.collectors.gpu import GpuBackend, clamp_ratio, mean_or_none, order_reasons, util_stats
+from gpuwatch.collectors.gpu import (
+    GpuBackend,
+    clamp_ratio,
+    mean_or_none,
+    order_reasons,
+    reduce_xids,
+    util_stats,
+)
 from gpuwatch.wire import GpuProcess, GpuSample
 
 _MIB = 1024 * 1024
@@ -106,6 +115,7 @@ class Activity:
     dram_active: float = 0.0
     fp32_active: float = 0.0
     fp16_active: float = 0.0
+    fp64_active: float = 0.0
     memory_used: float = 0.0
     power: float = 0.0
     sm_clock: float = 0.95
@@ -367,6 +377,7 @@ _GPM_FIELDS = (
     ("dram_active", "dram_active_ratio"),
     ("fp32_active", "fp32_active_ratio"),
     ("fp16_active", "fp16_active_ratio"),
+    ("fp64_active", "fp64_active_ratio"),
 )
 #: bus ids of the eight SXM slots of an HGX board; further boards get the next PCI domain
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
@@ -496,6 +507,7 @@ class SimulatedBackend(GpuBackend):
                 model.power_limit_watts - model.power_idle_watts
             )
         sm_mhz = activity.sm_clock * model.sm_clock_max_mhz + 15.0 * self._jitter(gpu, k, _CH_CLOCK)
+        nvlink = model.nvlink_bytes_per_s > 0
         gpm = None
         if model.has_gpm:
             gpm = {
@@ -511,8 +523,8 @@ class SimulatedBackend(GpuBackend):
             reasons=activity.throttle_reasons,
             pcie_tx=rate(activity.pcie, model.pcie_bytes_per_s, _CH_PCIE_TX),
             pcie_rx=rate(activity.pcie, model.pcie_bytes_per_s, _CH_PCIE_RX),
-            nvlink_tx=rate(activity.nvlink, model.nvlink_bytes_per_s, _CH_NVLINK_TX) if gpm else None,
-            nvlink_rx=rate(activity.nvlink, model.nvlink_bytes_per_s, _CH_NVLINK_RX) if gpm else None,
+            nvlink_tx=rate(activity.nvlink, model.nvlink_bytes_per_s, _CH_NVLINK_TX) if nvlink else None,
+            nvlink_rx=rate(activity.nvlink, model.nvlink_bytes_per_s, _CH_NVLINK_RX) if nvlink else None,
             gpm=gpm,
         )
 
@@ -569,7 +581,8 @@ class SimulatedBackend(GpuBackend):
             "interval_s": max(0.0, t1 - t0),
             "simulated": True,
         }
-        xids = scenario.xids_between(t0, t1)
+        # the simulated event thread sees every XID: [] when none, reduced like NVML's
+        xids = reduce_xids(scenario.xids_between(t0, t1))
         end = scenario.at(t1)
         if end is None:
             return GpuSample(**identity, state="lost", xid_errors=xids or None)
@@ -602,6 +615,7 @@ class SimulatedBackend(GpuBackend):
             sm_clock_hz=mean_or_none(p.sm_clock_mhz * 1e6 for p in polls),
             sm_clock_max_hz=model.sm_clock_max_mhz * 1e6,
             memory_clock_hz=model.memory_clock_mhz * 1e6,
+            memory_clock_max_hz=model.memory_clock_mhz * 1e6,  # HBM runs at its max clock
             temperature_celsius=mean_or_none(p.temperature_c for p in polls),
             throttle_reasons=order_reasons(reason for p in polls for reason in p.reasons),
             pcie_tx_bytes_per_s=mean_or_none(p.pcie_tx for p in polls),

@@ -7,17 +7,25 @@ Constants and structs it does not define itself come from the real ``pynvml``; a
 *function* it does not define is absent, as it would be in an older binding.
 
 What each card can do is a capability table (:data:`CARDS`): an H200 with GPM, an A100
-without it, and a Kepler-era card on which many calls raise ``NotSupported`` or
-``FunctionNotFound``. Readings are plain attributes of :class:`FakeGpu`; :meth:`FakeNvml.advance`
-moves the fake clock and integrates the energy and GPM counters, so GPM metrics come out of
-two samples exactly as NVML computes them: counter delta / time delta.
+without it (NVLink through field values instead, MIG capable), and a Kepler-era card on which
+many calls raise ``NotSupported`` or ``FunctionNotFound``. Readings are plain attributes of
+:class:`FakeGpu`; :meth:`FakeNvml.advance` moves the fake clock and integrates the energy,
+GPM and NVLink counters, so GPM metrics come out of two samples exactly as NVML computes them:
+counter delta / time delta.
+
+Events: ``nvmlEventSetCreate`` / ``nvmlDeviceRegisterEvents`` / ``nvmlEventSetWait_v2`` work
+as NVML's do, with a real blocking wait (a condition variable, up to the timeout, then
+``NVMLError_Timeout``), so the backend's event thread runs for real;
+:meth:`FakeNvml.raise_event` is the driver reporting one. Each fake GPU has a real
+``nvmlDevice_t`` pointer (``_as_parameter_``), which is what an event's ``device`` holds.
 """
 
 from __future__ import annotations
 
 import ctypes
 import inspect
-from collections import Counter
+import threading
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,13 +46,34 @@ class CardModel:
     power_limit_mw: int
     sm_clock_max_mhz: int
     gpm: bool
+    #: cumulative NVLink throughput field values (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_*)
+    nvlink: bool = False
+    #: nvmlDeviceGetMigMode exists (A100 and newer)
+    mig_capable: bool = False
+    #: nvmlDeviceGetSupportedEventTypes
+    events: int = (
+        pynvml.nvmlEventTypeXidCriticalError
+        | pynvml.nvmlEventTypeDoubleBitEccError
+        | pynvml.nvmlEventTypeSingleBitEccError
+    )
     #: NVML function name (``nvmlDeviceGetMemoryInfo_v2`` for the v2 path) -> error it raises
     fails: dict[str, type[pynvml.NVMLError]] = field(default_factory=dict)
 
 
 CARDS: dict[str, CardModel] = {
-    "H200": CardModel("NVIDIA H200", 143_771 * _MIB, 600 * _MIB, 700_000, 1980, gpm=True),
-    "A100": CardModel("NVIDIA A100-SXM4-80GB", 81_920 * _MIB, 500 * _MIB, 400_000, 1410, gpm=False),
+    "H200": CardModel(
+        "NVIDIA H200", 143_771 * _MIB, 600 * _MIB, 700_000, 1980, gpm=True, nvlink=True, mig_capable=True
+    ),
+    "A100": CardModel(
+        "NVIDIA A100-SXM4-80GB",
+        81_920 * _MIB,
+        500 * _MIB,
+        400_000,
+        1410,
+        gpm=False,
+        nvlink=True,
+        mig_capable=True,
+    ),
     # Kepler on an old driver: no v2 memory info, no energy counter (Volta+), no clocks-event
     # name (driver 535+), no process utilization or PCIe throughput (Maxwell+), ECC off, no GPM
     "K80": CardModel(
@@ -54,7 +83,9 @@ CARDS: dict[str, CardModel] = {
         149_000,
         875,
         gpm=False,
+        events=pynvml.nvmlEventTypeXidCriticalError,
         fails={
+            "nvmlDeviceGetMigMode": NotSupported,
             "nvmlDeviceGetMemoryInfo_v2": FunctionNotFound,
             "nvmlDeviceGetTotalEnergyConsumption": NotSupported,
             "nvmlDeviceGetCurrentClocksEventReasons": FunctionNotFound,
@@ -66,6 +97,22 @@ CARDS: dict[str, CardModel] = {
         },
     ),
 }
+
+
+@dataclass
+class FakeMig:
+    """One MIG device of a fake GPU in MIG mode."""
+
+    slot: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_total: int
+    memory_used: int = 0
+    multiprocessor_count: int = 14
+
+    @property
+    def uuid(self) -> str:
+        return f"MIG-00000000-0000-0000-0000-{self.slot:012d}"
 
 
 @dataclass
@@ -98,6 +145,28 @@ class FakeGpu:
     gpm_counters: dict[int, float] = field(default_factory=dict)
     #: when set, every call on this device raises it (e.g. NVMLError_GpuIsLost)
     failure: type[pynvml.NVMLError] | None = None
+    #: NVLink payload rate (KiB/s per direction) that FakeNvml.advance integrates
+    nvlink_tx_kib_per_s: float = 0.0
+    nvlink_rx_kib_per_s: float = 0.0
+    nvlink_tx_kib: float = 0.0
+    nvlink_rx_kib: float = 0.0
+    #: MIG mode [current, pending] and the MIG devices present when current is on
+    mig_mode: tuple[int, int] = (0, 0)
+    mig_devices: list[FakeMig] = field(default_factory=list)
+    mig_slots: int = 7
+
+    def __post_init__(self) -> None:
+        # the opaque nvmlDevice_t NVML hands out; events carry the same pointer
+        self._as_parameter_ = ctypes.pointer(pynvml.struct_c_nvmlDevice_t())
+
+
+@dataclass
+class FakeEventSet:
+    """One ``nvmlEventSet_t``: registrations (device address -> mask) and queued events."""
+
+    registered: dict[int, int] = field(default_factory=dict)
+    queue: deque[tuple[FakeGpu, int, int]] = field(default_factory=deque)
+    freed: bool = False
 
 
 class FakeNvml:
@@ -112,6 +181,9 @@ class FakeNvml:
         self.shutdowns = 0
         #: address of a GPM sample buffer -> (buffer, snapshot: (gpu index, time, counters))
         self.gpm_buffers: dict[int, tuple[Any, tuple[int, float, dict[int, float]] | None]] = {}
+        #: id of an nvmlEventSet_t -> its state; the condition guards every set
+        self.event_sets: dict[int, FakeEventSet] = {}
+        self._events_changed = threading.Condition()
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(pynvml, name)
@@ -132,6 +204,21 @@ class FakeNvml:
             gpu.energy_mj += gpu.power_mw * seconds
             for metric, rate in gpu.gpm_rates.items():
                 gpu.gpm_counters[metric] = gpu.gpm_counters.get(metric, 0.0) + rate * seconds
+            gpu.nvlink_tx_kib += gpu.nvlink_tx_kib_per_s * seconds
+            gpu.nvlink_rx_kib += gpu.nvlink_rx_kib_per_s * seconds
+
+    def raise_event(self, index: int, event_type: int, data: int = 0) -> int:
+        """The driver reports an event on GPU ``index``; returns how many sets it reached."""
+        gpu = self.gpus[index]
+        address = ctypes.cast(gpu._as_parameter_, ctypes.c_void_p).value
+        reached = 0
+        with self._events_changed:
+            for event_set in self.event_sets.values():
+                if event_set.registered.get(address, 0) & event_type and not event_set.freed:
+                    event_set.queue.append((gpu, event_type, data))
+                    reached += 1
+            self._events_changed.notify_all()
+        return reached
 
     def _enter(self, name: str, gpu: FakeGpu | None = None) -> None:
         self.calls[name] += 1
@@ -176,7 +263,10 @@ class FakeNvml:
         self._enter("nvmlDeviceGetName", gpu)
         return gpu.card.name
 
-    def nvmlDeviceGetUUID(self, gpu: FakeGpu) -> str:
+    def nvmlDeviceGetUUID(self, gpu: FakeGpu | FakeMig) -> str:
+        if isinstance(gpu, FakeMig):
+            self._enter("nvmlDeviceGetUUID")
+            return gpu.uuid
         self._enter("nvmlDeviceGetUUID", gpu)
         return f"GPU-00000000-0000-0000-0000-{gpu.index:012d}"
 
@@ -218,7 +308,12 @@ class FakeNvml:
 
     # -- per-sample readings ------------------------------------------------------------
 
-    def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu, version: int | None = None) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu | FakeMig, version: int | None = None) -> Any:
+        if isinstance(gpu, FakeMig):
+            self._enter("nvmlDeviceGetMemoryInfo")
+            return pynvml.c_nvmlMemory_t(
+                total=gpu.memory_total, free=gpu.memory_total - gpu.memory_used, used=gpu.memory_used
+            )
         if not version:
             self._enter("nvmlDeviceGetMemoryInfo", gpu)
             # v1: used includes the reserve
@@ -243,6 +338,26 @@ class FakeNvml:
     def nvmlDeviceGetTotalEnergyConsumption(self, gpu: FakeGpu) -> int:
         self._enter("nvmlDeviceGetTotalEnergyConsumption", gpu)
         return int(gpu.energy_mj)
+
+    def nvmlDeviceGetFieldValues(self, gpu: FakeGpu, field_ids: list[Any]) -> Any:
+        """Per-field answers, as NVML gives them: the call succeeds, each value has its own return."""
+        self._enter("nvmlDeviceGetFieldValues", gpu)
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        counters = {
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: gpu.nvlink_tx_kib,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: gpu.nvlink_rx_kib,
+        }
+        for i, requested in enumerate(field_ids):
+            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+            values[i].fieldId, values[i].scopeId = field_id, scope
+            values[i].timestamp = int(self.now * 1e6)
+            if gpu.card.nvlink and field_id in counters:
+                values[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                values[i].value.ullVal = int(counters[field_id])
+                values[i].nvmlReturn = pynvml.NVML_SUCCESS
+            else:
+                values[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
 
     def nvmlDeviceGetTotalEccErrors(self, gpu: FakeGpu, error_type: int, counter_type: int) -> int:
         self._enter("nvmlDeviceGetTotalEccErrors", gpu)
@@ -284,6 +399,92 @@ class FakeNvml:
             pynvml.c_nvmlProcessUtilizationSample_t(pid=pid, timeStamp=ts, smUtil=sm, memUtil=mem)
             for ts, pid, sm, mem in self._process_samples(gpu, since_us)
         ]
+
+    # -- MIG ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, gpu: FakeGpu) -> list[int]:
+        self._enter("nvmlDeviceGetMigMode", gpu)
+        if not gpu.card.mig_capable:
+            raise NotSupported()
+        return list(gpu.mig_mode)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, gpu: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", gpu)
+        return gpu.mig_slots if gpu.card.mig_capable else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, gpu: FakeGpu, slot: int) -> FakeMig:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", gpu)
+        if gpu.mig_mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            raise pynvml.NVMLError_InvalidArgument()
+        for mig in gpu.mig_devices:
+            if mig.slot == slot:
+                return mig
+        raise pynvml.NVMLError_NotFound()
+
+    def nvmlDeviceGetGpuInstanceId(self, mig: FakeMig) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId")
+        return mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, mig: FakeMig) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId")
+        return mig.compute_instance_id
+
+    def nvmlDeviceGetAttributes(self, mig: FakeMig) -> Any:
+        self._enter("nvmlDeviceGetAttributes")
+        return pynvml.c_nvmlDeviceAttributes(
+            multiprocessorCount=mig.multiprocessor_count, memorySizeMB=mig.memory_total // _MIB
+        )
+
+    # -- events ---------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> Any:
+        self._enter("nvmlEventSetCreate")
+        handle = pynvml.c_nvmlEventSet_t()
+        with self._events_changed:
+            self.event_sets[id(handle)] = FakeEventSet()
+        return handle
+
+    def _event_set(self, handle: Any) -> FakeEventSet:
+        event_set = self.event_sets.get(id(handle))
+        if event_set is None or event_set.freed:
+            raise pynvml.NVMLError_InvalidArgument()
+        return event_set
+
+    def nvmlDeviceGetSupportedEventTypes(self, gpu: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetSupportedEventTypes", gpu)
+        return gpu.card.events
+
+    def nvmlDeviceRegisterEvents(self, gpu: FakeGpu, event_types: int, handle: Any) -> None:
+        self._enter("nvmlDeviceRegisterEvents", gpu)
+        if event_types & ~gpu.card.events:
+            raise NotSupported()
+        address = ctypes.cast(gpu._as_parameter_, ctypes.c_void_p).value
+        with self._events_changed:
+            event_set = self._event_set(handle)
+            event_set.registered[address] = event_set.registered.get(address, 0) | event_types
+
+    def nvmlEventSetWait_v2(self, handle: Any, timeout_ms: int) -> Any:
+        self._enter("nvmlEventSetWait_v2")
+        with self._events_changed:
+            event_set = self._event_set(handle)
+            if not event_set.queue:
+                self._events_changed.wait_for(lambda: bool(event_set.queue), timeout_ms / 1000)
+            if not event_set.queue:
+                raise pynvml.NVMLError_Timeout()
+            gpu, event_type, data = event_set.queue.popleft()
+        return pynvml.c_nvmlEventData_t(
+            device=gpu._as_parameter_,
+            eventType=event_type,
+            eventData=data,
+            gpuInstanceId=0xFFFFFFFF,
+            computeInstanceId=0xFFFFFFFF,
+        )
+
+    def nvmlEventSetFree(self, handle: Any) -> None:
+        self._enter("nvmlEventSetFree")
+        with self._events_changed:
+            self._event_set(handle).freed = True
+            self._events_changed.notify_all()
 
     # -- GPM ----------------------------------------------------------------------------
 

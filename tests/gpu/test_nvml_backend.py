@@ -387,3 +387,120 @@ def test_real_gpu() -> None:
         assert s.sm_clock_max_hz and s.throttle_reasons is not None and s.processes is not None
         if s.name and ("H100" in s.name or "H200" in s.name):
             assert s.sm_active_ratio is not None and s.memory_reserved_bytes is not None
+
+
+# -- every field, NVLink counters, MIG ------------------------------------------------------
+
+
+def test_h200_every_field_present(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    """Against the fake H200 every GpuSample field has a value: none silently dropped."""
+    fake, backend = h200
+    gpu = fake.gpus[0]
+    gpu.reasons = pynvml.nvmlClocksEventReasonSwPowerCap
+    gpu.gpm_rates[pynvml.NVML_GPM_METRIC_FP64_UTIL] = 5.0
+    gpu.gpm_rates[pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC] = 500.0
+    gpu.process_samples = [(NOW_US - 1_000_000, 4242, 90, 30)]
+    for _ in range(2):
+        backend.poll()
+        fake.advance(5)
+    s = backend.sample(NOW)[0]
+    missing = [name for name in type(s).model_fields if getattr(s, name) is None]
+    assert missing == []
+    assert s.memory_clock_max_hz == 2619e6
+    assert s.fp64_active_ratio == pytest.approx(0.05)
+    assert s.xid_errors == []  # watched, nothing happened
+    assert s.pcie_rx_bytes_per_s == pytest.approx(500.0 * 1024**2)
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 0  # GPM has NVLink on Hopper
+
+
+def test_k80_fields_that_are_absent() -> None:
+    """The old card: exactly the unsupported readings are None, the rest are there."""
+    fake = FakeNvml(["K80"])
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        s = backend.sample(NOW)[0]
+    finally:
+        backend.close()
+    none = {name for name in type(s).model_fields if getattr(s, name) is None}
+    assert none == {
+        "util_gpu_stddev_ratio",  # one poll only
+        "memory_reserved_bytes",
+        "energy_joules",
+        "pcie_tx_bytes_per_s",
+        "pcie_rx_bytes_per_s",
+        "nvlink_tx_bytes_per_s",
+        "nvlink_rx_bytes_per_s",
+        "ecc_corrected_errors",
+        "ecc_uncorrected_errors",
+        "sm_active_ratio",
+        "sm_occupancy_ratio",
+        "tensor_active_ratio",
+        "dram_active_ratio",
+        "fp32_active_ratio",
+        "fp16_active_ratio",
+        "fp64_active_ratio",
+    }
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 1  # every field NotSupported: not asked again
+
+
+def test_nvlink_rate_from_field_value_counters() -> None:
+    fake = FakeNvml(["A100"])
+    gpu = fake.gpus[0]
+    gpu.nvlink_tx_kib, gpu.nvlink_rx_kib = 7e9, 3e9  # counters since driver load
+    gpu.nvlink_tx_kib_per_s, gpu.nvlink_rx_kib_per_s = 1_000_000, 250_000
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        first = backend.sample(NOW)[0]
+        assert first.nvlink_tx_bytes_per_s is None  # one snapshot: no rate
+        fake.advance(10)
+        second = backend.sample(NOW + timedelta(seconds=10))[0]
+        assert second.nvlink_tx_bytes_per_s == pytest.approx(1_000_000 * 1024)
+        assert second.nvlink_rx_bytes_per_s == pytest.approx(250_000 * 1024)
+        gpu.nvlink_tx_kib = 0.0  # driver reloaded: counter went back
+        fake.advance(10)
+        third = backend.sample(NOW + timedelta(seconds=20))[0]
+        assert third.nvlink_tx_bytes_per_s is None and third.nvlink_rx_bytes_per_s is not None
+    finally:
+        backend.close()
+
+
+def test_mig_devices_listed_without_changing_the_wire(caplog: pytest.LogCaptureFixture) -> None:
+    from tests.gpu.fake_pynvml import FakeMig
+
+    fake = FakeNvml(["A100", "A100"])
+    gpu = fake.gpus[0]
+    gpu.mig_mode = (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE)
+    gpu.mig_devices = [
+        FakeMig(slot=0, gpu_instance_id=1, compute_instance_id=0, memory_total=40 * GIB, memory_used=GIB),
+        FakeMig(slot=2, gpu_instance_id=5, compute_instance_id=0, memory_total=10 * GIB),
+    ]
+    backend = open_backend(fake)
+    try:
+        assert backend.mig_devices() == []  # nothing sampled yet
+        fake.advance(10)
+        with caplog.at_level(logging.INFO, logger="gpuwatch.collectors.nvml_backend"):
+            samples = backend.sample(NOW)
+            fake.advance(10)
+            backend.sample(NOW + timedelta(seconds=10))
+        assert [s.state for s in samples] == ["ok", "ok"]
+        migs = backend.mig_devices()
+        assert [(m.gpu_index, m.mig_index, m.gpu_instance_id) for m in migs] == [(0, 0, 1), (0, 2, 5)]
+        assert migs[0].uuid == "MIG-00000000-0000-0000-0000-000000000000"
+        assert migs[0].parent_uuid == samples[0].uuid
+        assert (migs[0].memory_used_bytes, migs[0].memory_total_bytes) == (GIB, 40 * GIB)
+        assert migs[1].multiprocessor_count == 14
+        # the layout is logged once, not every sample
+        assert len([r for r in caplog.records if "MIG mode" in r.getMessage()]) == 1
+    finally:
+        backend.close()
+    assert fake.calls["nvmlDeviceGetMaxMigDeviceCount"] == 1
+
+
+def test_mig_mode_off_lists_nothing(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    fake, backend = h200
+    fake.advance(10)
+    backend.sample(NOW)
+    assert backend.mig_devices() == []
+    assert fake.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == 0
