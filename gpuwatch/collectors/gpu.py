@@ -178,6 +178,14 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
     # imported here: both backend modules import this one for GpuBackend
     if config.backend is GpuBackendKind.NONE:
         return None
+    # "replay" (GpuBackendKind.REPLAY, gpu.replay_file, gpu.replay_loop) once config.py has them
+    if getattr(config.backend, "value", config.backend) == "replay":
+        from gpuwatch.collectors.recording import ReplayBackend
+
+        replay_file = getattr(config, "replay_file", None)
+        if replay_file is None:
+            raise GpuBackendUnavailable("gpu.backend = 'replay' needs gpu.replay_file")
+        return ReplayBackend(replay_file, loop=bool(getattr(config, "replay_loop", False)))
     if config.backend is GpuBackendKind.SIM:
         from gpuwatch.collectors.sim_backend import SimulatedBackend
 
@@ -192,7 +200,10 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
     from gpuwatch.collectors.nvml_backend import NvmlBackend
 
     try:
-        return NvmlBackend(poll_interval_s=config.poll_interval_s)
+        # gpu.watch_events (XID event thread) defaults to on while config.py has no such key
+        return NvmlBackend(
+            poll_interval_s=config.poll_interval_s, watch_events=bool(getattr(config, "watch_events", True))
+        )
     except GpuBackendUnavailable as exc:
         if config.backend is GpuBackendKind.NVML:
             raise GpuBackendUnavailable(f"gpu.backend = 'nvml' but NVML cannot start: {exc}") from exc

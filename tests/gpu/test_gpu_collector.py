@@ -134,3 +134,20 @@ def test_order_reasons() -> None:
         "hw_slowdown",
         "0x800",
     ]
+
+
+def test_replay_kind_builds_a_replay_backend(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``gpu.backend = "replay"`` with ``gpu.replay_file`` (config keys still to be added)."""
+    from types import SimpleNamespace
+
+    from gpuwatch.collectors.recording import ReplayBackend, make_recording
+
+    path = tmp_path / "rec.jsonl"
+    recorder = make_recording(SimulatedBackend("idle", gpus=1, start=NOW), path)
+    recorder.sample(NOW)
+    recorder.close()
+    config = SimpleNamespace(backend=SimpleNamespace(value="replay"), replay_file=path, replay_loop=True)
+    backend = gpu.make_backend(config, interval_s=10)  # type: ignore[arg-type]
+    assert isinstance(backend, ReplayBackend) and backend.loop
+    with pytest.raises(GpuBackendUnavailable, match="replay_file"):
+        gpu.make_backend(SimpleNamespace(backend=SimpleNamespace(value="replay")), interval_s=10)  # type: ignore[arg-type]
