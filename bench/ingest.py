@@ -29,6 +29,7 @@ from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
+from gpuwatch.sql.schema import ingested_batches
 from tests import factories
 
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -65,7 +66,7 @@ def _cycle(ts, gpus: int) -> list:
     return samples + factories.host_samples(ts)
 
 
-def fresh_db() -> tuple[str, sa.Engine]:
+def fresh_db() -> tuple[str, str, sa.Engine]:
     name = f"gpuwatch_bench_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -74,7 +75,7 @@ def fresh_db() -> tuple[str, sa.Engine]:
     url = sa.engine.make_url(ADMIN).set(database=name).render_as_string(hide_password=False)
     engine = create_engine(url)
     migrate.upgrade(engine)
-    return name, engine
+    return name, url, engine
 
 
 def drop_db(name: str) -> None:
@@ -102,28 +103,55 @@ def bench_store(engine: sa.Engine, batches: list[wire.Batch], mode: str) -> tupl
     return time.perf_counter() - t0, latencies
 
 
-def bench_http(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float, list[float]]:
+def bench_http(
+    db_url: str, engine: sa.Engine, batches: list[wire.Batch], clients: int
+) -> tuple[float, list[float]]:
+    """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
+    like many agents (the case group commit is for). Clients run in this process, the daemon
+    in its own, so they do not share a GIL."""
+    import tempfile
+    import threading
+
     import requests
 
-    from gpuwatch.config import load_settings
-    from gpuwatch.daemon.server import BackgroundServer
+    from tests.daemon_process import DaemonProcess
 
-    settings = load_settings(None, daemon={"listen": "127.0.0.1:0"})
     tokens = {b.node: create_token(engine, b.node) for b in batches}
     bodies = [(b.node, b.model_dump_json().encode()) for b in batches]
-    latencies = []
-    with BackgroundServer(settings, engine) as server, requests.Session() as http:
-        t0 = time.perf_counter()
-        for node, body in bodies:
-            t = time.perf_counter()
-            r = http.post(
-                f"{server.url}/api/v1/ingest/{node}",
-                data=body,
-                headers={"Authorization": f"Bearer {tokens[node]}", "Content-Type": "application/json"},
-            )
-            r.raise_for_status()
-            latencies.append(time.perf_counter() - t)
-        return time.perf_counter() - t0, latencies
+    latencies: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log")
+        daemon.start()
+        try:
+
+            def client(part: list[tuple[str, bytes]]) -> None:
+                with requests.Session() as http:
+                    for node, body in part:
+                        t = time.perf_counter()
+                        r = http.post(
+                            f"{daemon.url}/api/v1/ingest/{node}",
+                            data=body,
+                            headers={
+                                "Authorization": f"Bearer {tokens[node]}",
+                                "Content-Type": "application/json",
+                            },
+                        )
+                        r.raise_for_status()
+                        latencies.append(time.perf_counter() - t)
+
+            threads = [threading.Thread(target=client, args=(bodies[i::clients],)) for i in range(clients)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - t0
+        finally:
+            daemon.stop()
+    with engine.connect() as conn:
+        groups = conn.execute(sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))).scalar()
+    print(f"        group commit: {len(batches)} batches in {groups} transactions")
+    return elapsed, latencies
 
 
 def p(values: list[float], q: float) -> float:
@@ -135,17 +163,20 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=50)
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients in the last mode")
     ap.add_argument("--per-batch", type=int, default=1, help="cycles per batch (1 = normal agent push)")
     args = ap.parse_args()
     results = {}
-    for i, mode in enumerate(("insert", "copy", "http")):
-        # each mode gets its own database and its own hour of timestamps: no warm cache sharing
+    modes = ("insert", "copy", "http", f"http x{args.clients}")
+    for mode in modes:
+        # each mode gets its own fresh database: no warm cache shared between modes
         batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0), args.per_batch)
-        name, engine = fresh_db()
+        name, url, engine = fresh_db()
         try:
-            elapsed, lat = (
-                bench_http(engine, batches) if mode == "http" else bench_store(engine, batches, mode)
-            )
+            if mode.startswith("http"):
+                elapsed, lat = bench_http(url, engine, batches, args.clients if "x" in mode else 1)
+            else:
+                elapsed, lat = bench_store(engine, batches, mode)
         finally:
             engine.dispose()
             drop_db(name)
@@ -157,11 +188,8 @@ def main() -> None:
             f"{samples / elapsed:,.0f} samples/s, {gpu / elapsed:,.0f} GPU-samples/s; "
             f"per batch p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
         )
-        del i
-    print(
-        f"ratio copy/insert = {results['copy'] / results['insert']:.2f}; "
-        f"http/insert = {results['http'] / results['insert']:.2f}"
-    )
+    base = results["insert"]
+    print("ratios vs insert: " + ", ".join(f"{m} {results[m] / base:.2f}" for m in modes))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class GpuBackendKind(str, Enum):
     NVML = "nvml"  # real NVML; failing to initialise is an error
     SIM = "sim"  # the seeded simulated device model
     NONE = "none"  # GPU collector disabled
+    REPLAY = "replay"  # a JSONL recording (gpuwatch agent --record) played back: gpu.replay_file
 
 
 class HostPaths(_Section):
@@ -67,6 +68,9 @@ class GpuConfig(_Section):
     sim_seed: int = 0
     sim_model: str = "NVIDIA H200"
     poll_interval_s: float = Field(1.0, gt=0, le=60)
+    watch_events: bool = Field(True, description="NVML XID/ECC event thread (nvml backend).")
+    replay_file: Path | None = Field(None, description="Recording for backend = 'replay'.")
+    replay_loop: bool = Field(False, description="Start the recording again at its end.")
 
 
 class AgentConfig(_Section):
@@ -107,6 +111,9 @@ class DaemonConfig(_Section):
     max_batch_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     partition_days_ahead: int = Field(3, ge=1, le=60)
     auto_migrate: bool = Field(True, description="Upgrade the schema at start-up.")
+    ingest_writers: int = Field(
+        2, ge=1, le=16, description="Group-commit writer threads (PostgreSQL; SQLite uses one)."
+    )
     max_future_skew_s: float = Field(
         300.0, ge=0, description="Samples stamped further ahead of the daemon clock are refused."
     )

@@ -30,7 +30,10 @@ SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
 
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNeg = Annotated[float, Field(ge=0.0)]
-Count = Annotated[int, Field(ge=0)]
+#: fits a BIGINT column: a valid batch must never be one the database refuses
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+#: GPU indices and port numbers are SMALLINT columns
+SmallIndex = Annotated[int, Field(ge=0, le=32767)]
 NodeName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 JobId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_.+-]+$")]
 
@@ -43,7 +46,7 @@ def utcnow() -> datetime:
 class _Sample(BaseModel):
     """Fields every sample kind has."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     ts: AwareDatetime = Field(description="When the reading was taken (UTC, RFC 3339).")
 
@@ -56,7 +59,7 @@ class _Sample(BaseModel):
 class GpuProcess(BaseModel):
     """One compute process on a GPU (``nvmlDeviceGetComputeRunningProcesses``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     pid: Count
     used_memory_bytes: Count | None = None
@@ -76,7 +79,7 @@ class GpuSample(_Sample):
     """
 
     kind: Literal["gpu"] = "gpu"
-    gpu_index: Count = Field(description="NVML device index (not the /dev/nvidiaN minor).")
+    gpu_index: SmallIndex = Field(description="NVML device index (not the /dev/nvidiaN minor).")
     uuid: str | None = Field(None, max_length=96)
     name: str | None = Field(None, max_length=96)
     pci_bus_id: str | None = Field(None, max_length=32)
@@ -124,7 +127,9 @@ class CpuSample(_Sample):
     """Host CPU over the interval, from two snapshots of ``/proc/stat``."""
 
     kind: Literal["cpu"] = "cpu"
-    cores: Count = Field(description="Logical CPUs counted in /proc/stat.")
+    cores: Annotated[int, Field(ge=0, le=2**31 - 1)] = Field(
+        description="Logical CPUs counted in /proc/stat."
+    )
     busy_ratio: Ratio = Field(description="1 - (idle + iowait) / total, all CPUs.")
     user_ratio: Ratio
     system_ratio: Ratio
@@ -168,7 +173,7 @@ class InfinibandSample(_Sample):
 
     kind: Literal["infiniband"] = "infiniband"
     device: str = Field(min_length=1, max_length=64)
-    port: Count
+    port: SmallIndex
     rx_bytes_per_s: NonNeg
     tx_bytes_per_s: NonNeg
     rx_packets_per_s: NonNeg | None = None
@@ -211,7 +216,7 @@ class AttributionSample(_Sample):
     """Which Slurm job holds a GPU right now, and how the agent knows."""
 
     kind: Literal["attribution"] = "attribution"
-    gpu_index: Count
+    gpu_index: SmallIndex
     gpu_uuid: str | None = Field(None, max_length=96)
     job_id: JobId
     user: str | None = Field(None, max_length=64)
@@ -267,7 +272,7 @@ MAX_SAMPLES_PER_BATCH = 100_000
 class Batch(BaseModel):
     """One push from one agent."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     schema_version: Literal[1] = SCHEMA_VERSION
     batch_id: uuid.UUID = Field(default_factory=uuid.uuid4)

@@ -88,6 +88,8 @@ class Agent:
         self.rejected_batches = 0
         self.retried_sends = 0
         self.last_push: PushResult | None = None
+        #: an AgentMetrics (Prometheus exporter) fed each batch; None when /metrics is off
+        self.metrics = None
 
     @classmethod
     def from_settings(
@@ -132,6 +134,8 @@ class Agent:
         """One sample cycle: collect, then spool (the sender is woken). Never raises."""
         try:
             batch = self.collect_batch()
+            if self.metrics is not None:
+                self.metrics.update(batch)
             if self.spool is not None:
                 self.spool.put(batch.model_dump_json().encode(), batch_id=str(batch.batch_id))
                 self._wake.set()

@@ -113,8 +113,14 @@ def daemon(ctx: Context) -> None:
 @cli.command()
 @click.option("--once", is_flag=True, help="Collect one batch, print it as JSON, send nothing.")
 @click.option("--cycles", type=int, default=None, help="Stop after N sample cycles (tests, demos).")
+@click.option(
+    "--record",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Append raw GPU readings to FILE as JSONL (play back with gpu.backend = 'replay').",
+)
 @pass_ctx
-def agent(ctx: Context, once: bool, cycles: int | None) -> None:
+def agent(ctx: Context, once: bool, cycles: int | None, record: Path | None) -> None:
     """Run the node agent: sample, spool, push to the daemon."""
     _setup_logging(ctx, service=not once)
     from gpuwatch.agent import Agent, Pusher, Spool
@@ -126,6 +132,13 @@ def agent(ctx: Context, once: bool, cycles: int | None) -> None:
         token = settings.agent.resolve_token()
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    if record is not None:
+        from gpuwatch.collectors.gpu import GpuCollector
+        from gpuwatch.collectors.recording import make_recording
+
+        for collector in collectors:
+            if isinstance(collector, GpuCollector):
+                collector.backend = make_recording(collector.backend, record)
     if once:
         runner = Agent(settings, collectors, spool=None, pusher=None)
         try:
@@ -147,10 +160,20 @@ def agent(ctx: Context, once: bool, cycles: int | None) -> None:
         settings.agent.push_timeout_s,
     )
     runner = Agent(settings, collectors, spool=spool, pusher=pusher)
+    server = None
+    if settings.agent.metrics_listen:
+        from gpuwatch.agent.metrics import AgentMetrics, start_metrics_server
+
+        runner.metrics = AgentMetrics.for_collectors(collectors, agent=runner)
+        server = start_metrics_server(settings.agent.metrics_listen, runner.metrics)
     stop = _stop_on_signals()
     try:
         runner.run(stop, max_cycles=cycles)
+        # a clean stop sends what it can in a few seconds; the rest stays spooled for next start
+        runner.drain(timeout_s=5.0)
     finally:
+        if server is not None:
+            server.close()
         runner.close()
 
 
@@ -290,7 +313,7 @@ def demo(ctx: Context, node_count: int, cycles: int, interval: float) -> None:
 
 
 #: modules adding their own commands with ``register(cli)``: each feature keeps its CLI beside it
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuwatch.cli.jobs",)
 
 
 def _register_subcommands() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,8 +14,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gpuwatch import __version__
 from gpuwatch.config import Settings
 from gpuwatch.daemon.ingest import build_router, openapi_components
+from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import queries
 from gpuwatch.sql.ingest import BatchStore
+
+
+def _lifespan(writer: IngestWriter):  # type: ignore[no-untyped-def]
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
+        writer.start()
+        try:
+            yield
+        finally:
+            writer.stop()
+
+    return lifespan
 
 
 def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
@@ -24,10 +38,15 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
         description="Ingest of agent batches (wire format v1) and read-only views.",
     )
     store = BatchStore(engine)
+    # SQLite has one writer at a time anyway; PostgreSQL takes several
+    threads = settings.daemon.ingest_writers if engine.dialect.name == "postgresql" else 1
+    writer = IngestWriter(store, threads=threads)
     app.state.engine = engine
     app.state.store = store
+    app.state.writer = writer
+    app.router.lifespan_context = _lifespan(writer)
     app.include_router(
-        build_router(engine, store, settings.daemon.max_batch_bytes, settings.daemon.max_future_skew_s)
+        build_router(engine, writer, settings.daemon.max_batch_bytes, settings.daemon.max_future_skew_s)
     )
 
     @app.get("/healthz", tags=["ops"])

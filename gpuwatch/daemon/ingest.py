@@ -32,8 +32,9 @@ from fastapi import APIRouter, HTTPException, Request
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
+from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
-from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.sql.ingest import IngestResult
 from gpuwatch.wire import SUPPORTED_SCHEMA_VERSIONS, Batch, json_schema, utcnow
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,30 @@ def _bearer(request: Request) -> str:
     if scheme.lower() != "bearer" or not token.strip():
         raise _fail(401, "missing bearer token (Authorization: Bearer <node token>)")
     return token.strip()
+
+
+class AuthCache:
+    """Remembers successful (node, token hash) checks for ``ttl_s`` seconds.
+
+    Saves a database round trip (through the thread pool) on every ingest request. A
+    rotated token (``gpuwatch token create``) therefore stops working within ``ttl_s``
+    on every daemon replica; failures are never cached, so a new token works at once.
+    """
+
+    def __init__(self, ttl_s: float = 30.0) -> None:
+        self.ttl_s = ttl_s
+        self._ok: dict[tuple[str, str], tuple[int, float]] = {}
+
+    def get(self, node: str, token: str) -> int | None:
+        hit = self._ok.get((node, node_store.hash_token(token)))
+        if hit is None or time.monotonic() - hit[1] > self.ttl_s:
+            return None
+        return hit[0]
+
+    def put(self, node: str, token: str, node_id: int) -> None:
+        if len(self._ok) > 100_000:  # bounded: more nodes than any cluster, or an attack
+            self._ok.clear()
+        self._ok[(node, node_store.hash_token(token))] = (node_id, time.monotonic())
 
 
 def authenticate(engine: sa.Engine, node: str, token: str) -> int:
@@ -129,9 +154,10 @@ def check_clock(batch: Batch, max_future_skew_s: float) -> None:
 
 
 def build_router(
-    engine: sa.Engine, store: BatchStore, max_batch_bytes: int, max_future_skew_s: float
+    engine: sa.Engine, writer: IngestWriter, max_batch_bytes: int, max_future_skew_s: float
 ) -> APIRouter:
     router = APIRouter()
+    auth_cache = AuthCache()
     body_schema: dict[str, Any] = {"$ref": "#/components/schemas/Batch"}
 
     @router.post(
@@ -155,7 +181,10 @@ def build_router(
         started = time.perf_counter()
         try:
             token = _bearer(request)
-            node_id = await _run_sync(authenticate, engine, node, token)
+            node_id = auth_cache.get(node, token)
+            if node_id is None:
+                node_id = await _run_sync(authenticate, engine, node, token)
+                auth_cache.put(node, token, node_id)
             body = await _read_body(request, max_batch_bytes)
             batch = parse_batch(body)
             if batch.node != node:
@@ -163,7 +192,7 @@ def build_router(
                     403, f"batch is for node {batch.node!r}; node {node!r} may only write its own samples"
                 )
             check_clock(batch, max_future_skew_s)
-            result = await _run_sync(store.store, node_id, batch)
+            result = await _stored(writer, node_id, batch)
         except IngestError as exc:
             INGEST_REQUESTS.labels(str(exc.status_code)).inc()
             log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
@@ -192,6 +221,17 @@ async def _run_sync(func: Any, *args: Any) -> Any:
 
     try:
         return await run_in_threadpool(func, *args)
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        log.error("database unavailable: %s", exc.__class__.__name__, exc_info=True)
+        raise _fail(503, "database unavailable; retry later") from None
+
+
+async def _stored(writer: IngestWriter, node_id: int, batch: Batch) -> IngestResult:
+    """Hand the batch to the group-commit writer and wait for its transaction to commit."""
+    import asyncio
+
+    try:
+        return await asyncio.wrap_future(writer.submit(node_id, batch))
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
         log.error("database unavailable: %s", exc.__class__.__name__, exc_info=True)
         raise _fail(503, "database unavailable; retry later") from None

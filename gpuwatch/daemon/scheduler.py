@@ -1,13 +1,15 @@
 """Scheduled work inside the daemon (APScheduler), one place that lists every job.
 
 Jobs now: create partitions ahead (hourly, and once at start) and roll raw samples up
-per minute (every minute). Slurm sync, retention, classification and alerts add
+per minute (every minute); with ``slurm.enabled`` the Slurm sync (squeue every
+``sync_interval_s``, sacct every ``sacct_interval_s``). Retention, classification and alerts add
 themselves here as they land.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -30,4 +32,14 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
 
     rollup = Rollup(store.engine)
     scheduler.add_job(rollup.run_once, "interval", minutes=1, id="rollup", name="per-minute rollups")
+
+    if settings.slurm.enabled:  # first passes at once, then every interval (slurm_sync.py)
+        from gpuwatch.daemon.slurm_sync import SlurmSync
+
+        sync, start = SlurmSync.from_config(store.engine, settings.slurm), datetime.now(timezone.utc)
+        for fn, every, job_id in (
+            (sync.sync_running, settings.slurm.sync_interval_s, "slurm-running"),
+            (sync.sync_finished, settings.slurm.sacct_interval_s, "slurm-finished"),
+        ):
+            scheduler.add_job(fn, "interval", seconds=every, id=job_id, name=job_id, next_run_time=start)
     return scheduler

@@ -111,41 +111,77 @@ class BatchStore:
             raise ValueError("bulk='copy' needs PostgreSQL")
 
     def store(self, node_id: int, batch: Batch) -> IngestResult:
-        self.partitions.ensure_days(days_of(batch))
-        rows, identities = sample_rows(node_id, batch)
+        return self.store_many([(node_id, batch)])[0]
+
+    def store_many(self, items: list[tuple[int, Batch]]) -> list[IngestResult]:
+        """Store several batches in ONE transaction (group commit); a result per item, in order.
+
+        The daemon's writer groups concurrent requests this way: one statement per table
+        for the whole group instead of one per batch. Each batch is still all-or-nothing
+        and once-only: the group commits or rolls back whole, and a batch id already stored
+        (or twice in the group) reports ``duplicate`` and adds no rows.
+        """
+        if not items:
+            return []
+        self.partitions.ensure_days(day for _, batch in items for day in days_of(batch))
         now = utcnow()
+        claims = [
+            {
+                "node_id": node_id,
+                "batch_id": str(batch.batch_id),
+                "seq": batch.seq,
+                "received_at": now,
+                "samples": len(batch.samples),
+                "min_ts": min((x.ts for x in batch.samples), default=None),
+                "max_ts": max((x.ts for x in batch.samples), default=None),
+            }
+            for node_id, batch in items
+        ]
+        changed: dict[int, dict[int, dict]] = {}
         with self.engine.begin() as conn:
-            claimed = conn.execute(
-                _insert(conn, ingested_batches)
-                .values(
-                    node_id=node_id,
-                    batch_id=str(batch.batch_id),
-                    seq=batch.seq,
-                    received_at=now,
-                    samples=len(batch.samples),
-                    min_ts=min((x.ts for x in batch.samples), default=None),
-                    max_ts=max((x.ts for x in batch.samples), default=None),
+            new = {
+                (r.node_id, r.batch_id)
+                for r in conn.execute(
+                    _insert(conn, ingested_batches)
+                    .on_conflict_do_nothing()
+                    .returning(ingested_batches.c.node_id, ingested_batches.c.batch_id),
+                    claims,
                 )
-                .on_conflict_do_nothing()
-                .returning(ingested_batches.c.batch_id)
-            ).first()
-            if claimed is None:
-                return IngestResult(IngestStatus.DUPLICATE, 0)
-            for name, table_rows in rows.items():
+            }
+            results: list[IngestResult] = []
+            all_rows: dict[str, list[dict]] = defaultdict(list)
+            last_batch: dict[int, Batch] = {}
+            for node_id, batch in items:
+                key = (node_id, str(batch.batch_id))
+                if key not in new:
+                    results.append(IngestResult(IngestStatus.DUPLICATE, 0))
+                    continue
+                new.discard(key)  # the same batch twice in one group: the second is a duplicate
+                rows, identities = sample_rows(node_id, batch)
+                for name, table_rows in rows.items():
+                    all_rows[name].extend(table_rows)
+                node_changed = self._changed_identities(node_id, identities)
+                if node_changed:
+                    changed.setdefault(node_id, {}).update(node_changed)
+                last_batch[node_id] = batch
+                results.append(IngestResult(IngestStatus.STORED, len(batch.samples)))
+            for name, table_rows in all_rows.items():
                 table = self._tables[name]
                 if self.bulk is BulkMode.COPY and len(table_rows) >= _COPY_MIN_ROWS:
                     _copy_rows(conn, table, table_rows)
                 else:
                     conn.execute(_insert(conn, table).on_conflict_do_nothing(), table_rows)
-            changed = self._changed_identities(node_id, identities)
-            self._upsert_gpus(conn, node_id, changed, now)
-            conn.execute(
-                nodes.update()
-                .where(nodes.c.id == node_id)
-                .values(last_seen_at=now, agent_version=batch.agent_version, last_seq=batch.seq)
-            )
-        self._remember_identities(node_id, changed)
-        return IngestResult(IngestStatus.STORED, len(batch.samples))
+            for node_id, node_changed in changed.items():
+                self._upsert_gpus(conn, node_id, node_changed, now)
+            for node_id, batch in sorted(last_batch.items()):  # sorted: a fixed lock order between writers
+                conn.execute(
+                    nodes.update()
+                    .where(nodes.c.id == node_id)
+                    .values(last_seen_at=now, agent_version=batch.agent_version, last_seq=batch.seq)
+                )
+        for node_id, node_changed in changed.items():
+            self._remember_identities(node_id, node_changed)
+        return results
 
     def _changed_identities(self, node_id: int, identities: dict[int, dict]) -> dict[int, dict]:
         now = time.monotonic()

@@ -430,3 +430,82 @@ verdicts = sa.Table(
 )
 sa.Index("ix_verdicts_job_evaluated", verdicts.c.job_id, verdicts.c.evaluated_at)
 sa.Index("ix_verdicts_evaluated_cause", verdicts.c.evaluated_at, verdicts.c.cause)
+
+# --------------------------------------------------------------------------- alerts
+#: every notice ever decided: the alert worker's persistent queue (``gpuwatch/alerts/outbox.py``).
+#: ``dedup_key`` (SHA-256 of job, cause, window, recipient, channel, or of a digest's period) is
+#: unique, so re-evaluating a verdict can never enqueue a second notice. ``status``: pending ->
+#: sending (claimed under a lease) -> sent | failed | in_doubt; ``handoff_at`` is set just before
+#: the message is handed to the channel, so a lease found expired tells "never sent" apart from
+#: "maybe sent".
+alert_outbox = sa.Table(
+    "alert_outbox",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("dedup_key", sa.String(64), nullable=False, unique=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # job | digest | enforce | test
+    sa.Column("channel", sa.String(16), nullable=False),  # slack | email
+    sa.Column("recipient", sa.String(320), nullable=False),  # an address, or the Slack channel's name
+    sa.Column("recipient_kind", sa.String(16), nullable=False),  # user | owner | admin
+    sa.Column("job_id", sa.String(64), nullable=True),
+    sa.Column("cause", sa.String(32), nullable=True),
+    sa.Column("user_name", sa.String(64), nullable=True),
+    sa.Column("account", sa.String(64), nullable=True),
+    sa.Column("verdict_id", sa.BigInteger, nullable=True),
+    sa.Column("window_start", UtcDateTime, nullable=True),
+    sa.Column("window_end", UtcDateTime, nullable=True),
+    sa.Column("gpu_hours_wasted", Double, nullable=True),
+    sa.Column("subject", sa.Text, nullable=False),
+    sa.Column("payload", Json, nullable=False),  # the rendered message, as the channel sends it
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("not_before", UtcDateTime, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("lease_owner", sa.String(128), nullable=True),
+    sa.Column("lease_until", UtcDateTime, nullable=True),
+    sa.Column("handoff_at", UtcDateTime, nullable=True),
+    sa.Column("sent_at", UtcDateTime, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+)
+sa.Index("ix_alert_outbox_status_not_before", alert_outbox.c.status, alert_outbox.c.not_before)
+sa.Index("ix_alert_outbox_recipient_created", alert_outbox.c.recipient, alert_outbox.c.created_at)
+sa.Index("ix_alert_outbox_job_created", alert_outbox.c.job_id, alert_outbox.c.created_at)
+
+#: one row per send attempt and its outcome: sent | retry | failed | in_doubt | lost (the worker
+#: died before handing the message over) | in_doubt_resent
+alert_attempts = sa.Table(
+    "alert_attempts",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column(
+        "outbox_id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        sa.ForeignKey("alert_outbox.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    sa.Column("finished_at", UtcDateTime, nullable=True),
+    sa.Column("outcome", sa.String(16), nullable=True),
+    sa.Column("status_code", sa.Integer, nullable=True),  # HTTP status or SMTP reply code
+    sa.Column("detail", sa.Text, nullable=True),
+)
+
+#: what enforcement did (or, in dry-run mode, would have done) per job: one 'warn' and one
+#: 'cancel' at most, each for real and each as a dry run (so a dry run never blocks the real thing)
+enforcement_actions = sa.Table(
+    "enforcement_actions",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("action", sa.String(16), primary_key=True),  # warn | cancel
+    sa.Column("dry_run", sa.Boolean, primary_key=True),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("idle_since", UtcDateTime, nullable=True),
+    sa.Column("command", Json, nullable=True),
+    sa.Column("returncode", sa.Integer, nullable=True),
+    sa.Column("output", sa.Text, nullable=True),
+)
+
+ALERT_TABLES: tuple[sa.Table, ...] = (alert_outbox, alert_attempts, enforcement_actions)

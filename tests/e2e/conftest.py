@@ -1,62 +1,10 @@
-"""A real daemon process (``python -m gpuwatch daemon``) that tests can start and kill -9."""
+"""Fixtures for end-to-end tests: a real daemon process on each database."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
-import requests
 
-from tests.conftest import free_port
-
-
-class DaemonProcess:
-    def __init__(self, db_url: str, log_path: Path) -> None:
-        self.db_url = db_url
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout_s: float = 30) -> None:
-        env = dict(os.environ, GPUWATCH_DAEMON__LISTEN=f"127.0.0.1:{self.port}", GPUWATCH_DB=self.db_url)
-        env.pop("GPUWATCH_CONFIG", None)
-        with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuwatch", "daemon"], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"daemon exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}"
-                )
-            try:
-                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"daemon not healthy after {timeout_s} s: {self.log_path.read_text()[-2000:]}")
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+from tests.daemon_process import DaemonProcess
 
 
 @pytest.fixture

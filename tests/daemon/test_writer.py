@@ -1,0 +1,59 @@
+"""Group commit: concurrent batches share transactions; one refused batch fails only itself."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from gpuwatch.daemon.writer import IngestWriter
+from gpuwatch.sql.ingest import BatchStore, IngestStatus, count_rows
+from gpuwatch.sql.nodes import create_token, get_node
+from gpuwatch.sql.schema import ingested_batches
+from tests import factories
+
+
+def _node_ids(engine, n: int) -> list[int]:
+    ids = []
+    for i in range(n):
+        create_token(engine, f"node{i:03d}")
+        with engine.connect() as conn:
+            ids.append(get_node(conn, f"node{i:03d}").id)
+    return ids
+
+
+def test_queued_batches_are_stored_in_groups(engine):
+    ids = _node_ids(engine, 10)
+    writer = IngestWriter(BatchStore(engine), max_group_batches=16)
+    batches = [
+        (ids[i % 10], factories.batch(node=f"node{i % 10:03d}", start=factories.T0, seq=i)) for i in range(40)
+    ]
+    # queued before the writer starts, so they are waiting together like concurrent requests
+    futures = [writer.submit(node_id, b) for node_id, b in batches]
+    duplicate = writer.submit(batches[0][0], batches[0][1])  # the same batch again, in the same rush
+    writer.start()
+    results = [f.result(timeout=30) for f in futures]
+    writer.stop()
+    assert all(r.status is IngestStatus.STORED for r in results)
+    assert duplicate.result().status is IngestStatus.DUPLICATE
+    assert writer.groups <= 4, "40 waiting batches in groups of up to 16"
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 40
+        # 10 nodes x 2 GPUs x 2 timestamps: the repeated timestamps per node are stored once
+        assert count_rows(conn)["gpu_samples"] == 10 * 2 * 2
+
+
+def test_one_refused_batch_fails_alone(engine):
+    (node_id,) = _node_ids(engine, 1)
+    writer = IngestWriter(BatchStore(engine))
+    good = [writer.submit(node_id, factories.batch(start=factories.T0.replace(hour=h))) for h in (1, 2)]
+    # a node id that does not exist: the database refuses it (foreign key), a real refusal
+    bad = writer.submit(987654, factories.batch(start=factories.T0.replace(hour=3)))
+    more = writer.submit(node_id, factories.batch(start=factories.T0.replace(hour=4)))
+    writer.start()
+    for f in (*good, more):
+        assert f.result(timeout=30).status is IngestStatus.STORED
+    with pytest.raises(sa.exc.IntegrityError):
+        bad.result(timeout=30)
+    writer.stop()
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 3
