@@ -1,0 +1,668 @@
+"""Window features of one job, from the per-minute rollup tables only.
+
+A job's GPUs come from ``job_gpus`` (node name -> ``nodes.id``) and its time span from
+``slurm_jobs``; when the Slurm sync has no GPUs for it, from ``attribution_samples`` (the
+prolog/process attribution the agents send). Windows are whole minutes ``[start, end)`` of
+``gpu_minutes`` / ``job_minutes`` / ``node_minutes``:
+
+* ``recent`` — the last ``recent_window_s`` before the evaluation edge, so a job that goes
+  idle after a busy start is seen idle, not averaged away by its whole-job mean;
+* ``job`` — from the job's start to the edge.
+
+The edge is the earliest of ``now``, the job's end and how far the rollups have got
+(``rollup_state``), so a window never counts minutes that are not rolled up yet.
+
+Every mean is ``SUM(x_sum) / SUM(x_n)`` over the window, so a metric a card does not have
+(GPM on an A100) is ``None`` — never 0 — and its name is listed in ``missing``. Percentiles
+come from the merged 11-bin utilization histogram (bin 0 = exactly 0 %, bin k = (10(k-1),
+10k] %) and are the upper edge of the bin holding the quantile. All arithmetic after the
+SQL sums is done in Python on rounded values, so PostgreSQL and SQLite give identical
+features.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch.classify.thresholds import Thresholds
+from gpuwatch.sql.rollups import MINUTE, floor_minute
+from gpuwatch.sql.schema import (
+    UTIL_BINS,
+    attribution_samples,
+    gpu_minutes,
+    gpus,
+    job_gpus,
+    job_minutes,
+    node_minutes,
+    nodes,
+    rollup_state,
+    slurm_jobs,
+)
+
+#: rounding of every feature: far below any threshold's resolution, far above float noise
+#: from the two databases summing in different orders
+DIGITS = 6
+
+GPM_SIGNALS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp32_active", "fp16_active")
+
+#: card families without tensor cores (Kepler, Maxwell, Pascal); anything else named is assumed to have them
+_NO_TENSOR_CORES = ("Tesla K", "Tesla M", "Tesla P", "Quadro P", "Quadro M", "GeForce GTX")
+
+
+def _round(value: float | None) -> float | None:
+    if value is None:
+        return None
+    return round(float(value), DIGITS)
+
+
+def _div(num: Any, den: Any) -> float | None:
+    if num is None or den is None or not den:
+        return None
+    return _round(float(num) / float(den))
+
+
+def quantile_from_bins(bins: list[int], q: float) -> float | None:
+    """Upper edge (0..1) of the histogram bin holding quantile ``q``; None without samples."""
+    total = sum(bins)
+    if total == 0:
+        return None
+    target = q * total
+    cum = 0
+    for k, count in enumerate(bins):
+        cum += count
+        if cum >= target and count:
+            return k / 10
+    return 1.0
+
+
+def has_tensor_cores(model: str | None) -> bool | None:
+    if not model:
+        return None
+    return not model.startswith(_NO_TENSOR_CORES)
+
+
+# ---------------------------------------------------------------------------- the job
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    node_id: int
+    node: str
+    gpu_index: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/gpu{self.gpu_index}"
+
+
+@dataclass(frozen=True)
+class JobScope:
+    """What the classifier knows about a job before looking at any sample."""
+
+    job_id: str
+    start: datetime | None
+    end: datetime | None
+    state: str | None
+    cpus: int | None
+    memory_bytes: int | None
+    gpus: tuple[GpuRef, ...]
+    gpu_source: str  # "job_gpus" | "attribution" | "none"
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({g.node_id for g in self.gpus}))
+
+
+def load_scope(conn: sa.Connection, job_id: str) -> JobScope | None:
+    """The job's GPUs and time span; None when nothing at all is known about it."""
+    job = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == job_id)).mappings().first()
+    refs = [
+        GpuRef(r.node_id, r.node, r.gpu_index)
+        for r in conn.execute(
+            sa.select(nodes.c.id.label("node_id"), job_gpus.c.node, job_gpus.c.gpu_index)
+            .join(nodes, nodes.c.name == job_gpus.c.node)
+            .where(job_gpus.c.job_id == job_id)
+        )
+    ]
+    source = "job_gpus"
+    start = job["start_at"] if job else None
+    end = job["end_at"] if job else None
+    if not refs:
+        a = attribution_samples.c
+        query = (
+            sa.select(a.node_id, nodes.c.name, a.gpu_index, sa.func.min(a.ts), sa.func.max(a.ts))
+            .join(nodes, nodes.c.id == a.node_id)
+            .where(a.job_id == job_id)
+            .group_by(a.node_id, nodes.c.name, a.gpu_index)
+        )
+        if start is not None:
+            query = query.where(a.ts >= start - MINUTE)
+        rows = conn.execute(query).all()
+        refs = [GpuRef(r[0], r[1], r[2]) for r in rows]
+        source = "attribution" if refs else "none"
+        if rows and start is None:
+            start = min(r[3] for r in rows)
+            end = None if job else max(r[4] for r in rows)
+    if job is None and not refs:
+        return None
+    return JobScope(
+        job_id=job_id,
+        start=start,
+        end=end,
+        state=job["state"] if job else None,
+        cpus=job["cpus"] if job else None,
+        memory_bytes=job["memory_bytes"] if job else None,
+        gpus=tuple(sorted(refs, key=lambda g: (g.node, g.gpu_index))),
+        gpu_source=source,
+    )
+
+
+def rolled_until(conn: sa.Connection) -> datetime | None:
+    return conn.execute(sa.select(rollup_state.c.done_until).where(rollup_state.c.name == "minutes")).scalar()
+
+
+def window_edge(conn: sa.Connection, scope: JobScope, now: datetime) -> datetime:
+    """Exclusive end (a minute boundary) of every window evaluated at ``now``."""
+    edge = floor_minute(now)
+    if scope.end is not None:
+        edge = min(edge, floor_minute(scope.end) + MINUTE)
+    done = rolled_until(conn)
+    if done is not None:
+        edge = min(edge, done)
+    return edge
+
+
+# ---------------------------------------------------------------------------- features
+
+
+@dataclass(frozen=True)
+class GpuFeatures:
+    """One GPU over one window."""
+
+    gpu: str  # "node/gpuN"
+    model: str | None
+    minutes: int
+    samples: int
+    lost_samples: int
+    util_samples: int
+    util_mean: float | None
+    util_p50: float | None
+    util_p95: float | None
+    util_max: float | None
+    util_std: float | None
+    zero_share: float | None  # share of samples at exactly 0 % (histogram bin 0)
+    idle_fraction_mean: float | None  # mean share of 1 s polls at 0 % inside a sample
+    burst_util: float | None  # util_mean / (1 - idle_fraction_mean): how busy the bursts are
+    sm_active: float | None
+    sm_occupancy: float | None
+    tensor_active: float | None
+    dram_active: float | None
+    fp32_active: float | None
+    fp16_active: float | None
+    memory_used_max_bytes: int | None
+    memory_total_bytes: int | None
+    memory_used_ratio: float | None
+    power_mean_watts: float | None
+    power_limit_watts: float | None
+    power_ratio: float | None
+    temperature_max_celsius: float | None
+    throttled_samples: int
+    throttled_share: float | None
+    xid_samples: int
+    pcie_bytes_per_s: float | None
+    nvlink_bytes_per_s: float | None
+    idle: bool  # every (or idle_zero_share of) util sample at exactly 0 %
+
+
+@dataclass(frozen=True)
+class WindowFeatures:
+    """One job over one window: per-GPU features, job aggregates and host signals."""
+
+    job_id: str
+    kind: str  # "recent" | "job"
+    start: datetime
+    end: datetime
+    gpu_source: str
+    node_count: int
+    gpu_count: int  # GPUs the job holds
+    gpus_with_data: int
+    gpus: tuple[GpuFeatures, ...]
+    models: tuple[str, ...]
+    has_gpm: bool
+    tensor_cores: bool | None
+    gpu_hours: float
+    # job aggregates over its GPUs (sample-weighted)
+    samples: int
+    lost_samples: int
+    util_mean: float | None
+    util_p50: float | None
+    util_p95: float | None
+    util_max: float | None
+    util_std: float | None
+    zero_share: float | None
+    idle_fraction_mean: float | None
+    burst_util: float | None
+    sm_active: float | None
+    sm_occupancy: float | None
+    tensor_active: float | None
+    dram_active: float | None
+    fp32_active: float | None
+    fp16_active: float | None
+    memory_used_ratio_max: float | None
+    power_ratio: float | None
+    throttled_share: float | None
+    xid_samples: int
+    pcie_bytes_per_s: float | None  # mean per GPU
+    nvlink_bytes_per_s: float | None  # mean per GPU
+    idle_gpus: tuple[str, ...]
+    faulty_gpus: tuple[str, ...]
+    # the job's cgroups (job_minutes), summed over its nodes
+    cpu_used_cores: float | None
+    cpu_allocated_cores: float | None
+    cpu_ratio: float | None
+    cpu_ratio_max_node: float | None
+    job_memory_used_max_bytes: int | None
+    job_memory_limit_bytes: int | None
+    job_memory_ratio: float | None
+    job_swap_max_bytes: int | None
+    memory_pressure: float | None
+    # the job's hosts (node_minutes), mean over its nodes
+    host_busy: float | None
+    iowait: float | None
+    swap_bytes_per_s: float | None
+    nic_bytes_per_s: float | None  # per node
+    ib_bytes_per_s: float | None  # per node
+    network_bytes_per_s: float | None  # NIC + IB per node
+    # whole-job context (same in both windows): was a GPU ever used at all?
+    job_util_max: float | None
+    job_gpu_memory_max_bytes: int | None
+    missing: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["start"] = self.start.isoformat()
+        data["end"] = self.end.isoformat()
+        return data
+
+
+_GPU_SUMS = (
+    "util_gpu_ratio",
+    "util_gpu_idle_fraction_ratio",
+    "sm_active_ratio",
+    "sm_occupancy_ratio",
+    "tensor_active_ratio",
+    "dram_active_ratio",
+    "fp32_active_ratio",
+    "fp16_active_ratio",
+    "power_watts",
+    "pcie_bytes_per_s",
+    "nvlink_bytes_per_s",
+)
+
+
+def _uncount_lost(count: sa.ColumnElement, lost: sa.ColumnElement) -> sa.ColumnElement:
+    """Workaround for the rollup counting lost samples as throttled and as XIDs.
+
+    A lost GPU's ``throttle_reasons``/``xid_errors`` are None, stored as JSON ``'null'`` by
+    INSERT (SQLite, small PostgreSQL batches) but as SQL NULL by COPY (large PostgreSQL
+    batches), and ``sql/rollups.py`` counts JSON ``'null'`` as a reason and as an XID. Per
+    minute, when the count is at least the lost samples, they were counted in it and are taken
+    out, so both storage paths give the same features. Drop this once the rollup (or
+    ``Json(none_as_null=True)``) is fixed.
+    """
+    return sa.case(
+        (sa.and_(lost > 0, count >= lost), count - lost),
+        else_=count,
+    )
+
+
+def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: datetime) -> dict[tuple, dict]:
+    g = gpu_minutes.c
+    cols: list[sa.ColumnElement] = [
+        g.node_id,
+        g.gpu_index,
+        sa.func.count().label("minutes"),
+        sa.func.sum(g.samples).label("samples"),
+        sa.func.sum(g.lost_samples).label("lost_samples"),
+        sa.func.sum(g.util_gpu_ratio_sumsq).label("util_sumsq"),
+        sa.func.max(g.util_gpu_ratio_max).label("util_max"),
+        sa.func.max(g.memory_used_bytes_max).label("memory_used_max"),
+        sa.func.max(g.memory_total_bytes).label("memory_total"),
+        sa.func.max(g.power_limit_watts).label("power_limit"),
+        sa.func.max(g.temperature_celsius_max).label("temperature_max"),
+        sa.func.sum(_uncount_lost(g.throttled_samples, g.lost_samples)).label("throttled_samples"),
+        sa.func.sum(_uncount_lost(g.xid_samples, g.lost_samples)).label("xid_samples"),
+    ]
+    for name in _GPU_SUMS:
+        cols += [
+            sa.func.sum(g[f"{name}_sum"]).label(f"{name}_sum"),
+            sa.func.sum(g[f"{name}_n"]).label(f"{name}_n"),
+        ]
+    cols += [sa.func.sum(g[f"util_bin_{k}"]).label(f"bin{k}") for k in range(UTIL_BINS)]
+    wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
+    rows = conn.execute(
+        sa.select(*cols)
+        .where(g.node_id.in_(scope.node_ids), g.minute >= start, g.minute < end)
+        .group_by(g.node_id, g.gpu_index)
+    ).mappings()
+    return {(r["node_id"], r["gpu_index"]): dict(r) for r in rows if (r["node_id"], r["gpu_index"]) in wanted}
+
+
+def _mean(row: dict, name: str) -> float | None:
+    return _div(row.get(f"{name}_sum"), row.get(f"{name}_n"))
+
+
+def _std(sumsq: Any, total: Any, n: Any) -> float | None:
+    if not n or sumsq is None or total is None:
+        return None
+    mean = float(total) / n
+    return _round(math.sqrt(max(0.0, float(sumsq) / n - mean * mean)))
+
+
+def _burst(util: float | None, idle_fraction: float | None) -> float | None:
+    if util is None or idle_fraction is None:
+        return None
+    if idle_fraction >= 0.999:
+        return 0.0
+    return _round(min(1.0, util / (1.0 - idle_fraction)))
+
+
+def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Thresholds) -> GpuFeatures:
+    row = row or {}
+    bins = [int(row.get(f"bin{k}") or 0) for k in range(UTIL_BINS)]
+    util_n = int(row.get("util_gpu_ratio_n") or 0)
+    util = _mean(row, "util_gpu_ratio")
+    idle_fraction = _mean(row, "util_gpu_idle_fraction_ratio")
+    zero_share = _div(bins[0], util_n)
+    used, total = row.get("memory_used_max"), row.get("memory_total")
+    power = _mean(row, "power_watts")
+    samples = int(row.get("samples") or 0)
+    lost = int(row.get("lost_samples") or 0)
+    throttled = int(row.get("throttled_samples") or 0)
+    xid = int(row.get("xid_samples") or 0)
+    return GpuFeatures(
+        gpu=ref.label,
+        model=model,
+        minutes=int(row.get("minutes") or 0),
+        samples=samples,
+        lost_samples=lost,
+        util_samples=util_n,
+        util_mean=util,
+        util_p50=quantile_from_bins(bins, 0.5),
+        util_p95=quantile_from_bins(bins, 0.95),
+        util_max=_round(row.get("util_max")),
+        util_std=_std(row.get("util_sumsq"), row.get("util_gpu_ratio_sum"), util_n),
+        zero_share=zero_share,
+        idle_fraction_mean=idle_fraction,
+        burst_util=_burst(util, idle_fraction),
+        sm_active=_mean(row, "sm_active_ratio"),
+        sm_occupancy=_mean(row, "sm_occupancy_ratio"),
+        tensor_active=_mean(row, "tensor_active_ratio"),
+        dram_active=_mean(row, "dram_active_ratio"),
+        fp32_active=_mean(row, "fp32_active_ratio"),
+        fp16_active=_mean(row, "fp16_active_ratio"),
+        memory_used_max_bytes=None if used is None else int(used),
+        memory_total_bytes=None if total is None else int(total),
+        memory_used_ratio=_div(used, total),
+        power_mean_watts=power,
+        power_limit_watts=_round(row.get("power_limit")),
+        power_ratio=_div(power, row.get("power_limit")),
+        temperature_max_celsius=_round(row.get("temperature_max")),
+        throttled_samples=throttled,
+        throttled_share=_div(throttled, samples),
+        xid_samples=xid,
+        pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),
+        nvlink_bytes_per_s=_mean(row, "nvlink_bytes_per_s"),
+        idle=util_n > 0 and zero_share is not None and zero_share >= t.idle_zero_share,
+    )
+
+
+def _job_rows(conn: sa.Connection, job_id: str, start: datetime, end: datetime) -> list[dict]:
+    j = job_minutes.c
+    return [
+        dict(r)
+        for r in conn.execute(
+            sa.select(
+                j.node_id,
+                sa.func.sum(j.cpu_used_cores_sum).label("cpu_sum"),
+                sa.func.sum(j.cpu_used_cores_n).label("cpu_n"),
+                sa.func.max(j.cpu_allocated_cores).label("cpu_alloc"),
+                sa.func.max(j.memory_used_bytes_max).label("mem_max"),
+                sa.func.max(j.memory_limit_bytes).label("mem_limit"),
+                sa.func.max(j.memory_swap_bytes_max).label("swap_max"),
+                sa.func.sum(j.memory_pressure_ratio_sum).label("psi_sum"),
+                sa.func.sum(j.memory_pressure_ratio_n).label("psi_n"),
+            )
+            .where(j.job_id == job_id, j.minute >= start, j.minute < end)
+            .group_by(j.node_id)
+            .order_by(j.node_id)
+        ).mappings()
+    ]
+
+
+def _node_rows(conn: sa.Connection, node_ids: tuple[int, ...], start: datetime, end: datetime) -> list[dict]:
+    n = node_minutes.c
+    names = (
+        "busy_ratio",
+        "iowait_ratio",
+        "swap_in_bytes_per_s",
+        "swap_out_bytes_per_s",
+        "nic_bytes_per_s",
+        "ib_bytes_per_s",
+    )
+    cols: list[sa.ColumnElement] = [n.node_id]
+    for name in names:
+        cols += [
+            sa.func.sum(n[f"{name}_sum"]).label(f"{name}_sum"),
+            sa.func.sum(n[f"{name}_n"]).label(f"{name}_n"),
+        ]
+    return [
+        dict(r)
+        for r in conn.execute(
+            sa.select(*cols)
+            .where(n.node_id.in_(node_ids), n.minute >= start, n.minute < end)
+            .group_by(n.node_id)
+            .order_by(n.node_id)
+        ).mappings()
+    ]
+
+
+def _avg(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return _round(math.fsum(present) / len(present)) if present else None
+
+
+def _models(conn: sa.Connection, scope: JobScope) -> dict[tuple[int, int], str | None]:
+    rows = conn.execute(
+        sa.select(gpus.c.node_id, gpus.c.gpu_index, gpus.c.name).where(gpus.c.node_id.in_(scope.node_ids))
+    )
+    return {(r[0], r[1]): r[2] for r in rows}
+
+
+def window_features(
+    conn: sa.Connection,
+    scope: JobScope,
+    kind: str,
+    start: datetime,
+    end: datetime,
+    thresholds: Thresholds,
+    context: WindowFeatures | None = None,
+) -> WindowFeatures:
+    """Features of ``scope``'s job over the whole minutes ``[start, end)``.
+
+    ``context`` is the whole-job window when computing the recent one (for "was a GPU ever
+    used"); without it the window is its own context.
+    """
+    start = floor_minute(start)
+    rows = _gpu_rows(conn, scope, start, end)
+    models = _models(conn, scope)
+    per_gpu = tuple(
+        _gpu_features(
+            ref, rows.get((ref.node_id, ref.gpu_index)), models.get((ref.node_id, ref.gpu_index)), thresholds
+        )
+        for ref in scope.gpus
+    )
+    all_rows = [rows[k] for k in sorted(rows)]
+
+    def tot(key: str) -> float | None:
+        values = [r.get(key) for r in all_rows if r.get(key) is not None]
+        return math.fsum(float(v) for v in values) if values else None
+
+    def jmean(name: str) -> float | None:
+        return _div(tot(f"{name}_sum"), tot(f"{name}_n"))
+
+    bins = [int(tot(f"bin{k}") or 0) for k in range(UTIL_BINS)]
+    util_n = int(tot("util_gpu_ratio_n") or 0)
+    util = jmean("util_gpu_ratio")
+    idle_fraction = jmean("util_gpu_idle_fraction_ratio")
+    samples = int(tot("samples") or 0)
+    with_data = [f for f in per_gpu if f.samples]
+    model_names = tuple(sorted({f.model for f in per_gpu if f.model}))
+    tensor = [has_tensor_cores(m) for m in model_names]
+    util_max_values = [f.util_max for f in per_gpu if f.util_max is not None]
+    mem_max_values = [f.memory_used_max_bytes for f in per_gpu if f.memory_used_max_bytes is not None]
+
+    # job cgroups: cores summed over nodes; ratios against the allocation
+    jrows = _job_rows(conn, scope.job_id, start, end)
+    cpu_used = cpu_alloc = None
+    node_ratios: list[float] = []
+    mem_max = mem_limit = swap_max = None
+    mem_ratios: list[float] = []
+    for r in jrows:
+        used = _div(r["cpu_sum"], r["cpu_n"])
+        if used is not None:
+            cpu_used = (cpu_used or 0.0) + used
+        if r["cpu_alloc"] is not None:
+            cpu_alloc = (cpu_alloc or 0.0) + float(r["cpu_alloc"])
+            if used is not None and r["cpu_alloc"]:
+                node_ratios.append(used / float(r["cpu_alloc"]))
+        if r["mem_max"] is not None:
+            mem_max = max(mem_max or 0, int(r["mem_max"]))
+            if r["mem_limit"]:
+                mem_ratios.append(int(r["mem_max"]) / int(r["mem_limit"]))
+        if r["mem_limit"] is not None:
+            mem_limit = max(mem_limit or 0, int(r["mem_limit"]))
+        if r["swap_max"] is not None:
+            swap_max = max(swap_max or 0, int(r["swap_max"]))
+    psi = _div(math.fsum(float(r["psi_sum"] or 0) for r in jrows), sum(int(r["psi_n"] or 0) for r in jrows))
+
+    nrows = _node_rows(conn, scope.node_ids, start, end)
+
+    def nmean(name: str) -> list[float | None]:
+        return [_div(r[f"{name}_sum"], r[f"{name}_n"]) for r in nrows]
+
+    swap = [
+        None if i is None and o is None else (i or 0.0) + (o or 0.0)
+        for i, o in zip(nmean("swap_in_bytes_per_s"), nmean("swap_out_bytes_per_s"), strict=True)
+    ]
+    nic = nmean("nic_bytes_per_s")
+    ib = nmean("ib_bytes_per_s")
+    net = [None if a is None and b is None else (a or 0.0) + (b or 0.0) for a, b in zip(nic, ib, strict=True)]
+
+    features: dict[str, Any] = dict(
+        job_id=scope.job_id,
+        kind=kind,
+        start=start,
+        end=end,
+        gpu_source=scope.gpu_source,
+        node_count=len(scope.node_ids),
+        gpu_count=len(scope.gpus),
+        gpus_with_data=len(with_data),
+        gpus=per_gpu,
+        models=model_names,
+        has_gpm=any(f.sm_active is not None for f in per_gpu),
+        tensor_cores=None if not tensor or None in tensor else all(tensor),
+        gpu_hours=_round(sum(f.minutes for f in per_gpu) / 60.0) or 0.0,
+        samples=samples,
+        lost_samples=int(tot("lost_samples") or 0),
+        util_mean=util,
+        util_p50=quantile_from_bins(bins, 0.5),
+        util_p95=quantile_from_bins(bins, 0.95),
+        util_max=max(util_max_values) if util_max_values else None,
+        util_std=_std(tot("util_sumsq"), tot("util_gpu_ratio_sum"), util_n),
+        zero_share=_div(bins[0], util_n),
+        idle_fraction_mean=idle_fraction,
+        burst_util=_burst(util, idle_fraction),
+        sm_active=jmean("sm_active_ratio"),
+        sm_occupancy=jmean("sm_occupancy_ratio"),
+        tensor_active=jmean("tensor_active_ratio"),
+        dram_active=jmean("dram_active_ratio"),
+        fp32_active=jmean("fp32_active_ratio"),
+        fp16_active=jmean("fp16_active_ratio"),
+        memory_used_ratio_max=max(
+            (f.memory_used_ratio for f in per_gpu if f.memory_used_ratio is not None), default=None
+        ),
+        power_ratio=_avg([f.power_ratio for f in with_data]),
+        throttled_share=_div(sum(f.throttled_samples for f in per_gpu), samples),
+        xid_samples=sum(f.xid_samples for f in per_gpu),
+        pcie_bytes_per_s=_avg([f.pcie_bytes_per_s for f in with_data]),
+        nvlink_bytes_per_s=_avg([f.nvlink_bytes_per_s for f in with_data]),
+        idle_gpus=tuple(f.gpu for f in per_gpu if f.idle),
+        faulty_gpus=tuple(
+            f.gpu
+            for f in per_gpu
+            if f.lost_samples >= thresholds.fault_min_samples or f.xid_samples >= thresholds.fault_min_samples
+        ),
+        cpu_used_cores=_round(cpu_used),
+        cpu_allocated_cores=_round(cpu_alloc),
+        cpu_ratio=_div(cpu_used, cpu_alloc),
+        cpu_ratio_max_node=_round(max(node_ratios)) if node_ratios else None,
+        job_memory_used_max_bytes=mem_max,
+        job_memory_limit_bytes=mem_limit,
+        job_memory_ratio=_round(max(mem_ratios)) if mem_ratios else None,
+        job_swap_max_bytes=swap_max,
+        memory_pressure=psi,
+        host_busy=_avg(nmean("busy_ratio")),
+        iowait=_avg(nmean("iowait_ratio")),
+        swap_bytes_per_s=_avg(swap),
+        nic_bytes_per_s=_avg(nic),
+        ib_bytes_per_s=_avg(ib),
+        network_bytes_per_s=_avg(net),
+        job_util_max=None,
+        job_gpu_memory_max_bytes=None,
+    )
+    if context is not None:
+        features["job_util_max"] = context.job_util_max
+        features["job_gpu_memory_max_bytes"] = context.job_gpu_memory_max_bytes
+    else:
+        features["job_util_max"] = features["util_max"]
+        features["job_gpu_memory_max_bytes"] = max(mem_max_values) if mem_max_values else None
+
+    checks = {
+        **{name: features[name] for name in GPM_SIGNALS},
+        "util_gpu": features["util_mean"],
+        "util_idle_fraction": features["idle_fraction_mean"],
+        "gpu_memory": features["memory_used_ratio_max"],
+        "power": features["power_ratio"],
+        "nvlink": features["nvlink_bytes_per_s"],
+        "pcie": features["pcie_bytes_per_s"],
+        "job_cpu": features["cpu_ratio"],
+        "job_memory_limit": features["job_memory_ratio"],
+        "job_memory_pressure": features["memory_pressure"],
+        "host_iowait": features["iowait"],
+        "host_swap": features["swap_bytes_per_s"],
+        "network": features["network_bytes_per_s"],
+    }
+    features["missing"] = tuple(name for name, value in checks.items() if value is None)
+    return WindowFeatures(**features)
+
+
+def job_windows(
+    conn: sa.Connection, scope: JobScope, now: datetime, thresholds: Thresholds
+) -> tuple[WindowFeatures, WindowFeatures] | None:
+    """(recent, whole-job) features at ``now``; None when the job has no start or no minutes yet."""
+    if scope.start is None:
+        return None
+    edge = window_edge(conn, scope, now)
+    start = floor_minute(scope.start)
+    if edge <= start:
+        return None
+    whole = window_features(conn, scope, "job", start, edge, thresholds)
+    recent_start = max(start, edge - timedelta(seconds=thresholds.recent_window_s))
+    recent = window_features(conn, scope, "recent", recent_start, edge, thresholds, context=whole)
+    return recent, whole

@@ -1,0 +1,35 @@
+"""CPU-only job: GPUs allocated, never any utilization or GPU memory, while the job's CPUs work.
+
+"Never" is the whole job (the context carried into the recent window), so a job that used
+its GPUs and then went idle is ``idle_allocation``, not this.
+"""
+
+from __future__ import annotations
+
+from gpuwatch.classify.features import WindowFeatures
+from gpuwatch.classify.thresholds import Thresholds
+from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, make_verdict, pct
+
+
+def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
+    if not f.gpus_with_data or len(f.idle_gpus) < f.gpu_count:
+        return None
+    ev = Evidence()
+    ev.signal("idle_gpus", list(f.idle_gpus))
+    if ev.check("job_util_max", f.job_util_max, "<=", "util_never_used", 0.0) is not True:
+        return None
+    if (
+        ev.check("job_gpu_memory_max_bytes", f.job_gpu_memory_max_bytes, "<=", "gpu_memory_never_used", 0)
+        is False
+    ):
+        return None
+    busy = ev.check("cpu_ratio", f.cpu_ratio, ">=", "cpu_busy_ratio", t.cpu_busy_ratio)
+    if busy is None:
+        return Skipped(Cause.CPU_ONLY, "job CPU use not measured (no job cgroup samples)")
+    if not busy:
+        return None
+    ev.signal("cpu_used_cores", f.cpu_used_cores)
+    ev.signal("cpu_allocated_cores", f.cpu_allocated_cores)
+    ev.notes.append("process lists are not rolled up; 'no process' is inferred from 0 bytes of GPU memory")
+    ev.values.update(cpu_pct=pct(f.cpu_ratio), cpu_alloc=f"{f.cpu_allocated_cores:g}")
+    return make_verdict(Cause.CPU_ONLY, 0.92, f, ev, 1.0)

@@ -1,0 +1,53 @@
+"""Input-bound: the GPU duty-cycles (bursts of work between idle polls) while the job's CPUs
+are saturated against its allocation or the host waits on I/O."""
+
+from __future__ import annotations
+
+from gpuwatch.classify.features import WindowFeatures
+from gpuwatch.classify.thresholds import Thresholds
+from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, efficiency, make_verdict, pct
+
+
+def duty_cycling(f: WindowFeatures, t: Thresholds, ev: Evidence) -> bool | None:
+    idle = ev.check(
+        "idle_fraction_mean",
+        f.idle_fraction_mean,
+        ">=",
+        "duty_idle_fraction_ratio",
+        t.duty_idle_fraction_ratio,
+    )
+    burst = ev.check("burst_util", f.burst_util, ">=", "duty_burst_util_ratio", t.duty_burst_util_ratio)
+    if idle is None or burst is None:
+        return None
+    return idle and burst
+
+
+def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
+    ev = Evidence()
+    duty = duty_cycling(f, t, ev)
+    if duty is None:
+        return Skipped(Cause.INPUT_BOUND, "per-poll idle fraction not measured")
+    if not duty or len(f.idle_gpus) == f.gpu_count:
+        return None
+    ratio = max((r for r in (f.cpu_ratio, f.cpu_ratio_max_node) if r is not None), default=None)
+    cpu = ev.check("cpu_ratio", ratio, ">=", "cpu_saturated_ratio", t.cpu_saturated_ratio)
+    io = ev.check("iowait", f.iowait, ">=", "iowait_high_ratio", t.iowait_high_ratio)
+    if not (cpu or io):
+        if cpu is None:
+            return Skipped(
+                Cause.INPUT_BOUND, "GPU duty-cycles and iowait is low, but job CPU use was not measured"
+            )
+        return None
+    ev.signal("cpu_used_cores", f.cpu_used_cores)
+    ev.signal("cpu_allocated_cores", f.cpu_allocated_cores)
+    ev.signal("util_std", f.util_std)
+    reasons = []
+    if cpu:
+        reasons.append(f"CPUs at {pct(ratio)} of {f.cpu_allocated_cores:g} allocated cores")
+    if io:
+        reasons.append(f"host I/O wait {pct(f.iowait)}")
+    ev.values.update(
+        input_reason=", ".join(reasons), idle_pct=pct(f.idle_fraction_mean), util_pct=pct(f.util_mean)
+    )
+    confidence = 0.9 if cpu and io else 0.85 if cpu else 0.75
+    return make_verdict(Cause.INPUT_BOUND, confidence, f, ev, 1 - efficiency(f))

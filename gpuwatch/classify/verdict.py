@@ -1,0 +1,251 @@
+"""Verdicts: a cause, a confidence, evidence as data, a fix and a one-line summary.
+
+Rules never build sentences: each cause has one summary template and one fix text here
+(:data:`TEXTS`), rendered with values the rule puts in :class:`Evidence`. The evidence is
+plain JSON-able data: the signal values, the thresholds they were compared with, each
+comparison, and the signals that were missing (so "no GPM on this card" is visible).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from gpuwatch.classify.features import WindowFeatures
+
+
+class Cause(str, Enum):
+    GPU_FAULT = "gpu_fault"
+    CPU_ONLY = "cpu_only"
+    IDLE_ALLOCATION = "idle_allocation"
+    GPU_MEMORY_PRESSURE = "gpu_memory_pressure"
+    HOST_MEMORY_PRESSURE = "host_memory_pressure"
+    INPUT_BOUND = "input_bound"
+    COMMUNICATION_BOUND = "communication_bound"
+    SMALL_WORK = "small_work"
+    NO_MIXED_PRECISION = "no_mixed_precision"
+    THROTTLED = "throttled"
+    UNKNOWN_LOW = "unknown_low"
+    HEALTHY = "healthy"
+
+
+#: tie-break when two verdicts have the same confidence: the more specific cause first
+PRIORITY = {cause: i for i, cause in enumerate(Cause)}
+
+
+@dataclass(frozen=True)
+class CauseText:
+    summary: str  # string.Template over the evidence's `values`
+    fix: str
+
+
+TEXTS: dict[Cause, CauseText] = {
+    Cause.GPU_FAULT: CauseText(
+        "job $job: $faulty of $gpus GPU(s) faulted ($lost lost samples, XID samples $xid)",
+        "The GPU reported XID errors or dropped off the bus: drain the node and have an admin check "
+        "it (nvidia-smi -q, dmesg for NVRM XID); resubmit the job excluding the node (--exclude).",
+    ),
+    Cause.CPU_ONLY: CauseText(
+        "job $job: $gpus GPU(s) allocated, never used (no util, no GPU memory) while its CPUs run at "
+        "$cpu_pct of $cpu_alloc cores",
+        "The program never touches the GPU: check that it is built/installed with CUDA support "
+        "(torch.cuda.is_available()) and moves work to the device; or resubmit without --gres=gpu.",
+    ),
+    Cause.IDLE_ALLOCATION: CauseText(
+        "job $job: $idle of $gpus GPU(s) idle (0 % in every sample) — $idle_list",
+        "Release GPUs the job does not use: request only as many as the code uses (--gpus=N), make "
+        "sure every rank selects its own device (LOCAL_RANK), and end interactive sessions when done.",
+    ),
+    Cause.GPU_MEMORY_PRESSURE: CauseText(
+        "job $job: GPU memory $mem_pct full while GPU busy only $util_pct",
+        "GPU memory is near full and the GPU waits (allocator thrash, unified-memory paging or CPU "
+        "offload): lower the batch size or use gradient checkpointing / activation offload sparingly, "
+        "or use a GPU with more memory.",
+    ),
+    Cause.HOST_MEMORY_PRESSURE: CauseText(
+        "job $job: host memory $host_reason; GPU busy only $util_pct",
+        "The job is at its memory limit or the node swaps: request more memory (--mem), stream the "
+        "dataset instead of loading it whole, and lower DataLoader prefetch_factor / workers' copies.",
+    ),
+    Cause.INPUT_BOUND: CauseText(
+        "job $job: $gpus GPU(s) starved by input — $input_reason; GPU busy $util_pct in bursts "
+        "(idle $idle_pct of the time)",
+        "The GPU waits for data: raise DataLoader num_workers (and request more CPUs with "
+        "--cpus-per-task), use pin_memory and persistent_workers, pre-process the data once, and stage "
+        "it to node-local storage if I/O wait is high.",
+    ),
+    Cause.COMMUNICATION_BOUND: CauseText(
+        "job $job: $gpus GPU(s) on $nodes node(s) bound by communication — $comm_reason, SM activity $sm_pct",
+        "The GPUs mostly wait on collectives: use fewer, fuller GPUs or nodes, raise the per-GPU batch "
+        "or gradient accumulation, overlap communication with compute (DDP bucket size, FSDP "
+        "prefetch), and check NCCL uses NVLink/InfiniBand (NCCL_DEBUG=INFO).",
+    ),
+    Cause.SMALL_WORK: CauseText(
+        "job $job: too little work per GPU — util $util_pct, $work_reason, power $power_pct of limit, "
+        "memory $mem_pct",
+        "Kernels are too small to fill the GPU: raise the batch size, fuse small ops (torch.compile, "
+        "CUDA graphs), run several tasks per GPU (MPS) or use a smaller GPU / MIG slice.",
+    ),
+    Cause.NO_MIXED_PRECISION: CauseText(
+        "job $job: SMs busy ($sm_pct) but tensor cores idle ($tensor_pct) — no mixed precision",
+        "Use mixed precision: torch.autocast(device_type='cuda', dtype=torch.bfloat16) (or AMP with "
+        "GradScaler for fp16), or allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True).",
+    ),
+    Cause.THROTTLED: CauseText(
+        "job $job: $throttled of $gpus GPU(s) throttled ($reason) $share_pct of the time",
+        "Clocks are held down by power or heat: report the node to the admins (cooling, power cap, "
+        "fan); the job itself is not at fault.",
+    ),
+    Cause.UNKNOWN_LOW: CauseText(
+        "job $job: GPU use low (util $util_pct$sm_part), cause unknown$missing_part",
+        "Profile the job (torch.profiler or Nsight Systems) to see what the GPU waits for; signals "
+        "that would have named a cause are listed as missing.",
+    ),
+    Cause.HEALTHY: CauseText(
+        "job $job: $gpus GPU(s) used well (util $util_pct$sm_part)",
+        "",
+    ),
+}
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def rate(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B/s"
+
+
+_OPS = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+@dataclass
+class Evidence:
+    """What a rule looked at: the numbers, the thresholds, each comparison, what was missing."""
+
+    signals: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)  # for the summary template
+
+    def signal(self, name: str, value: Any) -> Any:
+        self.signals[name] = value
+        return value
+
+    def check(
+        self, name: str, value: float | None, op: str, threshold_name: str, threshold: float
+    ) -> bool | None:
+        """Compare and record; None (and ``name`` listed as missing) when the signal is absent."""
+        self.signals[name] = value
+        self.thresholds[threshold_name] = threshold
+        if value is None:
+            if name not in self.missing:
+                self.missing.append(name)
+            self.checks.append({"signal": name, "op": op, "threshold": threshold_name, "passed": None})
+            return None
+        passed = bool(_OPS[op](value, threshold))
+        self.checks.append({"signal": name, "op": op, "threshold": threshold_name, "passed": passed})
+        return passed
+
+    def lacks(self, name: str, note: str | None = None) -> None:
+        if name not in self.missing:
+            self.missing.append(name)
+        if note:
+            self.notes.append(note)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "signals": self.signals,
+            "thresholds": self.thresholds,
+            "checks": self.checks,
+            "missing": self.missing,
+            "notes": self.notes,
+        }
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A rule that could not decide because a signal it needs is missing."""
+
+    cause: Cause
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"cause": self.cause.value, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    job_id: str
+    cause: Cause
+    confidence: float
+    window_kind: str
+    window_start: Any
+    window_end: Any
+    summary: str
+    fix: str
+    evidence: dict[str, Any]
+    gpus: int
+    gpu_hours: float
+    gpu_hours_wasted: float
+    mean_util_ratio: float | None
+
+    @property
+    def sort_key(self) -> tuple[float, int]:
+        return (-self.confidence, PRIORITY[self.cause])
+
+
+def make_verdict(
+    cause: Cause, confidence: float, f: WindowFeatures, evidence: Evidence, waste_share: float
+) -> Verdict:
+    """Render ``cause``'s template with the evidence's values and wrap it with the window."""
+    values = {
+        "job": f.job_id,
+        "gpus": f.gpu_count,
+        "nodes": f.node_count,
+        "util_pct": pct(f.util_mean),
+        "sm_part": "" if f.sm_active is None else f", SM active {pct(f.sm_active)}",
+        **evidence.values,
+    }
+    summary = string.Template(TEXTS[cause].summary).safe_substitute(values)
+    data = evidence.as_dict()
+    data["window"] = {"kind": f.kind, "start": f.start.isoformat(), "end": f.end.isoformat()}
+    data["models"] = list(f.models)
+    data["gpm"] = f.has_gpm
+    data["window_missing"] = list(f.missing)
+    waste = max(0.0, min(1.0, waste_share))
+    return Verdict(
+        job_id=f.job_id,
+        cause=cause,
+        confidence=round(max(0.0, min(1.0, confidence)), 3),
+        window_kind=f.kind,
+        window_start=f.start,
+        window_end=f.end,
+        summary=summary,
+        fix=TEXTS[cause].fix,
+        evidence=data,
+        gpus=f.gpu_count,
+        gpu_hours=round(f.gpu_hours, 4),
+        gpu_hours_wasted=round(f.gpu_hours * waste, 4),
+        mean_util_ratio=f.util_mean,
+    )
+
+
+def efficiency(f: WindowFeatures) -> float:
+    """Share of the GPUs' capacity used: SM activity where measured, else NVML utilization."""
+    value = f.sm_active if f.sm_active is not None else f.util_mean
+    return 0.0 if value is None else value

@@ -1,0 +1,333 @@
+"""Generator of the labelled classifier corpus (``tests/classify/corpus/*.json``).
+
+A case is data: a label (the cause the recent window must lead with; ``healthy``; or
+``none`` for no verdict at all), the GPU model, nodes x GPUs, a simulated-backend scenario
+(a name or spec such as ``"training,gpu7=idle"``, or a custom scenario defined in the case
+file), a seed, the job's age, and a host profile: the job cgroup's CPU use and allocation,
+memory vs its limit, the node's iowait, swap, NIC and InfiniBand rates.
+
+:func:`build` turns a case into what a real deployment would hold: wire batches per node
+(GPU samples from :class:`SimulatedBackend`, CPU/memory/NIC/IB/job/attribution samples
+matching the profile) plus a ``slurm_jobs`` row and ``job_gpus`` rows. :func:`load` stores
+them (BatchStore + Core inserts). Everything is a pure function of the case, so both
+databases get identical input.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch import wire
+from gpuwatch.collectors import sim_backend as sim
+from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.sql.nodes import create_token, get_node
+from gpuwatch.sql.schema import job_gpus, slurm_jobs
+
+CORPUS_DIR = Path(__file__).parent / "corpus"
+#: every case starts here (seconds off the minute on purpose)
+T0 = datetime(2026, 3, 2, 8, 0, 7, tzinfo=timezone.utc)
+INTERVAL_S = 10
+GIB = 2**30
+HOST_CORES = 64
+HOST_MEMORY = 512 * GIB
+
+_BASE_ACTIVITIES = {
+    "training": sim.TRAINING,
+    "idle": sim.IDLE,
+    "loader_wait": sim.LOADER_WAIT,
+    "all_reduce": sim.ALL_REDUCE,
+}
+
+
+@dataclass(frozen=True)
+class Host:
+    cpu_alloc: float = 8.0  # cores allocated to the job per node
+    cpu_used: float = 4.0  # cores the job uses per node
+    iowait: float = 0.01
+    swap_bytes_per_s: float = 0.0
+    job_memory_ratio: float = 0.3  # used / limit
+    job_memory_limit: int = 64 * GIB
+    memory_pressure: float | None = 0.0
+    nic_bytes_per_s: float = 2e6
+    ib_bytes_per_s: float | None = None  # None: no IB port on the node
+    job_samples: bool = True  # False: no cgroup data for the job
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    label: str
+    why: str
+    scenario: str
+    model: str = "H200"
+    nodes: int = 1
+    gpus: int = 4
+    seed: int = 0
+    minutes: int = 15  # job age at evaluation (or duration, when finished)
+    finished_after_min: int | None = None  # job ended this many minutes after start
+    gpu_source: str = "job_gpus"  # "job_gpus" | "attribution" (no job_gpus rows)
+    slurm_row: bool = True
+    host: Host = field(default_factory=Host)
+    scenarios: dict[str, Any] = field(default_factory=dict)  # custom scenarios of the case file
+
+    @property
+    def start(self) -> datetime:
+        return T0
+
+    @property
+    def now(self) -> datetime:
+        return T0 + timedelta(minutes=self.minutes)
+
+    @property
+    def end(self) -> datetime | None:
+        return None if self.finished_after_min is None else T0 + timedelta(minutes=self.finished_after_min)
+
+
+# ---------------------------------------------------------------------------- scenarios
+
+
+def _activity(spec: str | dict) -> sim.Activity:
+    if isinstance(spec, str):
+        return _BASE_ACTIVITIES[spec]
+    spec = dict(spec)
+    base = _BASE_ACTIVITIES[spec.pop("base")] if "base" in spec else sim.Activity()
+    if "throttle_reasons" in spec:
+        spec["throttle_reasons"] = tuple(spec["throttle_reasons"])
+    return sim.Activity(**{**base.__dict__, **spec})
+
+
+def _scenario(name: str, custom: dict[str, Any]) -> sim.Scenario | str:
+    if name not in custom:
+        return name  # one of sim.SCENARIOS
+    spec = custom[name]
+    kind = spec["kind"]
+    if kind == "steady":
+        return sim.Steady(_activity(spec["activity"]))
+    if kind == "duty":
+        return sim.DutyCycle(_activity(spec["on"]), _activity(spec["off"]), spec["period_s"], spec["on_s"])
+    if kind == "switch":
+        before, after = (_scenario(spec[k], custom) for k in ("before", "after"))
+        return sim.Switch(_object(before), _object(after), spec["at_s"])
+    if kind == "xid":
+        base = _object(_scenario(spec["base"], custom))
+        return sim.XidThenLost(base, spec["xid"], spec["at_s"], spec["lost_after_s"])
+    raise ValueError(f"unknown custom scenario kind {kind!r}")
+
+
+def _object(scenario: sim.Scenario | str) -> sim.Scenario:
+    return sim.SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+
+
+def backend(case: Case, node: int) -> sim.SimulatedBackend:
+    spec = case.scenario.split("|")[node] if "|" in case.scenario else case.scenario
+    default, overrides = sim.parse_scenario_spec(spec)
+    return sim.SimulatedBackend(
+        _scenario(default, case.scenarios),
+        gpus=case.gpus,
+        seed=case.seed * 101 + node,
+        model=case.model,
+        overrides={i: _scenario(s, case.scenarios) for i, s in overrides.items()},
+        interval_s=INTERVAL_S,
+        start=case.start,
+    )
+
+
+# ---------------------------------------------------------------------------- samples
+
+
+def job_id(index: int) -> str:
+    return f"{9000 + index}"
+
+
+def node_name(index: int, node: int) -> str:
+    return f"c{index:02d}n{node}"
+
+
+def _jitter(rng: random.Random, value: float, spread: float = 0.03) -> float:
+    return max(0.0, value * (1.0 + spread * (2 * rng.random() - 1)))
+
+
+def _host_samples(case: Case, jid: str, ts: datetime, rng: random.Random) -> list:
+    h = case.host
+    used = min(h.cpu_alloc, _jitter(rng, h.cpu_used))
+    busy = min(1.0, max(0.02, used / HOST_CORES + 0.01))
+    iowait = min(1.0 - busy, _jitter(rng, h.iowait))
+    swap = _jitter(rng, h.swap_bytes_per_s)
+    job_used = min(h.job_memory_limit, int(_jitter(rng, h.job_memory_ratio, 0.005) * h.job_memory_limit))
+    out: list = [
+        wire.CpuSample(
+            ts=ts,
+            cores=HOST_CORES,
+            busy_ratio=busy,
+            user_ratio=busy * 0.9,
+            system_ratio=busy * 0.1,
+            iowait_ratio=iowait,
+        ),
+        wire.MemorySample(
+            ts=ts,
+            total_bytes=HOST_MEMORY,
+            available_bytes=HOST_MEMORY - job_used - 8 * GIB,
+            used_bytes=job_used + 8 * GIB,
+            swap_total_bytes=16 * GIB,
+            swap_used_bytes=int(min(16 * GIB, swap * 60)),
+            swap_in_bytes_per_s=swap / 2,
+            swap_out_bytes_per_s=swap / 2,
+        ),
+        wire.NicSample(
+            ts=ts,
+            device="eth0",
+            rx_bytes_per_s=_jitter(rng, h.nic_bytes_per_s * 0.7),
+            tx_bytes_per_s=_jitter(rng, h.nic_bytes_per_s * 0.3),
+            rx_packets_per_s=1000,
+            tx_packets_per_s=1000,
+        ),
+    ]
+    if h.ib_bytes_per_s is not None:
+        out.append(
+            wire.InfinibandSample(
+                ts=ts,
+                device="mlx5_0",
+                port=1,
+                rx_bytes_per_s=_jitter(rng, h.ib_bytes_per_s / 2),
+                tx_bytes_per_s=_jitter(rng, h.ib_bytes_per_s / 2),
+                link_rate_bytes_per_s=25e9,
+            )
+        )
+    if h.job_samples:
+        out.append(
+            wire.JobSample(
+                ts=ts,
+                job_id=jid,
+                cpu_used_cores=used,
+                cpu_allocated_cores=h.cpu_alloc,
+                memory_used_bytes=job_used,
+                memory_limit_bytes=h.job_memory_limit,
+                memory_swap_bytes=int(swap * 30) if swap else 0,
+                memory_pressure_ratio=h.memory_pressure,
+                cgroup_version=2,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Built:
+    case: Case
+    job_id: str
+    batches: dict[str, list[wire.Batch]]  # node name -> batches
+    slurm_row: dict[str, Any] | None
+    job_gpu_rows: list[dict[str, Any]]
+
+
+def build(case: Case, index: int) -> Built:
+    jid = job_id(index)
+    last = case.end if case.end is not None else case.now
+    cycles = int((last - case.start).total_seconds() // INTERVAL_S)
+    batches: dict[str, list[wire.Batch]] = {}
+    for node in range(case.nodes):
+        name = node_name(index, node)
+        gpu = backend(case, node)
+        rng = random.Random(f"{case.seed}-{node}")
+        chunk: list = []
+        out: list[wire.Batch] = []
+        for k in range(1, cycles + 1):
+            ts = case.start + timedelta(seconds=INTERVAL_S * k)
+            chunk.extend(gpu.sample(ts))
+            chunk.extend(_host_samples(case, jid, ts, rng))
+            chunk.extend(
+                wire.AttributionSample(
+                    ts=ts, gpu_index=i, job_id=jid, user="alice", uid=1000, source="prolog"
+                )
+                for i in range(case.gpus)
+            )
+            following = ts + timedelta(seconds=INTERVAL_S)
+            # a batch per 10 wall-clock minutes, cut on a minute boundary so each rollup
+            # minute comes from one batch (one storage path: INSERT or COPY)
+            if (following.minute % 10 == 0 and following.minute != ts.minute) or k == cycles:
+                out.append(wire.Batch(node=name, agent_version="corpus", seq=len(out), samples=chunk))
+                chunk = []
+        batches[name] = out
+    now = case.now
+    row = None
+    if case.slurm_row:
+        row = {
+            "job_id": jid,
+            "source": "squeue" if case.end is None else "sacct",
+            "name": case.name,
+            "user_name": "alice",
+            "uid": 1000,
+            "account": "lab",
+            "partition": "gpu",
+            "state": "RUNNING" if case.end is None else "COMPLETED",
+            "submit_at": case.start - timedelta(minutes=1),
+            "start_at": case.start,
+            "end_at": case.end,
+            "time_limit_s": 86400,
+            "nodes": [node_name(index, n) for n in range(case.nodes)],
+            "cpus": int(case.host.cpu_alloc * case.nodes),
+            "memory_bytes": case.host.job_memory_limit * case.nodes,
+            "gpus": case.gpus * case.nodes,
+            "first_seen_at": case.start,
+            "updated_at": now,
+        }
+    gpu_rows = []
+    if case.gpu_source == "job_gpus" and row is not None:
+        gpu_rows = [
+            {"job_id": jid, "node": node_name(index, n), "gpu_index": i}
+            for n in range(case.nodes)
+            for i in range(case.gpus)
+        ]
+    return Built(case, jid, batches, row, gpu_rows)
+
+
+# ---------------------------------------------------------------------------- the corpus
+
+
+def _case(data: dict[str, Any], custom: dict[str, Any]) -> Case:
+    data = dict(data)
+    host = Host(**data.pop("host", {}))
+    return Case(host=host, scenarios=custom, **data)
+
+
+@cache
+def cases() -> tuple[Case, ...]:
+    out: list[Case] = []
+    for path in sorted(CORPUS_DIR.glob("*.json")):
+        doc = json.loads(path.read_text())
+        custom = doc.get("scenarios", {})
+        out.extend(_case(c, custom) for c in doc["cases"])
+    names = [c.name for c in out]
+    assert len(names) == len(set(names)), "case names must be unique"
+    return tuple(out)
+
+
+@cache
+def built_corpus() -> tuple[Built, ...]:
+    return tuple(build(case, i) for i, case in enumerate(cases()))
+
+
+def load(engine: sa.Engine, built: tuple[Built, ...]) -> None:
+    """Store every case's batches and Slurm rows into ``engine``'s database."""
+    store = BatchStore(engine)
+    for b in built:
+        for name, node_batches in b.batches.items():
+            create_token(engine, name)
+            with engine.connect() as conn:
+                node_id = get_node(conn, name).id
+            for batch in node_batches:
+                store.store(node_id, batch)
+    with engine.begin() as conn:
+        rows = [b.slurm_row for b in built if b.slurm_row]
+        if rows:
+            conn.execute(slurm_jobs.insert(), rows)
+        gpu_rows = [r for b in built for r in b.job_gpu_rows]
+        if gpu_rows:
+            conn.execute(job_gpus.insert(), gpu_rows)
