@@ -5,6 +5,6 @@ PY=${PYTHON:-python3}
 stamp=.venv/.gpuwatch-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -e '.[dev,workload]'
   touch "$stamp"
 fi

@@ -305,22 +305,6 @@ _GPU_SUMS = (
 )
 
 
-def _uncount_lost(count: sa.ColumnElement, lost: sa.ColumnElement) -> sa.ColumnElement:
-    """Workaround for the rollup counting lost samples as throttled and as XIDs.
-
-    A lost GPU's ``throttle_reasons``/``xid_errors`` are None, stored as JSON ``'null'`` by
-    INSERT (SQLite, small PostgreSQL batches) but as SQL NULL by COPY (large PostgreSQL
-    batches), and ``sql/rollups.py`` counts JSON ``'null'`` as a reason and as an XID. Per
-    minute, when the count is at least the lost samples, they were counted in it and are taken
-    out, so both storage paths give the same features. Drop this once the rollup (or
-    ``Json(none_as_null=True)``) is fixed.
-    """
-    return sa.case(
-        (sa.and_(lost > 0, count >= lost), count - lost),
-        else_=count,
-    )
-
-
 def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: datetime) -> dict[tuple, dict]:
     g = gpu_minutes.c
     cols: list[sa.ColumnElement] = [
@@ -335,8 +319,8 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
         sa.func.max(g.memory_total_bytes).label("memory_total"),
         sa.func.max(g.power_limit_watts).label("power_limit"),
         sa.func.max(g.temperature_celsius_max).label("temperature_max"),
-        sa.func.sum(_uncount_lost(g.throttled_samples, g.lost_samples)).label("throttled_samples"),
-        sa.func.sum(_uncount_lost(g.xid_samples, g.lost_samples)).label("xid_samples"),
+        sa.func.sum(g.throttled_samples).label("throttled_samples"),
+        sa.func.sum(g.xid_samples).label("xid_samples"),
     ]
     for name in _GPU_SUMS:
         cols += [

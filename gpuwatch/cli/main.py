@@ -64,7 +64,36 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Imports the feature modules' commands only when one of them is asked for.
+
+    ``gpuwatch agent`` runs on every compute node: it should not carry the daemon-side
+    modules (SQLAlchemy, the classifier, torch for the workload) in its memory.
+    """
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            import importlib
+
+            LazyGroup._loaded = True
+            for name in SUBCOMMAND_MODULES:
+                importlib.import_module(name).register(self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            self._load()
+            command = super().get_command(ctx, cmd_name)
+        return command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpuwatch")
 @click.option(
     "--config",
@@ -314,16 +343,6 @@ def demo(ctx: Context, node_count: int, cycles: int, interval: float) -> None:
 
 #: modules adding their own commands with ``register(cli)``: each feature keeps its CLI beside it
 SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuwatch.cli.jobs", "gpuwatch.workload.cli")
-
-
-def _register_subcommands() -> None:
-    import importlib
-
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(cli)
-
-
-_register_subcommands()
 
 
 def main() -> None:

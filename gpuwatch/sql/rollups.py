@@ -83,9 +83,9 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
     ]
     not_idle_reasons = sa.and_(
         g.throttle_reasons.is_not(None),
-        sa.cast(g.throttle_reasons, sa.Text).not_in(["[]", '["gpu_idle"]']),
+        sa.cast(g.throttle_reasons, sa.Text).not_in(["[]", '["gpu_idle"]', "null"]),
     )
-    has_xid = sa.and_(g.xid_errors.is_not(None), sa.cast(g.xid_errors, sa.Text) != "[]")
+    has_xid = sa.and_(g.xid_errors.is_not(None), sa.cast(g.xid_errors, sa.Text).not_in(["[]", "null"]))
 
     def sum_n(name: str, expr: sa.ColumnElement) -> list[sa.ColumnElement]:
         return [sa.func.sum(expr).label(f"{name}_sum"), _count(expr).label(f"{name}_n")]

@@ -36,8 +36,9 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         return value.astimezone(timezone.utc)
 
 
-#: JSON on SQLite, JSONB on PostgreSQL (indexable, compact)
-Json: Any = sa.JSON().with_variant(JSONB(), "postgresql")
+#: JSON on SQLite, JSONB on PostgreSQL (indexable, compact). Python None is SQL NULL, never
+#: the JSON text 'null': "absent" must look the same whichever path (INSERT or COPY) stored it
+Json: Any = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 #: float8 everywhere (SQLAlchemy's Float is float4-ish on some backends)
 Double: Any = sa.Float(precision=53).with_variant(DOUBLE_PRECISION(), "postgresql")

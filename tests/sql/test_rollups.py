@@ -125,3 +125,22 @@ def test_rolling_twice_changes_nothing(engine):
     with engine.connect() as conn:
         twice = conn.execute(sa.select(gpu_minutes)).mappings().all()
     assert [dict(r) for r in once] == [dict(r) for r in twice] and len(once) == 1
+
+
+def test_lost_gpu_is_not_counted_as_throttled_or_xid(engine):
+    """A lost GPU reports no throttle reasons and no XIDs: absent, stored as SQL NULL on every
+    path (the JSON text 'null' once made lost samples count as throttled and as XIDs)."""
+    node_id = _node(engine)
+    lost = [
+        wire.GpuSample(ts=M0 + timedelta(seconds=10 * k), gpu_index=0, state="lost", simulated=True)
+        for k in range(6)
+    ]
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=lost))
+    Rollup(engine).roll(M0, M0 + timedelta(minutes=1))
+    with engine.connect() as conn:
+        nulls = conn.execute(
+            sa.text("SELECT count(*) FROM gpu_samples WHERE throttle_reasons IS NULL AND xid_errors IS NULL")
+        ).scalar()
+        row = conn.execute(sa.select(gpu_minutes)).mappings().one()
+    assert nulls == 6
+    assert row["lost_samples"] == 6 and row["throttled_samples"] == 0 and row["xid_samples"] == 0
