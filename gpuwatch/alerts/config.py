@@ -1,0 +1,298 @@
+"""``[alerts]``: who hears about which verdicts, through which channel, and when.
+
+One frozen, validated model, meant to sit in :class:`gpuwatch.config.Settings` as
+``alerts: AlertsConfig``. Until it does, :func:`alerts_config` hands every caller the
+defaults (alerts off), so nothing here depends on that line having been added.
+``docs/alerts.md`` documents every key with an example.
+"""
+
+from __future__ import annotations
+
+from datetime import time
+from enum import Enum
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+#: every cause the classifier writes; 'healthy' is never alerted
+CAUSES: tuple[str, ...] = (
+    "idle_allocation",
+    "input_bound",
+    "small_work",
+    "no_mixed_precision",
+    "gpu_memory_pressure",
+    "host_memory_pressure",
+    "communication_bound",
+    "cpu_only",
+    "throttled",
+    "gpu_fault",
+    "unknown_low",
+)
+HEALTHY = "healthy"
+
+
+class _Section(BaseModel):
+    # same settings as gpuwatch.config._Section; not imported from there, because
+    # gpuwatch.config imports this module
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RecipientKind(str, Enum):
+    USER = "user"  # the job's owner, by email
+    OWNER = "owner"  # the Slurm account's owner(s), by email (account_owners)
+    ADMIN = "admin"  # the admin Slack channel, and admin_emails
+
+
+class ChannelKind(str, Enum):
+    SLACK = "slack"
+    EMAIL = "email"
+
+
+class TlsMode(str, Enum):
+    NONE = "none"  # plain SMTP (a local relay)
+    STARTTLS = "starttls"  # plain connect, then STARTTLS (port 587)
+    SSL = "ssl"  # TLS from the first byte (port 465)
+
+
+class InDoubtPolicy(str, Enum):
+    """What to do with a notice whose worker died after handing it to the channel but before
+    recording the outcome: it may or may not have been delivered."""
+
+    RESEND = "resend"  # at-least-once: send again (email: same Message-ID, so clients dedupe)
+    HOLD = "hold"  # at-most-once: park it as 'in_doubt' for `gpuwatch alerts retry`
+
+
+class EnforceMode(str, Enum):
+    OFF = "off"
+    DRY_RUN = "dry_run"  # record and log what would be done; warn nobody, cancel nothing
+    ON = "on"
+
+
+def _zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (an IANA name such as 'America/New_York')") from None
+    return value
+
+
+class AlertRule(_Section):
+    """Verdicts of these causes, past these thresholds, notify these recipients.
+
+    A verdict takes the first rule whose ``causes`` list its cause (``"*"``: any cause).
+    """
+
+    causes: list[str] = Field(default_factory=lambda: ["*"])
+    notify: list[RecipientKind] = Field(default_factory=lambda: [RecipientKind.USER, RecipientKind.ADMIN])
+    min_gpu_hours_wasted: float = Field(1.0, ge=0)
+    min_duration_s: float = Field(1800.0, ge=0, description="Window length (window_end - window_start).")
+    min_confidence: float = Field(0.5, ge=0, le=1)
+
+    @field_validator("causes")
+    @classmethod
+    def _causes(cls, value: list[str]) -> list[str]:
+        unknown = [c for c in value if c != "*" and c not in CAUSES]
+        if unknown:
+            raise ValueError(f"unknown cause(s) {unknown}; known: {', '.join(CAUSES)} or '*'")
+        return value
+
+    def matches(self, cause: str) -> bool:
+        return "*" in self.causes or cause in self.causes
+
+
+class QuietHours(_Section):
+    """No notices to these recipients between ``start`` and ``end`` (local time in
+    ``timezone``); they wait in the outbox and go out when quiet hours end."""
+
+    start: time = time(22, 0)
+    end: time = time(7, 0)
+    timezone: str = "UTC"
+    applies_to: list[RecipientKind] = Field(default_factory=lambda: [RecipientKind.USER, RecipientKind.OWNER])
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        return _zone(value)
+
+
+class SlackConfig(_Section):
+    """An incoming webhook (https://api.slack.com/messaging/webhooks) for the admin channel."""
+
+    webhook_url: SecretStr | None = None
+    webhook_url_file: Path | None = Field(None, description="First line is the webhook URL.")
+    channel_name: str = Field(
+        "#gpu-admins", description="Shown in the outbox; the webhook picks the channel."
+    )
+    timeout_s: float = Field(10.0, gt=0, le=120)
+    in_doubt: InDoubtPolicy = InDoubtPolicy.RESEND
+
+    def resolve_url(self) -> str | None:
+        if self.webhook_url is not None:
+            return self.webhook_url.get_secret_value()
+        if self.webhook_url_file is not None:
+            try:
+                return self.webhook_url_file.read_text().strip().splitlines()[0] or None
+            except (OSError, IndexError) as exc:
+                raise ValueError(
+                    f"alerts.slack.webhook_url_file: cannot read {self.webhook_url_file}: {exc}"
+                ) from None
+        return None
+
+    @property
+    def configured(self) -> bool:
+        return self.webhook_url is not None or self.webhook_url_file is not None
+
+
+class EmailConfig(_Section):
+    """SMTP submission: a local relay by default; STARTTLS or TLS and login when set."""
+
+    host: str | None = Field(None, description="SMTP server; unset: email is off.")
+    port: int = Field(25, ge=1, lt=65536)
+    tls: TlsMode = TlsMode.NONE
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    from_address: str = "gpuwatch@localhost"
+    reply_to: str | None = None
+    message_id_domain: str | None = Field(None, description="Default: the domain of from_address.")
+    timeout_s: float = Field(30.0, gt=0, le=300)
+    in_doubt: InDoubtPolicy = InDoubtPolicy.RESEND
+
+    @property
+    def configured(self) -> bool:
+        return self.host is not None
+
+    def resolve_password(self) -> str | None:
+        if self.password is not None:
+            return self.password.get_secret_value()
+        if self.password_file is not None:
+            try:
+                return self.password_file.read_text().strip() or None
+            except OSError as exc:
+                raise ValueError(
+                    f"alerts.email.password_file: cannot read {self.password_file}: {exc}"
+                ) from None
+        return None
+
+    @property
+    def domain(self) -> str:
+        return self.message_id_domain or self.from_address.rpartition("@")[2] or "gpuwatch.invalid"
+
+
+class DigestConfig(_Section):
+    """A daily digest for admins and a weekly one per user, sent once per period each."""
+
+    daily_admin: bool = True
+    daily_at: time = time(8, 0)
+    weekly_user: bool = True
+    weekly_weekday: int = Field(0, ge=0, le=6, description="0 = Monday.")
+    weekly_at: time = time(9, 0)
+    timezone: str = "UTC"
+    top_n: int = Field(10, ge=1, le=100)
+    min_user_gpu_hours_wasted: float = Field(1.0, ge=0, description="Weekly digest only above this.")
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        return _zone(value)
+
+
+class WorkerConfig(_Section):
+    """The outbox worker: lease, retries, back-off."""
+
+    interval_s: float = Field(15.0, ge=1)
+    batch: int = Field(50, ge=1, le=1000)
+    lease_s: float = Field(120.0, gt=0, description="Longer than any one send can take.")
+    backoff_initial_s: float = Field(30.0, gt=0)
+    backoff_max_s: float = Field(3600.0, gt=0)
+    give_up_after_s: float = Field(3 * 86400.0, gt=0, description="Then 'failed' (kept, retryable).")
+
+
+class EnforcementConfig(_Section):
+    """Optional: warn, then ``scancel``, jobs whose GPUs all stay at 0%. Off by default."""
+
+    mode: EnforceMode = EnforceMode.OFF
+    warn_after_s: float = Field(3600.0, gt=0, description="Idle this long: warn the user.")
+    cancel_after_s: float = Field(7200.0, gt=0, description="Idle this long: cancel ...")
+    min_warning_s: float = Field(1800.0, ge=0, description="... and at least this long after the warning.")
+    idle_util_max_ratio: float = Field(0.0, ge=0, le=0.05, description="Mean GPU util counted as 0%.")
+    allow_users: list[str] = Field(default_factory=list)
+    allow_accounts: list[str] = Field(default_factory=list)
+    allow_partitions: list[str] = Field(default_factory=list)
+    command_prefix: list[str] = Field(default_factory=list, description="e.g. ['ssh', 'login1'] or sudo.")
+    scancel: str = "scancel"
+    command_timeout_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> EnforcementConfig:
+        if self.cancel_after_s <= self.warn_after_s:
+            raise ValueError("cancel_after_s must be greater than warn_after_s")
+        return self
+
+
+class AlertsConfig(_Section):
+    """Everything about notices; see docs/alerts.md."""
+
+    enabled: bool = Field(False, description="Evaluate rules and send from inside the daemon.")
+    rules: list[AlertRule] = Field(default_factory=lambda: [AlertRule()])
+    lookback_s: float = Field(6 * 3600.0, gt=0, description="Verdicts evaluated this recently are read.")
+    user_email_pattern: str | None = Field(None, description="e.g. '{user}@example.edu'.")
+    user_email_command: list[str] = Field(
+        default_factory=list, description="argv printing the address, '{user}' substituted; wins."
+    )
+    account_owners: dict[str, list[str]] = Field(default_factory=dict, description="account -> addresses")
+    admin_emails: list[str] = Field(default_factory=list)
+    job_url: str | None = Field(None, description="e.g. 'https://gpuwatch.example.edu/jobs/{job_id}'.")
+    user_cooldown_s: float = Field(6 * 3600.0, ge=0, description="At most one notice per person per this.")
+    job_cooldown_s: float = Field(24 * 3600.0, ge=0, description="Per job and recipient.")
+    quiet_hours: QuietHours | None = None
+    slack: SlackConfig = Field(default_factory=SlackConfig)
+    email: EmailConfig = Field(default_factory=EmailConfig)
+    digest: DigestConfig = Field(default_factory=DigestConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    enforcement: EnforcementConfig = Field(default_factory=EnforcementConfig)
+    leader_lock_key: int = Field(0x67707577_616C7274 & 0x7FFFFFFFFFFFFFFF, description="pg advisory key.")
+
+    @field_validator("account_owners", mode="before")
+    @classmethod
+    def _owners(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: [v] if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("user_email_pattern")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None and "{user}" not in value:
+            raise ValueError("must contain {user}, e.g. '{user}@example.edu'")
+        return value
+
+    @field_validator("job_url")
+    @classmethod
+    def _job_url(cls, value: str | None) -> str | None:
+        if value is not None and "{job_id}" not in value:
+            raise ValueError("must contain {job_id}, e.g. 'https://gpuwatch.example.edu/jobs/{job_id}'")
+        return value
+
+    @model_validator(mode="after")
+    def _lease(self) -> AlertsConfig:
+        # a send is a few socket operations, each bounded by its timeout; a lease shorter than
+        # one of them would let a second worker take a notice that is still being sent
+        timeouts = [c.timeout_s for c in (self.slack, self.email) if c.configured]
+        longest = max(timeouts, default=0.0)
+        if self.worker.lease_s <= longest:
+            raise ValueError(f"worker.lease_s must exceed the channel timeouts ({longest:g} s)")
+        return self
+
+    def job_link(self, job_id: str | None) -> str | None:
+        if self.job_url is None or not job_id:
+            return None
+        return self.job_url.replace("{job_id}", job_id)
+
+
+def alerts_config(settings: Any) -> AlertsConfig:
+    """``settings.alerts`` once Settings has that section; the defaults (alerts off) until then."""
+    value = getattr(settings, "alerts", None)
+    return value if isinstance(value, AlertsConfig) else AlertsConfig()

@@ -1,0 +1,267 @@
+"""Digests: daily for admins (top wasted GPU-hours by user, account, cause), weekly per user.
+
+Counting waste from verdicts without counting it twice: the classifier writes a verdict per
+evaluation, and rolling ("recent") windows overlap. Per (job, cause) a period counts the
+latest whole-job (``window_kind = 'job'``) verdict evaluated in it if there is one, else the
+largest ``gpu_hours_wasted`` among its recent windows (a lower bound). A job's total is its
+largest cause, not the sum: two causes of one job describe the same idle GPU-hours.
+
+Each digest is due once per period (the daily one at ``daily_at``, the weekly one at
+``weekly_at`` on ``weekly_weekday``, in the digest's time zone) and carries a dedup key of its
+period, so a restart, a second daemon or a late run still queues it once. A daemon that was
+down at the due time queues it when it comes back (the daily one until the next is due; the
+weekly one for two days).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+
+from gpuwatch.alerts.config import HEALTHY, AlertsConfig, RecipientKind
+from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
+from gpuwatch.alerts.rules import RecipientResolver
+from gpuwatch.alerts.templates import digest as tpl
+from gpuwatch.alerts.templates.causes import cause_text
+from gpuwatch.sql.schema import slurm_jobs, verdicts
+
+log = logging.getLogger(__name__)
+
+WEEKLY_CATCH_UP = timedelta(days=2)
+
+
+@dataclass(frozen=True)
+class JobWaste:
+    job_id: str
+    job_name: str | None
+    user_name: str | None
+    account: str | None
+    cause: str
+    gpu_hours_wasted: float
+    fix: str
+
+
+def _better(new: sa.Row, old: sa.Row) -> bool:
+    """Whole-job verdicts win over recent windows; the latest whole-job one; the largest window."""
+    if (new.window_kind == "job") != (old.window_kind == "job"):
+        return new.window_kind == "job"
+    if new.window_kind == "job":
+        return (new.evaluated_at, new.id) > (old.evaluated_at, old.id)
+    return new.gpu_hours_wasted > old.gpu_hours_wasted
+
+
+def waste(engine: sa.Engine, start: datetime, end: datetime, *, user: str | None = None) -> list[JobWaste]:
+    """One row per (job, cause) with waste in verdicts evaluated in [start, end)."""
+    v, j = verdicts.c, slurm_jobs.c
+    query = (
+        sa.select(
+            v.job_id,
+            v.cause,
+            v.window_kind,
+            v.evaluated_at,
+            v.gpu_hours_wasted,
+            v.fix,
+            v.id,
+            j.name,
+            j.user_name,
+            j.account,
+        )
+        .outerjoin(slurm_jobs, j.job_id == v.job_id)
+        .where(v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0)
+    )
+    if user is not None:
+        query = query.where(j.user_name == user)
+    best: dict[tuple[str, str], sa.Row] = {}
+    with engine.connect() as conn:
+        for r in conn.execute(query):
+            old = best.get((r.job_id, r.cause))
+            if old is None or _better(r, old):
+                best[(r.job_id, r.cause)] = r
+    return [
+        JobWaste(
+            r.job_id,
+            r.name,
+            r.user_name,
+            r.account,
+            r.cause,
+            float(r.gpu_hours_wasted),
+            r.fix or cause_text(r.cause).fix.safe_substitute(job_id=r.job_id),
+        )
+        for r in best.values()
+    ]
+
+
+def _rank(totals: dict[str, tuple[float, set[str]]], top_n: int) -> list[tpl.Ranked]:
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top_n]
+    return [tpl.Ranked(name, hours, len(jobs)) for name, (hours, jobs) in ranked]
+
+
+def admin_digest(engine: sa.Engine, start: datetime, end: datetime, top_n: int) -> tpl.AdminDigest:
+    rows = waste(engine, start, end)
+    per_job: dict[str, JobWaste] = {}
+    for r in rows:  # a job's waste: its largest cause
+        if r.job_id not in per_job or r.gpu_hours_wasted > per_job[r.job_id].gpu_hours_wasted:
+            per_job[r.job_id] = r
+    by_user: dict[str, tuple[float, set[str]]] = defaultdict(lambda: (0.0, set()))
+    by_account: dict[str, tuple[float, set[str]]] = defaultdict(lambda: (0.0, set()))
+    by_cause: dict[str, tuple[float, set[str]]] = defaultdict(lambda: (0.0, set()))
+    for r in per_job.values():
+        for table, key in ((by_user, r.user_name or "?"), (by_account, r.account or "?")):
+            hours, jobs = table[key]
+            table[key] = (hours + r.gpu_hours_wasted, jobs | {r.job_id})
+    for r in rows:
+        hours, jobs = by_cause[r.cause]
+        by_cause[r.cause] = (hours + r.gpu_hours_wasted, jobs | {r.job_id})
+    return tpl.AdminDigest(
+        period_start=start,
+        period_end=end,
+        gpu_hours_wasted=sum(r.gpu_hours_wasted for r in per_job.values()),
+        jobs=len(per_job),
+        by_user=_rank(by_user, top_n),
+        by_account=_rank(by_account, top_n),
+        by_cause=_rank(by_cause, top_n),
+    )
+
+
+def user_digests(engine: sa.Engine, start: datetime, end: datetime, min_hours: float) -> list[tpl.UserDigest]:
+    per_job: dict[str, JobWaste] = {}
+    for r in waste(engine, start, end):
+        if r.user_name and (
+            r.job_id not in per_job or r.gpu_hours_wasted > per_job[r.job_id].gpu_hours_wasted
+        ):
+            per_job[r.job_id] = r
+    by_user: dict[str, list[JobWaste]] = defaultdict(list)
+    for r in per_job.values():
+        by_user[r.user_name or ""].append(r)
+    out = []
+    for user, jobs in sorted(by_user.items()):
+        total = sum(j.gpu_hours_wasted for j in jobs)
+        if total < min_hours:
+            continue
+        jobs.sort(key=lambda j: (-j.gpu_hours_wasted, j.job_id))
+        lines = [tpl.UserJobLine(j.job_id, j.job_name, j.cause, j.gpu_hours_wasted, j.fix) for j in jobs[:20]]
+        out.append(tpl.UserDigest(user, start, end, total, lines))
+    return out
+
+
+def _at(day: datetime, at, zone: ZoneInfo) -> datetime:  # type: ignore[no-untyped-def]
+    return datetime(day.year, day.month, day.day, at.hour, at.minute, tzinfo=zone)
+
+
+def daily_period(cfg: AlertsConfig, now: datetime) -> tuple[datetime, datetime]:
+    """The last due time ≤ now and the day before it: the period the daily digest covers."""
+    zone = ZoneInfo(cfg.digest.timezone)
+    local = now.astimezone(zone)
+    due = _at(local, cfg.digest.daily_at, zone)
+    if due > local:
+        due = _at(local - timedelta(days=1), cfg.digest.daily_at, zone)
+    start = _at(due - timedelta(days=1), cfg.digest.daily_at, zone)
+    return start.astimezone(now.tzinfo), due.astimezone(now.tzinfo)
+
+
+def weekly_period(cfg: AlertsConfig, now: datetime) -> tuple[datetime, datetime]:
+    zone = ZoneInfo(cfg.digest.timezone)
+    local = now.astimezone(zone)
+    back = (local.weekday() - cfg.digest.weekly_weekday) % 7
+    due = _at(local - timedelta(days=back), cfg.digest.weekly_at, zone)
+    if due > local:
+        due = _at(due - timedelta(days=7), cfg.digest.weekly_at, zone)
+    start = _at(due - timedelta(days=7), cfg.digest.weekly_at, zone)
+    return start.astimezone(now.tzinfo), due.astimezone(now.tzinfo)
+
+
+class Digests:
+    """Queues due digests; remembers the periods it has done so a tick costs nothing after."""
+
+    def __init__(
+        self, engine: sa.Engine, cfg: AlertsConfig, resolver: RecipientResolver | None = None
+    ) -> None:
+        self.engine = engine
+        self.cfg = cfg
+        self.resolver = resolver or RecipientResolver(cfg)
+        self._done: set[str] = set()
+
+    def forget(self) -> None:
+        """After a failed enqueue: look at every period again next time."""
+        self._done.clear()
+
+    def due(self, now: datetime) -> list[Notice]:
+        """Notices of the digests due at ``now`` and not queued yet (not stored: enqueue them)."""
+        notices: list[Notice] = []
+        if self.cfg.digest.daily_admin:
+            notices += self._daily(now)
+        if self.cfg.digest.weekly_user:
+            notices += self._weekly(now)
+        if notices:
+            with self.engine.connect() as conn:
+                queued = existing_keys(conn, [n.dedup_key for n in notices])
+            notices = [n for n in notices if n.dedup_key not in queued]
+        return notices
+
+    def _daily(self, now: datetime) -> list[Notice]:
+        start, end = daily_period(self.cfg, now)
+        memo = f"daily:{end.isoformat()}"
+        if memo in self._done:
+            return []
+        self._done.add(memo)
+        targets: list[tuple[str, str]] = []
+        if self.cfg.slack.configured:
+            targets.append(("slack", self.cfg.slack.channel_name))
+        if self.cfg.email.configured:
+            targets += [("email", a) for a in self.cfg.admin_emails]
+        if not targets:
+            return []
+        d = admin_digest(self.engine, start, end, self.cfg.digest.top_n)
+        subject = tpl.admin_subject(d)
+        out = []
+        for channel, recipient in targets:
+            out.append(
+                Notice(
+                    dedup_key=dedup_key("digest-daily", end, channel, recipient),
+                    kind="digest",
+                    channel=channel,
+                    recipient=recipient,
+                    recipient_kind=RecipientKind.ADMIN.value,
+                    subject=subject,
+                    payload=tpl.admin_slack(d) if channel == "slack" else tpl.admin_email(d),
+                    not_before=now,
+                    window_start=start,
+                    window_end=end,
+                    gpu_hours_wasted=d.gpu_hours_wasted,
+                )
+            )
+        return out
+
+    def _weekly(self, now: datetime) -> list[Notice]:
+        start, end = weekly_period(self.cfg, now)
+        memo = f"weekly:{end.isoformat()}"
+        if memo in self._done or now - end > WEEKLY_CATCH_UP or not self.cfg.email.configured:
+            return []
+        self._done.add(memo)
+        out = []
+        for d in user_digests(self.engine, start, end, self.cfg.digest.min_user_gpu_hours_wasted):
+            address = self.resolver.user_email(d.user_name)
+            if not address:
+                continue
+            out.append(
+                Notice(
+                    dedup_key=dedup_key("digest-weekly", end, d.user_name, "email", address),
+                    kind="digest",
+                    channel="email",
+                    recipient=address,
+                    recipient_kind=RecipientKind.USER.value,
+                    subject=tpl.user_subject(d),
+                    payload=tpl.user_email(d, self.cfg.job_link),
+                    not_before=now,
+                    user_name=d.user_name,
+                    window_start=start,
+                    window_end=end,
+                    gpu_hours_wasted=d.gpu_hours_wasted,
+                )
+            )
+        return out

@@ -1,0 +1,206 @@
+"""The daily admin digest (Slack and email) and the weekly per-user digest (email)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuwatch.alerts.templates import format as fmt
+from gpuwatch.alerts.templates.causes import cause_text
+
+
+@dataclass(frozen=True)
+class Ranked:
+    name: str
+    gpu_hours_wasted: float
+    jobs: int
+
+
+@dataclass(frozen=True)
+class AdminDigest:
+    period_start: datetime
+    period_end: datetime
+    gpu_hours_wasted: float
+    jobs: int
+    by_user: list[Ranked] = field(default_factory=list)
+    by_account: list[Ranked] = field(default_factory=list)
+    by_cause: list[Ranked] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class UserJobLine:
+    job_id: str
+    job_name: str | None
+    cause: str
+    gpu_hours_wasted: float
+    fix: str
+
+
+@dataclass(frozen=True)
+class UserDigest:
+    user_name: str
+    period_start: datetime
+    period_end: datetime
+    gpu_hours_wasted: float
+    jobs: list[UserJobLine] = field(default_factory=list)
+
+
+def _period(d: AdminDigest | UserDigest) -> str:
+    return f"{fmt.when(d.period_start)} to {fmt.when(d.period_end)}"
+
+
+def admin_subject(d: AdminDigest) -> str:
+    return (
+        f"[gpuwatch] Daily digest {d.period_end:%Y-%m-%d}: {fmt.number(d.gpu_hours_wasted)} GPU-hours wasted "
+        f"in {d.jobs} job(s)"
+    )
+
+
+def _ranked_text(title: str, rows: list[Ranked]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        title,
+        *(f"  {r.name:<24} {fmt.number(r.gpu_hours_wasted):>10} GPU-h  {r.jobs:>4} job(s)" for r in rows),
+        "",
+    ]
+
+
+def _ranked_html(title: str, rows: list[Ranked]) -> str:
+    if not rows:
+        return ""
+    h = fmt.h
+    body = "".join(
+        f'<tr><td>{h(r.name)}</td><td align="right">{fmt.number(r.gpu_hours_wasted)}</td>'
+        f'<td align="right">{r.jobs}</td></tr>'
+        for r in rows
+    )
+    return (
+        f'<h3>{h(title)}</h3><table cellpadding="3"><tr><th align="left">name</th><th>GPU-hours wasted</th>'
+        f"<th>jobs</th></tr>{body}</table>"
+    )
+
+
+def admin_email(d: AdminDigest, link: str | None = None) -> dict[str, str]:
+    lines = [
+        f"GPU waste, {_period(d)}: {fmt.number(d.gpu_hours_wasted)} GPU-hours in {d.jobs} job(s).",
+        "",
+        *_ranked_text("Top users", d.by_user),
+        *_ranked_text("Top accounts", d.by_account),
+        *_ranked_text(
+            "By cause", [Ranked(cause_text(r.name).title, r.gpu_hours_wasted, r.jobs) for r in d.by_cause]
+        ),
+        "-- ",
+        "gpuwatch daily digest. Sent to the GPU administrators.",
+    ]
+    h = fmt.h
+    html_doc = "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html><body style="font-family:sans-serif;max-width:680px">',
+            f"<p>GPU waste, {h(_period(d))}: <b>{fmt.number(d.gpu_hours_wasted)} GPU-hours</b> "
+            f"in {d.jobs} job(s).</p>",
+            _ranked_html("Top users", d.by_user),
+            _ranked_html("Top accounts", d.by_account),
+            _ranked_html(
+                "By cause", [Ranked(cause_text(r.name).title, r.gpu_hours_wasted, r.jobs) for r in d.by_cause]
+            ),
+            '<p style="color:#666;font-size:small">'
+            "gpuwatch daily digest. Sent to the GPU administrators.</p>",
+            "</body></html>",
+        ]
+    )
+    return {"text": "\n".join(lines) + "\n", "html": html_doc + "\n"}
+
+
+def _ranked_mrkdwn(rows: list[Ranked]) -> str:
+    return (
+        "\n".join(
+            f"{i}. {fmt.mrkdwn(r.name)}: {fmt.number(r.gpu_hours_wasted)} GPU-h ({r.jobs} job(s))"
+            for i, r in enumerate(rows, 1)
+        )
+        or "-"
+    )
+
+
+def admin_slack(d: AdminDigest) -> dict[str, Any]:
+    causes = [Ranked(cause_text(r.name).title, r.gpu_hours_wasted, r.jobs) for r in d.by_cause]
+    return {
+        "text": admin_subject(d),
+        "blocks": [
+            {
+                "type": "header",
+                "text": {"type": "plain_text", "text": f"GPU waste digest {d.period_end:%Y-%m-%d}"},
+            },
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"*{fmt.number(d.gpu_hours_wasted)} GPU-hours* wasted in {d.jobs} job(s), "
+                    f"{_period(d)}",
+                },
+            },
+            {
+                "type": "section",
+                "fields": [
+                    {"type": "mrkdwn", "text": fmt.clip("*Top users*\n" + _ranked_mrkdwn(d.by_user), 2000)},
+                    {
+                        "type": "mrkdwn",
+                        "text": fmt.clip("*Top accounts*\n" + _ranked_mrkdwn(d.by_account), 2000),
+                    },
+                ],
+            },
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": fmt.clip("*By cause*\n" + _ranked_mrkdwn(causes), 3000)},
+            },
+        ],
+    }
+
+
+def user_subject(d: UserDigest) -> str:
+    return f"[gpuwatch] Your GPU jobs this week: {fmt.number(d.gpu_hours_wasted)} GPU-hours wasted"
+
+
+def user_email(d: UserDigest, job_link: Any = None) -> dict[str, str]:
+    """``job_link(job_id) -> str | None`` adds links to job pages."""
+    link = job_link or (lambda _job_id: None)
+    lines = [
+        f"Hello {d.user_name},",
+        "",
+        f"between {_period(d)} your GPU jobs left {fmt.number(d.gpu_hours_wasted)} GPU-hours unused.",
+        "",
+    ]
+    for j in d.jobs:
+        label = f'{j.job_id} "{j.job_name}"' if j.job_name else j.job_id
+        lines += [
+            f"* Job {label}: {cause_text(j.cause).title}, {fmt.number(j.gpu_hours_wasted)} GPU-hours wasted"
+        ]
+        lines += [f"  Fix: {j.fix}"]
+        if link(j.job_id):
+            lines += [f"  {link(j.job_id)}"]
+    lines += ["", "-- ", "gpuwatch weekly digest. You get this because you ran GPU jobs this week."]
+    h = fmt.h
+    items = "".join(
+        f"<li><b>Job {h(j.job_id)}</b>{' ' + h(repr(j.job_name).strip(chr(39))) if j.job_name else ''}: "
+        f"{h(cause_text(j.cause).title)}, {fmt.number(j.gpu_hours_wasted)} GPU-hours wasted<br>"
+        f"<i>Fix:</i> {h(j.fix)}"
+        + (f' <a href="{h(link(j.job_id))}">job page</a>' if link(j.job_id) else "")
+        + "</li>"
+        for j in d.jobs
+    )
+    html_doc = "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html><body style="font-family:sans-serif;max-width:680px">',
+            f"<p>Hello {h(d.user_name)},</p>",
+            f"<p>between {h(_period(d))} your GPU jobs left "
+            f"<b>{fmt.number(d.gpu_hours_wasted)} GPU-hours</b> unused.</p>",
+            f"<ul>{items}</ul>",
+            '<p style="color:#666;font-size:small">gpuwatch weekly digest. '
+            "You get this because you ran GPU jobs this week.</p>",
+            "</body></html>",
+        ]
+    )
+    return {"text": "\n".join(lines) + "\n", "html": html_doc + "\n"}

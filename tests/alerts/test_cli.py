@@ -1,0 +1,90 @@
+"""``gpuwatch alerts``: send --dry-run changes nothing, send, list, attempts, retry, test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gpuwatch.alerts import outbox
+from gpuwatch.cli.main import cli
+from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
+from gpuwatch.wire import utcnow
+from tests.alerts.conftest import add_job, add_verdict, make_config
+
+
+@pytest.fixture
+def db(db_url):
+    engine = create_engine(db_url)
+    migrate.upgrade(engine)
+    yield db_url, engine
+    engine.dispose()
+
+
+def run(db_url: str, *args: str):
+    result = CliRunner().invoke(cli, ["--db", db_url, "alerts", *args], catch_exceptions=False)
+    return result
+
+
+def test_send_dry_run_then_send_list_attempts(db, monkeypatch, slack_server, smtp_server):
+    url, engine = db
+    cfg = make_config(
+        slack_url=slack_server.url,
+        smtp_port=smtp_server.port,
+        digest={"daily_admin": False, "weekly_user": False},  # the real clock may be past daily_at
+    )
+    monkeypatch.setattr("gpuwatch.alerts.cli.alerts_config", lambda _settings: cfg)
+    add_job(engine, "900", user="zoe")
+    add_verdict(engine, "900", evaluated_at=utcnow())
+    dry = run(url, "send", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "would queue 2 notice(s)" in dry.output
+    assert "--- job via email to zoe@example.edu (job 900, cause idle_allocation)" in dry.output
+    assert "Subject: [gpuwatch] Job 900: GPUs allocated but idle" in dry.output
+    assert '"type": "header"' in dry.output
+    assert outbox.list_rows(engine) == [] and slack_server.requests == [] and smtp_server.messages == []
+
+    sent = run(url, "send")
+    assert sent.exit_code == 0, sent.output
+    assert "queued 2 notice(s)" in sent.output and "sent 2" in sent.output
+    assert len(slack_server.requests) == 1 and [m["To"] for m in smtp_server.messages] == ["zoe@example.edu"]
+    again = run(url, "send")
+    assert "queued 0 notice(s)" in again.output and "sent 0" in again.output
+
+    rows = json.loads(run(url, "list", "--format", "json").output)
+    assert sorted((r["channel"], r["status"], r["attempts"]) for r in rows) == [
+        ("email", "sent", 1),
+        ("slack", "sent", 1),
+    ]
+    table = run(url, "list", "--status", "sent").output
+    assert "zoe@example.edu" in table
+    attempts = json.loads(run(url, "attempts", str(rows[0]["id"]), "--format", "json").output)
+    assert [a["outcome"] for a in attempts] == ["sent"]
+
+
+def test_retry_and_test_commands(db, monkeypatch, slack_server, smtp_server):
+    url, _ = db
+    cfg = make_config(
+        slack_url=slack_server.url, smtp_port=smtp_server.port, admin_emails=["ops@example.edu"]
+    )
+    monkeypatch.setattr("gpuwatch.alerts.cli.alerts_config", lambda _settings: cfg)
+    out = run(url, "test", "slack")
+    assert out.exit_code == 0 and "slack: sent to #gpu-admins (200 ok)" in out.output
+    assert slack_server.bodies[0]["text"].startswith("gpuwatch test message")
+    out = run(url, "test", "email")
+    assert out.exit_code == 0, out.output
+    assert [m["To"] for m in smtp_server.messages] == ["ops@example.edu"]
+    assert smtp_server.messages[0]["Subject"] == "[gpuwatch] test message"
+    slack_server.answers.append((404, {}, "no_service"))
+    out = CliRunner().invoke(cli, ["--db", url, "alerts", "test", "slack"])
+    assert out.exit_code == 1 and "404: no_service" in out.output
+    assert run(url, "retry", "12345").output.strip() == "0 notice(s) queued again"
+
+
+def test_unconfigured_channel(db, monkeypatch):
+    url, _ = db
+    monkeypatch.setattr("gpuwatch.alerts.cli.alerts_config", lambda _settings: make_config())
+    out = CliRunner().invoke(cli, ["--db", url, "alerts", "test", "email"])
+    assert out.exit_code == 1 and "alerts.email is not configured" in out.output

@@ -1,0 +1,92 @@
+"""Daily admin digest and weekly user digest: counting waste once, due once per period."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from gpuwatch.alerts import outbox
+from gpuwatch.alerts.digest import Digests, admin_digest, daily_period, weekly_period
+from tests.alerts.conftest import add_job, add_verdict, make_config
+
+DAY = datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc)  # a Wednesday
+
+
+def _cfg(**kw):
+    return make_config(
+        slack_url="http://127.0.0.1:9/hook",
+        smtp_port=2525,
+        admin_emails=["hpc@example.edu"],
+        digest={"daily_at": "08:00", "weekly_weekday": 2, "weekly_at": "09:00"},
+        **kw,
+    )
+
+
+def _fill(engine):
+    add_job(engine, "1", user="alice", account="nlp")
+    add_job(engine, "2", user="bob", account="vision")
+    at = DAY + timedelta(hours=3)
+    # overlapping recent windows of job 1: the largest counts, not the sum
+    add_verdict(engine, "1", "idle_allocation", evaluated_at=at, wasted=4)
+    add_verdict(engine, "1", "idle_allocation", evaluated_at=at + timedelta(minutes=30), wasted=5)
+    # job 2: a whole-job verdict supersedes its recent windows; two causes count as the larger
+    add_verdict(engine, "2", "input_bound", evaluated_at=at, wasted=9)
+    add_verdict(engine, "2", "input_bound", evaluated_at=at + timedelta(hours=1), window_kind="job", wasted=3)
+    add_verdict(engine, "2", "no_mixed_precision", evaluated_at=at + timedelta(hours=1), wasted=2)
+    add_verdict(engine, "2", "healthy", evaluated_at=at + timedelta(hours=2), wasted=0)
+
+
+def test_admin_digest_counts(engine):
+    _fill(engine)
+    d = admin_digest(engine, DAY, DAY + timedelta(days=1), top_n=10)
+    assert d.jobs == 2 and d.gpu_hours_wasted == 8
+    assert [(r.name, r.gpu_hours_wasted, r.jobs) for r in d.by_user] == [("alice", 5, 1), ("bob", 3, 1)]
+    assert [(r.name, r.gpu_hours_wasted) for r in d.by_account] == [("nlp", 5), ("vision", 3)]
+    assert [(r.name, r.gpu_hours_wasted) for r in d.by_cause] == [
+        ("idle_allocation", 5),
+        ("input_bound", 3),
+        ("no_mixed_precision", 2),
+    ]
+
+
+def test_periods():
+    cfg = _cfg()
+    now = DAY + timedelta(hours=7)
+    assert daily_period(cfg, now) == (DAY - timedelta(hours=40), DAY - timedelta(hours=16))
+    assert daily_period(cfg, DAY + timedelta(hours=8)) == (
+        DAY - timedelta(hours=16),
+        DAY + timedelta(hours=8),
+    )
+    start, end = weekly_period(cfg, DAY + timedelta(hours=10))
+    assert end == DAY + timedelta(hours=9) and start == end - timedelta(days=7)
+
+
+def test_digests_are_queued_once_per_period(engine):
+    _fill(engine)
+    cfg = _cfg()
+    now = DAY + timedelta(hours=9, minutes=30)  # Wednesday: the daily and the weekly digest are due
+    notices = Digests(engine, cfg).due(now)
+    kinds = sorted((n.channel, n.recipient, n.recipient_kind) for n in notices)
+    assert kinds == [
+        ("email", "alice@example.edu", "user"),
+        ("email", "bob@example.edu", "user"),
+        ("email", "hpc@example.edu", "admin"),
+        ("slack", "#gpu-admins", "admin"),
+    ]
+    assert outbox.enqueue(engine, notices, now) == 4
+    # another daemon, or a restart: nothing new
+    assert Digests(engine, cfg).due(now + timedelta(minutes=5)) == []
+    slack = next(n for n in notices if n.channel == "slack")
+    assert slack.payload["blocks"][0]["text"]["text"] == "GPU waste digest 2026-12-02"
+    assert "1. alice: 5.0 GPU-h (1 job(s))" in slack.payload["blocks"][2]["fields"][0]["text"]
+    alice = next(n for n in notices if n.recipient == "alice@example.edu")
+    assert alice.subject == "[gpuwatch] Your GPU jobs this week: 5.0 GPU-hours wasted"
+    assert 'Job 1 "train": GPUs allocated but idle, 5.0 GPU-hours wasted' in alice.payload["text"]
+    assert "https://gpuwatch.example.edu/jobs/1" in alice.payload["text"]
+    # a week later nobody wasted anything: only the admins' daily digest
+    week = DAY + timedelta(days=7, hours=9, minutes=1)
+    assert sorted(n.recipient_kind for n in Digests(engine, cfg).due(week)) == ["admin", "admin"]
+    # more than two days after the weekly digest was due it is not sent late
+    assert Digests(engine, cfg).due(DAY + timedelta(days=3, hours=10)) != []
+    assert all(
+        n.recipient_kind == "admin" for n in Digests(engine, cfg).due(DAY + timedelta(days=3, hours=10))
+    )

@@ -1,0 +1,125 @@
+"""Rules → notices: thresholds, recipients, latest evaluation only, dedup, cooldowns, quiet hours."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from gpuwatch.alerts import outbox
+from gpuwatch.alerts.config import QuietHours, RecipientKind
+from gpuwatch.alerts.rules import RecipientResolver, evaluate, quiet_until
+from tests.alerts.conftest import T0, add_job, add_verdict, make_config
+
+
+def _cfg(**kw):
+    return make_config(slack_url="http://127.0.0.1:9/hook", smtp_port=2525, **kw)
+
+
+def _who(result):
+    return sorted((n.channel, n.recipient, n.job_id, n.cause) for n in result.notices)
+
+
+def test_thresholds_and_recipients(engine):
+    cfg = _cfg(
+        rules=[
+            {"causes": ["idle_allocation"], "notify": ["user", "owner", "admin"], "min_gpu_hours_wasted": 2},
+            {"causes": ["*"], "notify": ["admin"], "min_gpu_hours_wasted": 5, "min_duration_s": 3600},
+        ],
+        account_owners={"nlp-lab": "pi@example.edu"},
+        admin_emails=["hpc@example.edu"],
+    )
+    add_job(engine, "1", user="alice")
+    add_verdict(engine, "1", "idle_allocation", wasted=3)
+    add_job(engine, "2", user="bob", account="other")
+    add_verdict(engine, "2", "input_bound", wasted=6)
+    add_job(engine, "3", user="carol")
+    add_verdict(engine, "3", "input_bound", wasted=6, window_s=600)  # window too short
+    add_job(engine, "4", user="dave")
+    add_verdict(engine, "4", "idle_allocation", wasted=1)  # too little waste
+    add_job(engine, "5", user="erin")
+    add_verdict(engine, "5", "healthy", wasted=0)
+    result = evaluate(engine, cfg, T0)
+    assert _who(result) == [
+        ("email", "alice@example.edu", "1", "idle_allocation"),
+        ("email", "hpc@example.edu", "1", "idle_allocation"),
+        ("email", "hpc@example.edu", "2", "input_bound"),
+        ("email", "pi@example.edu", "1", "idle_allocation"),
+        ("slack", "#gpu-admins", "1", "idle_allocation"),
+        ("slack", "#gpu-admins", "2", "input_bound"),
+    ]
+    reasons = {(job, why.split(":")[0]) for job, _, why in result.skipped}
+    assert ("3", "input_bound") in reasons and ("4", "idle_allocation") in reasons
+    kinds = {n.recipient: n.recipient_kind for n in result.notices}
+    assert kinds["pi@example.edu"] == "owner" and kinds["#gpu-admins"] == "admin"
+
+
+def test_only_the_latest_evaluation_counts_and_the_worst_cause_wins(engine):
+    cfg = _cfg(rules=[{"notify": ["user"]}])
+    add_job(engine, "7")
+    add_verdict(engine, "7", "idle_allocation", evaluated_at=T0 - timedelta(minutes=10), wasted=9)
+    add_verdict(engine, "7", "healthy", evaluated_at=T0, wasted=0)
+    assert evaluate(engine, cfg, T0).notices == []  # it recovered
+    add_verdict(engine, "7", "input_bound", evaluated_at=T0 + timedelta(minutes=5), wasted=2)
+    add_verdict(engine, "7", "no_mixed_precision", evaluated_at=T0 + timedelta(minutes=5), wasted=4)
+    [n] = evaluate(engine, cfg, T0 + timedelta(minutes=5)).notices
+    assert n.cause == "no_mixed_precision" and n.subject.startswith("[gpuwatch] Job 7: Tensor cores unused")
+
+
+def test_dedup_and_cooldowns(engine):
+    cfg = _cfg(rules=[{"notify": ["user", "admin"]}], user_cooldown_s=6 * 3600, job_cooldown_s=24 * 3600)
+    add_job(engine, "10", user="alice")
+    add_job(engine, "11", user="alice")
+    add_verdict(engine, "10", wasted=9)
+    add_verdict(engine, "11", wasted=3)
+    first = evaluate(engine, cfg, T0)
+    # alice hears about her worst job only (person cooldown); the admin channel hears of both
+    assert _who(first) == [
+        ("email", "alice@example.edu", "10", "idle_allocation"),
+        ("slack", "#gpu-admins", "10", "idle_allocation"),
+        ("slack", "#gpu-admins", "11", "idle_allocation"),
+    ]
+    assert outbox.enqueue(engine, first.notices, T0) == 3
+    assert outbox.enqueue(engine, first.notices, T0) == 0  # dedup key
+    assert evaluate(engine, cfg, T0).notices == []
+    # a new rolling window an hour later: new keys, but cooldowns hold
+    later = T0 + timedelta(hours=1)
+    add_verdict(engine, "10", evaluated_at=later, wasted=10)
+    add_verdict(engine, "11", evaluated_at=later, wasted=4)
+    assert evaluate(engine, cfg, later).notices == []
+    # past the person cooldown, alice hears about job 11 (job 10 is still in its job cooldown)
+    much_later = T0 + timedelta(hours=7)
+    add_verdict(engine, "10", evaluated_at=much_later, wasted=11)
+    add_verdict(engine, "11", evaluated_at=much_later, wasted=5)
+    assert _who(evaluate(engine, cfg, much_later)) == [
+        ("email", "alice@example.edu", "11", "idle_allocation")
+    ]
+
+
+def test_quiet_hours_defer_not_drop(engine):
+    q = {"start": "22:00", "end": "07:00", "timezone": "America/New_York", "applies_to": ["user"]}
+    cfg = _cfg(rules=[{"notify": ["user", "admin"]}], quiet_hours=q)
+    night = datetime(2026, 12, 3, 4, 0, tzinfo=timezone.utc)  # 23:00 in New York
+    add_job(engine, "20")
+    add_verdict(engine, "20", evaluated_at=night)
+    by = {n.channel: n for n in evaluate(engine, cfg, night).notices}
+    assert by["slack"].not_before == night
+    assert by["email"].not_before == datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)  # 07:00 EST
+
+
+def test_quiet_until_edges():
+    q = QuietHours(start="09:00", end="17:00", timezone="UTC")  # type: ignore[arg-type]
+    at = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    assert quiet_until(q, RecipientKind.USER, at) == datetime(2026, 1, 1, 17, 0, tzinfo=timezone.utc)
+    assert quiet_until(q, RecipientKind.ADMIN, at) is None
+    assert quiet_until(q, RecipientKind.USER, at.replace(hour=17)) is None
+    assert quiet_until(None, RecipientKind.USER, at) is None
+
+
+def test_email_lookup_command(tmp_path):
+    script = tmp_path / "lookup"
+    script.write_text('#!/bin/sh\n[ "$1" = nobody ] && exit 1\necho "$1.x@dept.example.edu"\n')
+    script.chmod(0o755)
+    cfg = _cfg(user_email_command=[str(script), "{user}"], user_email_pattern="{user}@ignored")
+    r = RecipientResolver(cfg)
+    assert r.user_email("alice") == "alice.x@dept.example.edu"
+    assert r.user_email("nobody") is None
+    assert r.user_email(None) is None
