@@ -25,6 +25,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpuwatch.classify.thresholds import Thresholds
+
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 DEFAULT_PORT = 8470
 
@@ -151,6 +153,13 @@ class SlurmConfig(_Section):
     cluster: str | None = Field(None, description="sacct -M cluster name, for multi-cluster sites.")
 
 
+class ClassifyConfig(Thresholds):
+    """``[classify]``: every threshold of :class:`~gpuwatch.classify.thresholds.Thresholds`,
+    plus how often the daemon evaluates running jobs."""
+
+    evaluate_interval_s: float = Field(300.0, ge=30, description="Evaluate running jobs this often.")
+
+
 def default_database_url() -> str:
     """SQLite under the user's data dir: the embedded default for one machine and demos."""
     data = Path(platformdirs.user_data_dir("gpuwatch"))
@@ -188,6 +197,7 @@ class Settings(BaseSettings):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     gpu: GpuConfig = Field(default_factory=GpuConfig)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    classify: ClassifyConfig = Field(default_factory=ClassifyConfig)
     host_paths: HostPaths = Field(default_factory=HostPaths)
 
     def with_overrides(self, **sections: dict[str, Any]) -> Settings:

@@ -14,7 +14,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "gpuwatch.toml"
 def test_example_config_is_valid_and_shows_the_defaults():
     example = load_settings(EXAMPLE)
     defaults = load_settings(None)
-    for section in ("agent", "gpu", "daemon"):
+    for section in ("agent", "gpu", "daemon", "slurm", "classify"):
         ex, de = getattr(example, section), getattr(defaults, section)
         for key in type(ex).model_fields:
             if key in {"node", "spool_dir"}:
@@ -68,3 +68,18 @@ def test_token_file(tmp_path):
     s = load_settings(None, agent={"token_file": str(tmp_path / "missing")})
     with pytest.raises(ConfigError, match=r"agent\.token_file"):
         s.agent.resolve_token()
+
+
+def test_example_config_names_every_key():
+    """deploy/gpuwatch.toml documents every key of every section (commented out or set)."""
+    import re
+
+    from gpuwatch.config import Settings
+
+    text = EXAMPLE.read_text()
+    for section, field in Settings.model_fields.items():
+        model = field.annotation
+        assert f"[{section}]" in text, section
+        body = text.split(f"[{section}]", 1)[1].split("\n[", 1)[0]
+        for key in model.model_fields:
+            assert re.search(rf"^#? ?{key} = ", body, re.M), f"{section}.{key} missing from the example"

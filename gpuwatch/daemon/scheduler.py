@@ -1,9 +1,10 @@
 """Scheduled work inside the daemon (APScheduler), one place that lists every job.
 
-Jobs now: create partitions ahead (hourly, and once at start) and roll raw samples up
-per minute (every minute); with ``slurm.enabled`` the Slurm sync (squeue every
-``sync_interval_s``, sacct every ``sacct_interval_s``). Retention, classification and alerts add
-themselves here as they land.
+Jobs now: create partitions ahead (hourly, and once at start); roll raw samples up per
+minute (every minute); classify running jobs (every ``classify.evaluate_interval_s``, from
+the rollups) and store their verdicts; with ``slurm.enabled`` the Slurm sync (squeue every
+``sync_interval_s``, sacct every ``sacct_interval_s``). Retention and alerts add themselves
+here as they land.
 """
 
 from __future__ import annotations
@@ -32,6 +33,20 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
 
     rollup = Rollup(store.engine)
     scheduler.add_job(rollup.run_once, "interval", minutes=1, id="rollup", name="per-minute rollups")
+
+    def classify_running() -> None:
+        from gpuwatch.classify.engine import evaluate_running
+
+        found = evaluate_running(store.engine, datetime.now(timezone.utc), settings.classify)
+        log.info("classified %d running job(s)", len(found))
+
+    scheduler.add_job(
+        classify_running,
+        "interval",
+        seconds=settings.classify.evaluate_interval_s,
+        id="classify",
+        name="classify running jobs",
+    )
 
     if settings.slurm.enabled:  # first passes at once, then every interval (slurm_sync.py)
         from gpuwatch.daemon.slurm_sync import SlurmSync
