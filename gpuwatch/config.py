@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,6 +25,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpuwatch.alerts.config import AlertsConfig
 from gpuwatch.classify.thresholds import Thresholds
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
@@ -153,6 +154,27 @@ class SlurmConfig(_Section):
     cluster: str | None = Field(None, description="sacct -M cluster name, for multi-cluster sites.")
 
 
+class RetentionConfig(_Section):
+    """How long each kind of data is kept (``gpuwatch/sql/retention.py``)."""
+
+    raw_days: int = Field(14, ge=1, description="Raw samples (PostgreSQL: whole daily partitions).")
+    rollup_days: int = Field(400, ge=1, description="Per-minute rollups, which the classifier and CLI read.")
+    batch_record_days: int = Field(
+        30,
+        ge=1,
+        description="Batch ids kept for idempotency; at least raw_days, so a late re-send is still caught.",
+    )
+    run_every_s: float = Field(3600.0, ge=60)
+
+    @model_validator(mode="after")
+    def _horizons(self) -> RetentionConfig:
+        if self.batch_record_days < self.raw_days:
+            raise ValueError("batch_record_days must be >= raw_days (a re-sent batch would be stored again)")
+        if self.rollup_days < self.raw_days:
+            raise ValueError("rollup_days must be >= raw_days (rollups are made from raw samples)")
+        return self
+
+
 class ClassifyConfig(Thresholds):
     """``[classify]``: every threshold of :class:`~gpuwatch.classify.thresholds.Thresholds`,
     plus how often the daemon evaluates running jobs."""
@@ -198,6 +220,8 @@ class Settings(BaseSettings):
     gpu: GpuConfig = Field(default_factory=GpuConfig)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     classify: ClassifyConfig = Field(default_factory=ClassifyConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     host_paths: HostPaths = Field(default_factory=HostPaths)
 
     def with_overrides(self, **sections: dict[str, Any]) -> Settings:

@@ -82,4 +82,7 @@ def test_example_config_names_every_key():
         assert f"[{section}]" in text, section
         body = text.split(f"[{section}]", 1)[1].split("\n[", 1)[0]
         for key in model.model_fields:
-            assert re.search(rf"^#? ?{key} = ", body, re.M), f"{section}.{key} missing from the example"
+            as_table = re.search(rf"^#? ?\[\[?{section}\.{key}\]", text, re.M)
+            assert re.search(rf"^#? ?{key} = ", body, re.M) or as_table, (
+                f"{section}.{key} missing from the example"
+            )

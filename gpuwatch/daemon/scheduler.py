@@ -3,8 +3,8 @@
 Jobs now: create partitions ahead (hourly, and once at start); roll raw samples up per
 minute (every minute); classify running jobs (every ``classify.evaluate_interval_s``, from
 the rollups) and store their verdicts; with ``slurm.enabled`` the Slurm sync (squeue every
-``sync_interval_s``, sacct every ``sacct_interval_s``). Retention and alerts add themselves
-here as they land.
+``sync_interval_s``, sacct every ``sacct_interval_s``); retention (``[retention]``); alerts
+(``gpuwatch/alerts/service.py``: rules, outbox worker, digests, enforcement, leader-only).
 """
 
 from __future__ import annotations
@@ -48,6 +48,22 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
         name="classify running jobs",
     )
 
+    def retention() -> None:
+        from gpuwatch.sql.retention import apply_retention
+
+        r = settings.retention
+        apply_retention(
+            store.engine,
+            raw_days=r.raw_days,
+            rollup_days=r.rollup_days,
+            batch_record_days=r.batch_record_days,
+        )
+        store.partitions.forget()  # dropped partitions must be re-made if an old batch arrives
+
+    scheduler.add_job(
+        retention, "interval", seconds=settings.retention.run_every_s, id="retention", name="retention"
+    )
+
     if settings.slurm.enabled:  # first passes at once, then every interval (slurm_sync.py)
         from gpuwatch.daemon.slurm_sync import SlurmSync
 
@@ -57,4 +73,7 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
             (sync.sync_finished, settings.slurm.sacct_interval_s, "slurm-finished"),
         ):
             scheduler.add_job(fn, "interval", seconds=every, id=job_id, name=job_id, next_run_time=start)
+    from gpuwatch.alerts.service import register_alert_jobs
+
+    register_alert_jobs(scheduler, settings, store.engine)
     return scheduler
