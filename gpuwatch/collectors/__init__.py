@@ -11,7 +11,7 @@ from gpuwatch.config import Settings
 log = logging.getLogger(__name__)
 
 #: every collector module; importing one registers its factory
-COLLECTOR_MODULES = ("cpu", "memory", "nic", "infiniband", "disk", "jobs", "gpu")
+COLLECTOR_MODULES = ("cpu", "memory", "nic", "infiniband", "disk", "jobs", "gpu", "attribution")
 
 
 def load_all() -> dict:

@@ -47,9 +47,13 @@ def _cluster_problem() -> str | None:
     if proc.returncode != 0:
         return f"sinfo exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
     states = proc.stdout.split()
-    if not any(s.rstrip("*~#") in ("idle", "mix", "mixed", "alloc", "allocated") for s in states):
+    # "comp": jobs of a previous test still completing (seconds after a scancel); usable
+    if not any(s.rstrip("*~#") in _USABLE for s in states):
         return f"no usable node (sinfo states: {states or 'none'})"
     return None
+
+
+_USABLE = ("idle", "mix", "mixed", "alloc", "allocated", "comp", "completing")
 
 
 @pytest.fixture(scope="session")
