@@ -158,7 +158,12 @@ class GpuCollector(Collector):
         self.backend = backend
 
     def collect(self, now: datetime) -> list[GpuSample]:
-        return self.backend.sample(now)
+        samples = self.backend.sample(now)
+        # the attribution collector (which runs after this one) maps these pids to Slurm jobs
+        from gpuwatch.collectors.attribution import GPU_PROCESSES
+
+        GPU_PROCESSES.publish(samples)
+        return samples
 
     def close(self) -> None:
         self.backend.close()

@@ -151,3 +151,21 @@ def test_replay_kind_builds_a_replay_backend(tmp_path) -> None:  # type: ignore[
     assert isinstance(backend, ReplayBackend) and backend.loop
     with pytest.raises(GpuBackendUnavailable, match="replay_file"):
         gpu.make_backend(SimpleNamespace(backend=SimpleNamespace(value="replay")), interval_s=10)  # type: ignore[arg-type]
+
+
+def test_collect_publishes_processes_for_attribution():
+    """The GPU collector hands each cycle's pids to the attribution collector, which runs after it."""
+    from datetime import datetime, timezone
+
+    from gpuwatch.collectors.attribution import GPU_PROCESSES
+    from gpuwatch.collectors.gpu import GpuCollector
+    from gpuwatch.collectors.sim_backend import SimulatedBackend
+
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+    GPU_PROCESSES.clear()
+    samples = GpuCollector(SimulatedBackend("training", gpus=2, seed=1)).collect(now)
+    seen = GPU_PROCESSES.latest(now, max_age_s=60)
+    assert seen is not None and set(seen) == {0, 1}
+    for s in samples:
+        assert seen[s.gpu_index].pids == tuple(sorted(p.pid for p in s.processes or ()))
+    GPU_PROCESSES.clear()
