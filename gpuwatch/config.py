@@ -48,6 +48,7 @@ class GpuBackendKind(str, Enum):
     SIM = "sim"  # the seeded simulated device model
     NONE = "none"  # GPU collector disabled
     REPLAY = "replay"  # a JSONL recording (gpuwatch agent --record) played back: gpu.replay_file
+    WORKLOAD = "workload"  # simulated GPUs driven by a reference workload's activity file
 
 
 class HostPaths(_Section):
@@ -74,6 +75,10 @@ class GpuConfig(_Section):
     watch_events: bool = Field(True, description="NVML XID/ECC event thread (nvml backend).")
     replay_file: Path | None = Field(None, description="Recording for backend = 'replay'.")
     replay_loop: bool = Field(False, description="Start the recording again at its end.")
+    activity_file: Path | None = Field(
+        None,
+        description="For backend = 'workload': the activity stream of `gpuwatch workload --activity-file`.",
+    )
 
 
 class AgentConfig(_Section):
