@@ -157,6 +157,14 @@ class SlurmConfig(_Section):
     sacct_lookback_s: float = Field(3600.0, ge=60, description="How far back each sacct call looks.")
     command_timeout_s: float = Field(60.0, gt=0)
     cluster: str | None = Field(None, description="sacct -M cluster name, for multi-cluster sites.")
+    rest_url: str | None = Field(
+        None, description="Use slurmrestd instead of the commands: unix:/path.sock or http(s)://host:6820."
+    )
+    rest_api_version: str = Field("v0.0.38", description="slurmrestd API (22.05: v0.0.38; 24.05: v0.0.41).")
+    rest_user: str | None = Field(None, description="X-SLURM-USER-NAME for rest_auth/jwt.")
+    rest_token_file: Path | None = Field(
+        None, description="File holding a JWT (scontrol token) for rest_auth/jwt."
+    )
 
 
 class RetentionConfig(_Section):

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -84,7 +85,20 @@ class SlurmSync:
 
     @classmethod
     def from_config(cls, engine: sa.Engine, config: SlurmConfig) -> SlurmSync:
-        return cls(engine, SlurmClient(config.command_prefix, timeout_s=config.command_timeout_s), config)
+        if config.rest_url:
+            from gpuwatch.slurm.rest import SlurmRestClient
+
+            token = config.rest_token_file.read_text().strip() if config.rest_token_file else None
+            client: Any = SlurmRestClient(
+                config.rest_url,
+                api_version=config.rest_api_version,
+                user=config.rest_user,
+                token=token,
+                timeout_s=config.command_timeout_s,
+            )
+        else:
+            client = SlurmClient(config.command_prefix, timeout_s=config.command_timeout_s)
+        return cls(engine, client, config)
 
     # ------------------------------------------------------------------ passes
 
