@@ -97,7 +97,9 @@ class SlurmSync:
                 timeout_s=config.command_timeout_s,
             )
         else:
-            client = SlurmClient(config.command_prefix, timeout_s=config.command_timeout_s)
+            client = SlurmClient(
+                config.command_prefix, timeout_s=config.command_timeout_s, cluster=config.cluster
+            )
         return cls(engine, client, config)
 
     # ------------------------------------------------------------------ passes

@@ -54,9 +54,15 @@ class SlurmClient:
     """
 
     def __init__(
-        self, prefix: Sequence[str] = (), timeout_s: float = 60.0, runner: Runner | None = None
+        self,
+        prefix: Sequence[str] = (),
+        timeout_s: float = 60.0,
+        runner: Runner | None = None,
+        cluster: str | None = None,
     ) -> None:
         self.prefix = list(prefix)
+        #: ``sacct -M <cluster>`` for a slurmdbd serving several clusters
+        self.cluster_args = ["-M", cluster] if cluster else []
         self.timeout_s = timeout_s
         self._runner = runner or _subprocess_runner
         self.squeue_json: bool | None = None  # None: not tried yet
@@ -106,7 +112,13 @@ class SlurmClient:
         ``sacct --json`` first; ``sacct -P -n -X`` with :data:`DEFAULT_FIELDS` if unsupported.
         """
         now = datetime.now(timezone.utc)
-        window = ["-S", _relative(since, now), "-E", _relative(until, now) if until else "now"]
+        window = [
+            *self.cluster_args,
+            "-S",
+            _relative(since, now),
+            "-E",
+            _relative(until, now) if until else "now",
+        ]
         if self.sacct_json is not False:
             try:
                 out = self.run(["sacct", "--json", "-a", "-X", *window])

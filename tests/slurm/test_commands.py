@@ -129,3 +129,11 @@ def test_real_subprocess_runner() -> None:
     assert info.value.returncode == 3 and "boom" in str(info.value)
     with pytest.raises(SlurmCommandError, match="not found"):
         SlurmClient(timeout_s=5).run(["/nonexistent/squeue"])
+
+
+def test_cluster_goes_to_sacct_as_dash_m() -> None:
+    runner = FakeRunner({"sacct --json": ok((V2205 / "sacct.json").read_text())})
+    client = SlurmClient(runner=runner, cluster="della")
+    client.finished_jobs(datetime.now(timezone.utc) - timedelta(hours=1))
+    (argv,) = runner.calls
+    assert argv[:5] == ["sacct", "--json", "-a", "-X", "-M"] and argv[5] == "della"
