@@ -6,6 +6,7 @@ a real ``gpuwatch daemon`` process (:class:`tests.daemon_process.DaemonProcess`)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -199,10 +200,8 @@ class OwnPostgres:
 
     def destroy(self) -> None:
         if self.running():
-            try:
+            with contextlib.suppress(Exception):
                 self.stop("immediate")
-            except Exception:
-                pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

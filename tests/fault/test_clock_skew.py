@@ -1,0 +1,70 @@
+"""Clock skew: a node an hour ahead is refused (422, kept in rejected/); two days behind is stored."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from gpuwatch.sql.nodes import create_token
+from gpuwatch.sql.partitions import list_partitions, partition_name
+from gpuwatch.sql.schema import gpu_samples
+from gpuwatch.wire import utcnow
+from tests.daemon_process import DaemonProcess
+from tests.fault.conftest import make_agent, stored_batches, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def daemon(migrated, tmp_path):
+    db_url, engine = migrated
+    d = DaemonProcess(db_url, tmp_path / "daemon.log")
+    d.start()
+    yield d, engine
+    d.stop()
+
+
+def _one_cycle(daemon, engine, tmp_path, node, skew):
+    token = create_token(engine, node)
+    agent, pusher = make_agent(
+        daemon.url, token, tmp_path / node, node=node, gpus=2, now=lambda: utcnow() + skew
+    )
+    try:
+        agent.start_sender()
+        agent.cycle()
+        wait_for(lambda: pusher.statuses, 20, "the daemon's answer")
+        assert agent.drain(10)
+    finally:
+        agent.close()
+    return agent, pusher
+
+
+def test_node_an_hour_ahead_is_refused_with_the_rule_and_kept(daemon, tmp_path):
+    d, engine = daemon
+    agent, pusher = _one_cycle(d, engine, tmp_path, "future-node", timedelta(hours=1))
+    assert pusher.statuses == [422]
+    assert agent.rejected_batches == 1 and pusher.delivered == []
+    [(path, reason)] = agent.spool.rejected()
+    assert path.exists() and path.parent.name == "rejected"
+    assert "ahead of the daemon's clock" in reason and "300 s" in reason and "NTP" in reason
+    assert stored_batches(engine) == {}
+
+
+def test_node_two_days_behind_is_stored_in_a_partition_made_on_demand(daemon, tmp_path):
+    d, engine = daemon
+    skew = -timedelta(days=2)
+    day = (utcnow() + skew).date()
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:  # the scheduler makes yesterday onwards, not two days back
+            assert partition_name("gpu_samples", day) not in list_partitions(conn, "gpu_samples")
+    agent, pusher = _one_cycle(d, engine, tmp_path, "past-node", skew)
+    assert pusher.statuses == [200] and agent.rejected_batches == 0
+    [batch] = pusher.delivered
+    assert stored_batches(engine) == {str(batch.batch_id): len(batch.samples)}
+    with engine.connect() as conn:
+        days = {ts.date() for ts in conn.execute(sa.select(gpu_samples.c.ts)).scalars()}
+        assert days == {day}
+        if engine.dialect.name == "postgresql":
+            assert partition_name("gpu_samples", day) in list_partitions(conn, "gpu_samples")
