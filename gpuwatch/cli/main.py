@@ -342,7 +342,13 @@ def demo(ctx: Context, node_count: int, cycles: int, interval: float) -> None:
 
 
 #: modules adding their own commands with ``register(cli)``: each feature keeps its CLI beside it
-SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuwatch.cli.jobs", "gpuwatch.alerts.cli", "gpuwatch.workload.cli")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "gpuwatch.cli.jobs",
+    "gpuwatch.alerts.cli",
+    "gpuwatch.workload.cli",
+    "gpuwatch.cli.job_detail",
+    "gpuwatch.cli.trace_import",
+)
 
 
 def main() -> None:

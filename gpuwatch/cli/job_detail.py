@@ -1,0 +1,256 @@
+"""``gpuwatch job ID``: one job explained — its GPUs, its verdicts, its utilization over time.
+
+Reads ``slurm_jobs``/``job_gpus`` (or attribution) for the job's GPUs and span,
+``gpu_minutes`` for the per-GPU summary and timeline (:mod:`gpuwatch.sql.lowutil`), and the
+job's latest evaluation in ``verdicts`` (healthy included). ``--plot FILE.png`` draws the
+timeline as a picture with the stdlib PNG writer of :mod:`gpuwatch.cli.plot` (matplotlib is
+not a dependency).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from gpuwatch.wire import utcnow
+
+if TYPE_CHECKING:
+    from gpuwatch.cli.main import Context
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+COLUMNS = 60
+GIB = 2**30
+
+
+def spark(values: list[float | None]) -> str:
+    """One character per value: ▁ (0) .. █ (100 %), ' ' for no data."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            out.append(BLOCKS[min(len(BLOCKS) - 1, max(0, int(v * len(BLOCKS))))])
+    return "".join(out)
+
+
+def resolve_job(conn: Any, text: str) -> str | None:
+    """A job id as users type it (``18_1`` for an array task) -> the stored job id."""
+    import sqlalchemy as sa
+
+    from gpuwatch.sql.schema import attribution_samples, slurm_jobs, verdicts
+
+    j = slurm_jobs.c
+    if conn.execute(sa.select(j.job_id).where(j.job_id == text)).first():
+        return text
+    if "_" in text:
+        array, task = text.split("_", 1)
+        found = conn.execute(
+            sa.select(j.job_id).where(j.array_job_id == array, j.array_task_id == task)
+        ).scalar()
+        if found:
+            return found
+    for table in (verdicts, attribution_samples):
+        if conn.execute(sa.select(table.c.job_id).where(table.c.job_id == text).limit(1)).first():
+            return text
+    return None
+
+
+def job_detail(engine: Any, job_id: str, now: datetime, columns: int = COLUMNS) -> dict[str, Any] | None:
+    """Everything the command shows, as plain data (the JSON output)."""
+    import sqlalchemy as sa
+
+    from gpuwatch.classify.engine import latest_verdicts
+    from gpuwatch.sql.lowutil import downsample, gpu_summary, gpu_timeline
+    from gpuwatch.sql.schema import slurm_jobs
+
+    with engine.connect() as conn:
+        stored = resolve_job(conn, job_id)
+        if stored is None:
+            return None
+        job = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == stored)).mappings().first()
+        gpus = gpu_summary(conn, stored, now)
+        timeline = gpu_timeline(conn, stored, now)
+        found = latest_verdicts(conn, stored, include_healthy=True)
+    info = {
+        "job_id": job_id,
+        "raw_job_id": stored,
+        "name": job["name"] if job else None,
+        "user": job["user_name"] if job else None,
+        "account": job["account"] if job else None,
+        "partition": job["partition"] if job else None,
+        "state": job["state"] if job else None,
+        "start_at": job["start_at"] if job else None,
+        "end_at": job["end_at"] if job else None,
+    }
+    tl: dict[str, Any] | None = None
+    if timeline is not None:
+        start, end, series = timeline
+        minutes = max(1, int((end - start).total_seconds() // 60))
+        cols = min(columns, minutes)
+        tl = {
+            "start": start,
+            "end": end,
+            "minutes": minutes,
+            "column_s": round(minutes * 60 / cols, 3),
+            "series": {
+                f"{node}:{idx}": downsample(values, columns) for (node, idx), values in series.items()
+            },
+        }
+    verdict_rows = [
+        {
+            k: r[k]
+            for k in (
+                "window_kind", "window_start", "window_end", "cause", "confidence", "gpus", "gpu_hours",
+                "gpu_hours_wasted", "mean_util_ratio", "summary", "fix", "evidence", "evaluated_at",
+            )
+        }
+        for r in found
+    ]  # fmt: skip
+    return {"job": info, "gpus": gpus, "verdicts": verdict_rows, "timeline": tl}
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _num(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _power(mean: float | None, limit: float | None) -> str:
+    if mean is None:
+        return "-"
+    return f"{mean:.0f} W" + (f" / {limit:.0f} W" if limit else "")
+
+
+def _when(v: datetime | None) -> str:
+    return "-" if v is None else v.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def render_text(d: dict[str, Any]) -> str:
+    from gpuwatch.cli.render import OutputFormat, render
+
+    j = d["job"]
+    lines = [
+        f"Job {j['job_id']}" + (f" ({j['name']})" if j["name"] else "")
+        + f"  user {j['user'] or '-'}  account {j['account'] or '-'}  partition {j['partition'] or '-'}"
+        + f"  state {j['state'] or '-'}",
+        f"  start {_when(j['start_at'])}  end {_when(j['end_at'])}  (UTC)",
+        "",
+    ]  # fmt: skip
+    gpu_rows = [
+        {
+            "node": g["node"],
+            "gpu": g["gpu_index"],
+            "util": _pct(g["util_gpu_mean"]),
+            "sm": _pct(g["sm_active_mean"]),
+            "tensor": _pct(g["tensor_active_mean"]),
+            "mem": "-"
+            if g["memory_total_bytes"] is None
+            else f"{(g['memory_used_bytes_max'] or 0) / GIB:.1f} / {g['memory_total_bytes'] / GIB:.1f} GiB",
+            "power": _power(g["power_watts_mean"], g["power_limit_watts"]),
+        }
+        for g in d["gpus"]
+    ]  # fmt: skip
+    cols = [("node", "node"), ("gpu", "GPU"), ("util", "mean util"), ("sm", "SM active"),
+            ("tensor", "tensor"), ("mem", "memory max / total"), ("power", "power mean / limit")]  # fmt: skip
+    lines.append(render(gpu_rows, cols, OutputFormat.TABLE, title="GPUs") if gpu_rows else "No GPUs known.")
+    lines.append("")
+    if not d["verdicts"]:
+        lines.append("No verdicts yet (not evaluated, or inside the grace period).")
+    else:
+        lines.append(f"Verdicts (evaluated {_when(d['verdicts'][0]['evaluated_at'])} UTC):")
+        for v in d["verdicts"]:
+            lines.append(
+                f"  [{v['window_kind']}] {v['cause']}  confidence {v['confidence']:.2f}  "
+                f"GPU-h wasted {v['gpu_hours_wasted'] or 0:.2f} of {v['gpu_hours'] or 0:.2f}  "
+                f"mean util {_pct(v['mean_util_ratio'])}"
+            )
+            lines.append(f"    evidence: {v['summary']}")
+            signals = (v["evidence"] or {}).get("signals", {})
+            scalars = [
+                f"{k}={_num(x)}" for k, x in signals.items() if x is None or isinstance(x, (int, float, str))
+            ]
+            if scalars:
+                lines.append(f"    signals: {', '.join(scalars)}")
+            missing = (v["evidence"] or {}).get("missing") or []
+            if missing:
+                lines.append(f"    missing: {', '.join(missing)}")
+            if v["fix"]:
+                lines.append(f"    fix: {v['fix']}")
+    tl = d["timeline"]
+    if tl and tl["series"]:
+        lines.append("")
+        lines.append(
+            f"GPU utilization {_when(tl['start'])} .. {_when(tl['end'])} UTC "
+            f"(1 column = {tl['column_s'] / 60:.3g} min; ▁ 0 % .. █ 100 %, blank: no data)"
+        )
+        width = max(len(k) for k in tl["series"])
+        for label, values in tl["series"].items():
+            lines.append(f"  {label:<{width}} |{spark(values)}|")
+    return "\n".join(lines)
+
+
+@click.command("job")
+@click.argument("job_id")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Text for people, or JSON for tools.",
+)
+@click.option(
+    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also write the timeline as a PNG."
+)
+@click.option("--at", "at", help="Show the job as of this ISO 8601 time (default: now); for replayed data.")
+@click.option("--columns", type=click.IntRange(min=10, max=400), default=COLUMNS, show_default=True,
+              help="Timeline width in characters.")  # fmt: skip
+@click.pass_obj
+def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, columns: int) -> None:
+    """One job: per-GPU summary, every verdict with evidence and fix, a utilization timeline."""
+    import json
+
+    from gpuwatch.cli.render import _plain
+    from gpuwatch.sql import migrate
+
+    now = _parse_at(at) if at else utcnow()
+    engine = ctx.engine()
+    if not migrate.is_up_to_date(engine):
+        raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
+    d = job_detail(engine, job_id, now, columns)
+    if d is None:
+        raise click.ClickException(f"job {job_id} is not known (no Slurm row, attribution or verdict)")
+    if plot is not None:
+        from gpuwatch.cli.plot import COLOUR_NAMES, write_chart
+
+        series = list((d["timeline"] or {}).get("series", {}).items())
+        write_chart(plot, [values for _, values in series])
+        legend = ", ".join(
+            f"{label}={COLOUR_NAMES[i % len(COLOUR_NAMES)]}" for i, (label, _) in enumerate(series)
+        )
+        click.echo(f"wrote {plot} ({legend or 'no GPU data'})", err=True)
+    if fmt == "json":
+        click.echo(json.dumps(d, indent=2, default=_plain))
+    else:
+        click.echo(render_text(d))
+
+
+def _parse_at(text: str) -> datetime:
+    from datetime import timezone
+
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint="--at") from None
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(job)

@@ -1,0 +1,85 @@
+"""``gpuwatch job ID`` on SQLite and PostgreSQL: text, timeline, JSON and the PNG plot."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from click.testing import CliRunner
+
+from gpuwatch.cli.job_detail import BLOCKS, spark
+from gpuwatch.cli.main import cli
+from gpuwatch.cli.plot import line_chart
+from gpuwatch.classify.verdict import TEXTS, Cause
+from tests.classify import corpus
+from tests.cli_lowutil.conftest import job_of
+
+AT = corpus.T0.replace(minute=15).isoformat()
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_text_has_cause_evidence_fix_and_timeline(classified) -> None:
+    url, built = classified
+    jid = job_of(built, "idle-all-4-h200")
+    result = run("--db", url, "job", jid, "--at", AT)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "idle_allocation" in out and "4 of 4 GPU(s) idle" in out
+    assert "signals: gpu_count=4, job_util_max=0" in out  # the evidence's numbers
+    assert TEXTS[Cause.IDLE_ALLOCATION].fix in out
+    assert "140.4 GiB" in out and "/ 700 W" in out  # H200 memory total, power limit
+    lines = [ln for ln in out.splitlines() if ln.strip().startswith(f"c{jid[-2:]}n0:")]
+    assert len(lines) == 4  # one timeline line per GPU
+    bar = lines[0].split("|")[1]
+    assert set(bar) == {"▁"} and len(bar) == 16  # idle: lowest block, one column per minute (08:00..08:15)
+
+
+def test_timeline_levels_and_json(classified) -> None:
+    url, built = classified
+    jid = job_of(built, "healthy-training-h200")
+    data = json.loads(run("--db", url, "job", jid, "--at", AT, "--format", "json").output)
+    assert data["job"]["raw_job_id"] == jid and data["job"]["user"] == "alice"
+    assert {v["cause"] for v in data["verdicts"]} == {"healthy"}
+    assert len(data["gpus"]) == 4 and all(g["util_gpu_mean"] > 0.8 for g in data["gpus"])
+    series = data["timeline"]["series"]
+    assert len(series) == 4 and data["timeline"]["minutes"] == 16
+    values = next(iter(series.values()))
+    assert len(values) == 16 and max(v for v in values if v is not None) > 0.8
+
+
+def test_timeline_downsampled_to_columns(classified) -> None:
+    url, built = classified
+    jid = job_of(built, "noamp-h200-1")
+    late = corpus.T0.replace(hour=10).isoformat()  # 2 h later: 121 minutes, mostly without data
+    data = json.loads(run("--db", url, "job", jid, "--at", late, "--format", "json").output)
+    values = next(iter(data["timeline"]["series"].values()))
+    assert len(values) == 60 and values[-1] is None and values[0] is not None
+    text = run("--db", url, "job", jid, "--at", late).output
+    bar = next(ln for ln in text.splitlines() if ln.strip().startswith("c")).split("|")[1]
+    assert len(bar) == 60 and bar.endswith(" ") and bar[0] != " "
+
+
+def test_png_plot(classified, tmp_path) -> None:
+    url, built = classified
+    png = tmp_path / "job.png"
+    result = CliRunner().invoke(cli, ["--db", url, "job", job_of(built, "input-cpu-saturated"), "--at", AT,
+                                      "--plot", str(png)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (800, 300)
+
+
+def test_unknown_job_and_spark() -> None:
+    assert spark([0.0, 0.5, 1.0, None]) == f"{BLOCKS[0]}{BLOCKS[4]}{BLOCKS[-1]} "
+    png = line_chart([[0.0, 1.0]], width=40, height=20)
+    assert struct.unpack(">II", png[16:24]) == (40, 20)
+
+
+def test_unknown_job(engine, db_url) -> None:
+    result = CliRunner().invoke(cli, ["--db", db_url, "job", "424242"])
+    assert result.exit_code == 1 and "not known" in result.output
