@@ -1,0 +1,72 @@
+"""Fuzz the ingest endpoint from the daemon's own OpenAPI document (schemathesis, bounded).
+
+Valid token, registered node; bodies generated from the Batch schema (positive) and against
+it (negative). The daemon may refuse anything, but never with a server error: no 5xx other
+than 503.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from gpuwatch.sql.nodes import create_token
+from tests.daemon_process import DaemonProcess
+
+schemathesis = pytest.importorskip("schemathesis")
+hypothesis = pytest.importorskip("hypothesis")
+
+pytestmark = pytest.mark.slow
+
+NODE = "fuzz-node"
+PATH = "/api/v1/ingest/{node}"
+
+
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_ingest_never_answers_a_server_error(sqlite_url, tmp_path, mode):
+    from schemathesis import GenerationMode
+
+    from gpuwatch.sql import migrate
+    from gpuwatch.sql.engine import create_engine
+
+    engine = create_engine(sqlite_url)
+    migrate.upgrade(engine)
+    token = create_token(engine, NODE)
+    daemon = DaemonProcess(sqlite_url, tmp_path / "daemon.log")
+    daemon.start()
+    seen: dict[int, int] = {}
+    errors: list[str] = []
+    try:
+        schema = schemathesis.openapi.from_url(f"{daemon.url}/openapi.json")
+        operation = schema[PATH]["POST"]
+        strategy = operation.as_strategy(generation_mode=GenerationMode(mode))
+        session = requests.Session()
+
+        @hypothesis.settings(
+            max_examples=100,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(hypothesis.HealthCheck),
+            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+        )
+        @hypothesis.given(case=strategy)
+        def check(case) -> None:
+            case.path_parameters = {"node": NODE}
+            if isinstance(case.body, dict) and mode == "positive":
+                case.body["node"] = NODE  # so that bodies get past the node check into storage
+            response = case.call(
+                base_url=daemon.url, session=session, headers={"Authorization": f"Bearer {token}"}, timeout=10
+            )
+            seen[response.status_code] = seen.get(response.status_code, 0) + 1
+            if response.status_code >= 500 and response.status_code != 503:
+                errors.append(f"{response.status_code}: {case.as_curl_command()}\n{response.text[:500]}")
+
+        check()
+        session.close()
+    finally:
+        daemon.stop()
+        engine.dispose()
+    print(f"{mode}: statuses {dict(sorted(seen.items()))}")
+    assert sum(seen.values()) >= 50
+    assert not errors, "\n\n".join(errors[:3])
