@@ -189,6 +189,10 @@ def agent(ctx: Context, once: bool, cycles: int | None, record: Path | None) -> 
         settings.agent.push_timeout_s,
     )
     runner = Agent(settings, collectors, spool=spool, pusher=pusher)
+    # everything alive now lives as long as the agent: keep it out of every future GC pass
+    import gc
+
+    gc.freeze()
     server = None
     if settings.agent.metrics_listen:
         from gpuwatch.agent.metrics import AgentMetrics, start_metrics_server
