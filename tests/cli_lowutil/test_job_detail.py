@@ -7,10 +7,10 @@ import struct
 
 from click.testing import CliRunner
 
+from gpuwatch.classify.verdict import TEXTS, Cause
 from gpuwatch.cli.job_detail import BLOCKS, spark
 from gpuwatch.cli.main import cli
 from gpuwatch.cli.plot import line_chart
-from gpuwatch.classify.verdict import TEXTS, Cause
 from tests.classify import corpus
 from tests.cli_lowutil.conftest import job_of
 
