@@ -110,3 +110,29 @@ def test_demo_runs_the_whole_pipeline(sqlite_url):
         gpu_rows = conn.execute(sa.text("SELECT count(*) FROM gpu_samples WHERE simulated")).scalar()
     engine.dispose()
     assert gpu_rows == 2 * 2 * 4  # nodes x cycles x simulated GPUs, all marked simulated
+
+
+def test_agent_once_replays_a_recording(tmp_path):
+    """`gpuwatch agent --record` output played back through gpu.backend = replay."""
+    import os
+
+    record = tmp_path / "rec.jsonl"
+    base = {**os.environ, "GPUWATCH_AGENT__NODE": "n1", "GPUWATCH_GPU__SIM_GPUS": "3"}
+    first = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "agent", "--once", "--record", str(record)],
+        capture_output=True, text=True, timeout=60, env={**base, "GPUWATCH_GPU__BACKEND": "sim"},
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert len(record.read_text().splitlines()) == 2  # --once samples twice (rates need two)
+    replayed = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "agent", "--once"],
+        capture_output=True, text=True, timeout=60,
+        env={**base, "GPUWATCH_GPU__BACKEND": "replay", "GPUWATCH_GPU__REPLAY_FILE": str(record)},
+    )  # fmt: skip
+    assert replayed.returncode == 0, replayed.stderr
+    gpus = [s for s in Batch.model_validate_json(replayed.stdout).samples if s.kind == "gpu"]
+    recorded = Batch.model_validate_json(first.stdout)
+    assert [g.gpu_index for g in gpus] == [0, 1, 2]
+    assert [g.util_gpu_ratio for g in gpus] == [
+        s.util_gpu_ratio for s in recorded.samples if s.kind == "gpu"
+    ]  # the second recorded reading comes back second
