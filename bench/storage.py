@@ -1,0 +1,139 @@
+"""Bytes on disk per GPU-sample (PostgreSQL), measured at small scale and extrapolated.
+
+    .venv/bin/python bench/storage.py [--nodes 20] [--gpus 8] [--hours 1] \
+        [--target-nodes 1000] [--raw-days 14] [--rollup-days 400]
+
+Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), stores
+``hours`` of 10 s cycles of ``nodes`` nodes (each cycle: ``gpus`` GPU samples with 2
+processes each + the host samples of ``tests/factories.py``: cpu, memory, nic, infiniband,
+disk, one job, one attribution, agent), rolls them up per minute, VACUUM ANALYZEs, and reads
+``pg_total_relation_size`` (heap + indexes + TOAST) of every daily partition of each sample
+table and of the rollup tables. Prints bytes per row and extrapolates to ``target-nodes`` x
+``gpus`` GPUs kept ``raw-days`` raw and ``rollup-days`` as per-minute rollups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ingest import _cycle, drop_db, fresh_db
+from gpuwatch import wire
+from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.sql.nodes import create_token, get_node
+from gpuwatch.sql.partitions import list_partitions
+from gpuwatch.sql.rollups import Rollup, floor_minute
+from gpuwatch.sql.schema import PARTITIONED_TABLES, ROLLUP_TABLES
+
+INTERVAL_S = 10
+
+
+def table_bytes(conn: sa.Connection, table: str, partitioned: bool) -> tuple[int, int]:
+    """(bytes incl. indexes and TOAST, rows) of a table, summed over its partitions."""
+    names = list_partitions(conn, table) if partitioned else [table]
+    size = rows = 0
+    for name in names:
+        size += conn.execute(
+            sa.text("SELECT pg_total_relation_size(CAST(:n AS regclass))"), {"n": name}
+        ).scalar()
+        rows += conn.execute(sa.text(f'SELECT count(*) FROM "{name}"')).scalar()
+    return size, rows
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=20)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", type=float, default=1.0)
+    ap.add_argument("--target-nodes", type=int, default=1000)
+    ap.add_argument("--raw-days", type=int, default=14)
+    ap.add_argument("--rollup-days", type=int, default=400)
+    args = ap.parse_args()
+    cycles = int(args.hours * 3600 / INTERVAL_S)
+    start = floor_minute(wire.utcnow() - timedelta(hours=args.hours, minutes=5))
+    name, _url, engine = fresh_db()
+    try:
+        store = BatchStore(engine)
+        ids = {}
+        for n in range(args.nodes):
+            node = f"st{n:04d}"
+            create_token(engine, node)
+            with engine.connect() as conn:
+                ids[node] = get_node(conn, node).id
+        end = start + timedelta(seconds=INTERVAL_S * cycles)
+        store.partitions.ensure_days({start.date(), end.date()})
+        t0 = time.perf_counter()
+        for c in range(cycles):  # one group commit per cycle of all nodes, as the daemon does
+            ts = start + timedelta(seconds=INTERVAL_S * c)
+            samples = _cycle(ts, args.gpus)
+            store.store_many(
+                [
+                    (ids[node], wire.Batch(node=node, agent_version="bench", seq=c, samples=samples))
+                    for node in ids
+                ]
+            )
+        stored_s = time.perf_counter() - t0
+        Rollup(engine).roll(start, end + timedelta(minutes=1))
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE"))
+        with engine.connect() as conn:
+            raw = {t.name: table_bytes(conn, t.name, True) for t in PARTITIONED_TABLES}
+            roll = {t.name: table_bytes(conn, t.name, False) for t in ROLLUP_TABLES}
+    finally:
+        engine.dispose()
+        drop_db(name)
+
+    gpu_rows = raw["gpu_samples"][1]
+    print(
+        f"measured: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h at {INTERVAL_S} s = "
+        f"{cycles} cycles, {gpu_rows:,} GPU-samples, stored in {stored_s:.1f} s"
+    )
+    print(f"{'table':<24}{'rows':>12}{'bytes':>14}{'B/row':>9}{'B/GPU-sample':>14}")
+    for label, sizes in (("raw", raw), ("rollup", roll)):
+        for table, (size, rows) in sizes.items():
+            per_row = size / rows if rows else 0
+            print(
+                f"{table:<24}{rows:>12,}{human(size):>14}{per_row:>9.0f}{size / gpu_rows:>14.1f}  ({label})"
+            )
+    raw_total = sum(s for s, _ in raw.values())
+    gpu_only = raw["gpu_samples"][0] + raw["gpu_process_samples"][0]
+    print(
+        f"raw, all sample tables: {raw_total / gpu_rows:,.0f} B per GPU-sample "
+        f"(gpu_samples + processes alone: {gpu_only / gpu_rows:,.0f} B)"
+    )
+
+    # extrapolation: rows scale with GPUs (gpu tables, gpu_minutes) or nodes (host tables, node_minutes)
+    gpus = args.target_nodes * args.gpus
+    per_day = 86400 / INTERVAL_S
+    gpu_samples_day = gpus * per_day
+    raw_bytes = raw_total / gpu_rows * gpu_samples_day * args.raw_days  # host rows scale with nodes too
+    minutes = args.rollup_days * 1440
+    measured_minutes = roll["gpu_minutes"][1] / (args.nodes * args.gpus) or 1
+    scale = (args.target_nodes / args.nodes) * (minutes / measured_minutes)
+    roll_bytes = {t: size * scale for t, (size, _) in roll.items()}
+    print(f"\nextrapolated to {args.target_nodes:,} nodes x {args.gpus} GPUs ({gpus:,} GPUs), 10 s samples:")
+    print(f"  GPU-samples per day: {gpu_samples_day:,.0f}; raw per day: {human(raw_bytes / args.raw_days)}")
+    print(f"  raw kept {args.raw_days} days: {human(raw_bytes)}")
+    for t, b in roll_bytes.items():
+        print(f"  {t} kept {args.rollup_days} days: {human(b)}")
+    total = raw_bytes + sum(roll_bytes.values())
+    print(f"  total: {human(total)} (raw {human(raw_bytes)} + rollups {human(sum(roll_bytes.values()))})")
+
+
+if __name__ == "__main__":
+    main()
