@@ -359,47 +359,10 @@ LOW_UTIL_COLUMNS = [
 
 
 def low_util_rows(engine, job_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """The leading recent-window verdict of every low-utilization job (worst waste first)."""
-    import sqlalchemy as sa
+    """The leading recent-window verdict of every low-utilization job (the web view's query)."""
+    from gpuwatch.web.data import low_util_rows as rows
 
-    from gpuwatch.classify.engine import latest_verdicts
-    from gpuwatch.sql.schema import slurm_jobs
-
-    found = latest_verdicts(engine, window_kind="recent")
-    best: dict[str, dict[str, Any]] = {}
-    for row in found:  # best first per job already
-        if job_ids is None or row["job_id"] in job_ids:
-            best.setdefault(row["job_id"], row)
-    with engine.connect() as conn:
-        jobs = {
-            r.job_id: r
-            for r in conn.execute(
-                sa.select(
-                    slurm_jobs.c.job_id, slurm_jobs.c.user_name, slurm_jobs.c.name, slurm_jobs.c.nodes
-                ).where(slurm_jobs.c.job_id.in_(list(best)))
-            )
-        }
-    rows = []
-    for jid, v in best.items():
-        job = jobs.get(jid)
-        summary = v["summary"]
-        prefix = f"job {jid}: "
-        rows.append(
-            {
-                "job_id": jid,
-                "node": ",".join(job.nodes or []) if job else "",
-                "user": job.user_name if job else None,
-                "name": job.name if job else None,
-                "cause": v["cause"],
-                "confidence": round(v["confidence"], 2),
-                "gpus": v["gpus"],
-                "util": None if v["mean_util_ratio"] is None else f"{100 * v['mean_util_ratio']:.0f}%",
-                "gpu_hours_wasted": v["gpu_hours_wasted"],
-                "evidence": summary[len(prefix) :] if summary.startswith(prefix) else summary,
-            }
-        )
-    rows.sort(key=lambda r: (-(r["gpu_hours_wasted"] or 0.0), r["job_id"]))
-    return rows
+    return rows(engine, job_ids)
 
 
 # ---------------------------------------------------------------------------- the run

@@ -49,6 +49,10 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
         build_router(engine, writer, settings.daemon.max_batch_bytes, settings.daemon.max_future_skew_s)
     )
 
+    from gpuwatch.web.routes import build_web_router
+
+    app.include_router(build_web_router(settings, engine))
+
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
         """200 when the database answers, 503 otherwise (for load balancers and systemd)."""

@@ -1,0 +1,264 @@
+"""The web view's routes: ``/`` overview, ``/jobs`` low-utilization list, ``/jobs/{id}`` one job.
+
+Read-only (GET only), server-rendered HTML with inline SVG; auth per ``[web]``
+(:mod:`gpuwatch.web.config`) as a router dependency, so every page is behind it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import datetime, timezone
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import HTMLResponse
+
+from gpuwatch.web import data, svg
+from gpuwatch.web.config import WebAuth, WebConfig
+
+CSS = """
+body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#263238;color:#fff;padding:10px 20px;display:flex;gap:24px;align-items:baseline}
+header a{color:#cfd8dc;text-decoration:none}header b{font-size:18px}
+main{padding:12px 20px}h2{font-size:16px;margin:18px 0 6px}
+.cards{display:flex;gap:12px}.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 16px}
+.card .n{font-size:26px;font-weight:600}.busy .n{color:#1a9850}.idle .n{color:#d73027}
+.wasted .n{color:#e66101}
+table{border-collapse:collapse;background:#fff}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+th{background:#eceff1}.sim{background:#fff3cd;border:1px solid #e0c060;padding:4px 10px;display:inline-block}
+.charts{display:flex;flex-wrap:wrap;gap:10px}.chart{background:#fff;border:1px solid #ddd}
+.chart .lbl{font-size:10px;fill:#555}.chart .title{font-size:12px;font-weight:600}
+.chart .plot{fill:#fff;stroke:#bbb}.chart .grid{stroke:#eee}.chart .axis{stroke:#999}
+.cause{font-weight:600}.fix{color:#1b5e20}pre{white-space:pre-wrap;font-size:11px;background:#f4f4f4;padding:6px}
+"""
+
+
+def _page(title: str, body: str, *, simulated: bool = False) -> HTMLResponse:
+    banner = (
+        '<p class="sim">Simulated data: these GPUs come from the simulated device model.</p>'
+        if simulated
+        else ""
+    )
+    return HTMLResponse(
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{escape(title)} — gpuwatch</title><style>{CSS}</style></head><body>"
+        '<header><b>gpuwatch</b><a href="/">overview</a><a href="/jobs">low-utilization jobs</a></header>'
+        f"<main>{banner}{body}</main></body></html>"
+    )
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return f"{value:%Y-%m-%d %H:%M} UTC"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return escape(str(value))
+
+
+def _rate(v: float) -> str:
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.0f} {unit}"
+    return f"{v:.0f} B/s"
+
+
+def _jobs_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p>No low-utilization jobs right now.</p>"
+    out = [
+        "<table class=jobs><tr><th>job</th><th>user</th><th>name</th><th>node(s)</th><th>cause</th>"
+        "<th>conf.</th><th>GPUs</th><th>util</th><th>GPU-h wasted</th><th>evidence</th></tr>"
+    ]
+    for r in rows:
+        jid = escape(r["job_id"])
+        out.append(
+            f'<tr><td><a href="/jobs/{jid}">{jid}</a></td><td>{_fmt(r["user"])}</td>'
+            f"<td>{_fmt(r['name'])}</td><td>{_fmt(r['node'])}</td><td class=cause>{_fmt(r['cause'])}</td>"
+            f"<td>{_fmt(r['confidence'])}</td>"
+            f"<td>{_fmt(r['gpus'])}</td><td>{_fmt(r['util'])}</td><td>{_fmt(r['gpu_hours_wasted'])}</td>"
+            f"<td>{_fmt(r['evidence'])}</td></tr>"
+        )
+    out.append("</table>")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------- auth
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def make_auth(config: WebConfig):  # type: ignore[no-untyped-def]
+    """The router dependency enforcing ``config.auth``; returns the user (or None)."""
+
+    def check(request: Request) -> str | None:
+        if config.auth is WebAuth.NONE:
+            return None
+        if config.auth is WebAuth.HEADER:
+            user = request.headers.get(config.user_header, "").strip()
+            if not user:
+                raise HTTPException(401, f"not authenticated: no {config.user_header} header from the proxy")
+            if "*" not in config.allowed_users and user not in config.allowed_users:
+                raise HTTPException(403, f"user {user!r} is not in web.allowed_users")
+            return user
+        token = config.resolve_token()
+        if token is None:
+            raise HTTPException(503, "web.token_file cannot be read")
+        expected = _digest(token)
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer ") and hmac.compare_digest(_digest(auth[7:].strip()), expected):
+            return "token"
+        cookie = request.cookies.get(config.cookie_name)
+        if cookie and hmac.compare_digest(cookie, expected):
+            return "token"
+        given = request.query_params.get("token")
+        if given is not None and hmac.compare_digest(_digest(given), expected):
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            location = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            cookie_attrs = f"{config.cookie_name}={expected}; Path=/; HttpOnly; SameSite=Strict"
+            if config.cookie_secure:
+                cookie_attrs += "; Secure"
+            raise HTTPException(
+                303, "authenticated", headers={"Location": location, "Set-Cookie": cookie_attrs}
+            )
+        raise HTTPException(
+            401,
+            "token required: Authorization: Bearer <token> or ?token=<token>",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    return check
+
+
+# ---------------------------------------------------------------------------- pages
+
+
+def build_web_router(settings: Any, engine: sa.Engine) -> APIRouter:
+    """The web view for the daemon app (``app.include_router(build_web_router(settings, engine))``)."""
+    config: WebConfig = getattr(settings, "web", None) or WebConfig()
+    if not config.enabled:
+        return APIRouter()
+    classify = getattr(settings, "classify", None)
+    low_ratio = getattr(classify, "util_low_ratio", 0.15)
+    router = APIRouter(dependencies=[Depends(make_auth(config))], tags=["web"], include_in_schema=False)
+
+    def now() -> datetime:
+        return datetime.now(timezone.utc)
+
+    @router.get("/", response_class=HTMLResponse)
+    def overview_page() -> HTMLResponse:
+        ov = data.overview(engine, now(), low_ratio=low_ratio)
+        cards = "".join(
+            f'<div class="card {cls}"><div class=n>{n}</div>{label}</div>'
+            for cls, n, label in (
+                ("", ov.gpus_reporting, "GPUs reporting (last 10 min)"),
+                ("busy", ov.gpus_busy, f"busy (util &gt; {100 * low_ratio:.0f}%)"),
+                ("idle", ov.gpus_idle, "idle or nearly"),
+                ("wasted", ov.gpus_wasted, "in jobs flagged wasteful"),
+            )
+        )
+        heat = (
+            svg.heatmap(
+                ov.rows, ov.start, ov.minutes, ov.cells, title="GPU utilization per minute, last hour"
+            )
+            if ov.rows
+            else "<p>No GPU data in the last hour.</p>"
+        )
+        body = (
+            f"<h2>Cluster now ({ov.now:%Y-%m-%d %H:%M} UTC)</h2><div class=cards>{cards}</div>"
+            f"<h2>GPU utilization per node/GPU, last hour</h2>{heat}"
+            f"<h2>Low-utilization jobs</h2>{_jobs_table(ov.jobs)}"
+        )
+        return _page("overview", body, simulated=ov.simulated)
+
+    @router.get("/jobs", response_class=HTMLResponse)
+    def jobs_page() -> HTMLResponse:
+        rows = data.low_util_rows(engine)
+        return _page(
+            "low-utilization jobs", f"<h2>Low-utilization jobs (latest verdicts)</h2>{_jobs_table(rows)}"
+        )
+
+    @router.get("/jobs/{job_id}", response_class=HTMLResponse)
+    def job_page(job_id: str) -> HTMLResponse:
+        view = data.job_view(engine, job_id, now())
+        if view is None:
+            raise HTTPException(404, f"no job {job_id}")
+        return _page(f"job {job_id}", _job_body(view), simulated=view.simulated)
+
+    return router
+
+
+_METRIC_TITLES = {
+    "util": "GPU utilization",
+    "sm": "SM active",
+    "tensor": "tensor pipe active",
+    "memory": "GPU memory used (of total)",
+    "power": "power (of limit)",
+}
+
+
+def _job_body(view: data.JobView) -> str:
+    s, job = view.scope, view.slurm or {}
+    facts = [
+        ("job", s.job_id),
+        ("name", job.get("name")),
+        ("user", job.get("user_name")),
+        ("account", job.get("account")),
+        ("state", s.state),
+        ("start", s.start),
+        ("end", s.end),
+        ("GPUs", f"{len(s.gpus)}: {_gpu_list(s.gpus)}"),
+        ("CPUs", s.cpus),
+    ]
+    parts = [f"<h2>Job {escape(s.job_id)}</h2><table><tr>"]
+    parts += [f"<th>{k}</th>" for k, _ in facts] + ["</tr><tr>"]
+    parts += [f"<td>{_fmt(v)}</td>" for _, v in facts] + ["</tr></table>"]
+    parts.append("<h2>Per-GPU timelines (per-minute means)</h2><div class=charts>")
+    for metric in data.GPU_METRICS:
+        series = [svg.Series(label, pts) for label, pts in sorted(view.gpu_series.get(metric, {}).items())]
+        parts.append(
+            svg.line_chart(_METRIC_TITLES[metric], series, view.start, view.end, y_max=1.0, width=405)
+        )
+    cpu = [svg.Series(k, v) for k, v in view.cpu.items()]
+    parts.append(svg.line_chart("CPU", cpu, view.start, view.end, y_max=1.0, width=405))
+    net = [svg.Series(k, v) for k, v in view.network.items()]
+    parts.append(svg.line_chart("network (bytes/s)", net, view.start, view.end, y_format=_rate, width=405))
+    parts.append("</div><h2>Verdicts</h2>")
+    parts.append(_verdicts(view.verdicts))
+    return "".join(parts)
+
+
+def _gpu_list(gpus: Any) -> str:
+    by_node: dict[str, list[str]] = {}
+    for g in gpus:
+        by_node.setdefault(g.node, []).append(str(g.gpu_index))
+    return "; ".join(f"{node} gpu{','.join(ix)}" for node, ix in by_node.items()) or "-"
+
+
+def _verdicts(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return (
+            "<p>Not evaluated yet (the classifier waits for the grace period and whole minutes of data).</p>"
+        )
+    out = []
+    for v in rows:
+        evidence = dict(v["evidence"] or {})
+        evidence.pop("values", None)
+        out.append(
+            f"<div class=verdict><p><span class=cause>{escape(v['cause'])}</span> "
+            f"({escape(v['window_kind'])} window {v['window_start']:%H:%M}-{v['window_end']:%H:%M}, "
+            f"confidence {v['confidence']:.2f}): {escape(v['summary'])}</p>"
+            + (f"<p class=fix>Fix: {escape(v['fix'])}</p>" if v.get("fix") else "")
+            + "<details><summary>evidence</summary>"
+            + f"<pre>{escape(json.dumps(evidence, indent=1, default=str))}</pre>"
+            "</details></div>"
+        )
+    return "".join(out)

@@ -1,0 +1,66 @@
+"""Headless Chromium against a real daemon on 127.0.0.1: the pages render, the charts are drawn.
+
+Skips when ``chromium`` is missing, except with ``CI=true`` (``tests/web/install-chromium.sh``
+installs it). ``GPUWATCH_WRITE_SCREENSHOTS=1`` also writes ``docs/screenshot-*.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.config import load_settings
+from gpuwatch.daemon.server import BackgroundServer
+from gpuwatch.web import svg
+from tests.web.conftest import load_demo
+from tests.web.png import colour_counts, near
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _hex(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+
+
+def _shot(url: str, out: Path, tmp: Path) -> bytes:
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp / 'profile'}", f"--screenshot={out}", "--window-size=1280,900",
+        "--hide-scrollbars", url,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+    assert out.exists(), f"no screenshot (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return out.read_bytes()
+
+
+def test_pages_render_in_chromium(sqlite_url, tmp_path):
+    if CHROMIUM is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("chromium missing (CI=true): run tests/web/install-chromium.sh")
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    result = load_demo(sqlite_url, cycles=90)
+    settings = load_settings(database={"url": sqlite_url}).with_overrides(daemon={"listen": "127.0.0.1:0"})
+    server = BackgroundServer(settings)
+    try:
+        with server:
+            overview = _shot(f"{server.url}/", tmp_path / "overview.png", tmp_path)
+            job = next(j for j, c in result.expected.items() if c == "communication_bound")  # 8 GPUs
+            job_png = _shot(f"{server.url}/jobs/{job}", tmp_path / "job.png", tmp_path)
+    finally:
+        server.engine.dispose()
+    heat = colour_counts(overview, (150, 150, 1270, 650))
+    # the heat map's cells: idle red, busy green, something in between
+    assert near(heat, _hex(svg.heat_colour(0.0))) > 2000, heat.most_common(5)
+    assert near(heat, _hex(svg.heat_colour(1.0)), tol=40) > 500, heat.most_common(5)
+    lines = colour_counts(job_png, (0, 300, 1280, 900))
+    drawn = [c for c in svg.PALETTE[:8] if near(lines, _hex(c), tol=30) > 50]
+    assert len(drawn) >= 6, (drawn, lines.most_common(8))  # one line per GPU, 8 GPUs
+    if os.environ.get("GPUWATCH_WRITE_SCREENSHOTS") == "1":
+        (DOCS / "screenshot-overview.png").write_bytes(overview)
+        (DOCS / "screenshot-job.png").write_bytes(job_png)
