@@ -1,0 +1,271 @@
+"""Cost of ``gpuwatch jobs --low-util --since 7d`` on PostgreSQL vs a naive raw-sample query.
+
+    .venv/bin/python bench/lowutil_query.py [--nodes 10] [--gpus 8] [--days 7] [--interval 10]
+                                            [--eval-every-min 15] [--runs 5] [--no-samples]
+
+Generates, straight into a fresh throwaway PostgreSQL database (127.0.0.1:5432 user
+postgres, or $GPUWATCH_BENCH_PG), ``--nodes`` nodes x ``--gpus`` GPUs x ``--days`` days:
+
+- ``slurm_jobs``/``job_gpus``: each node runs back-to-back whole-node jobs of 2-12 h
+  (seeded), through ``upsert_jobs``/``replace_job_gpus``;
+- ``verdicts``: one evaluation per ``--eval-every-min`` of each job's run, two rows each
+  (recent + job window), ~35 % of the jobs with a non-healthy cause, as the daemon stores them
+  (COPY);
+- ``gpu_samples``: one sample per GPU per ``--interval`` s (util per job + noise), COPY into
+  the daily partitions — only for the naive baseline (``--no-samples`` skips it).
+
+Then, median of ``--runs``: the listing (:func:`gpuwatch.sql.lowutil.low_util_jobs`,
+``since = now - 7 d``, what the command runs) vs the naive query (mean ``util_gpu_ratio`` of
+each job's raw samples over its run, jobs under 50 %), and the ratio. The listing reads
+verdicts per job, never samples: its cost follows jobs x evaluations, not samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuwatch.slurm.model import SlurmJob
+from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
+from gpuwatch.sql.lowutil import LowUtilFilters, low_util_jobs
+from gpuwatch.sql.partitions import PartitionManager
+from gpuwatch.sql.schema import nodes
+
+ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+NOW = datetime(2026, 3, 9, 0, 0, tzinfo=timezone.utc)
+CAUSES = ["idle_allocation", "input_bound", "small_work", "no_mixed_precision", "cpu_only", "unknown_low"]
+
+NAIVE = """
+SELECT j.job_id, avg(s.util_gpu_ratio) AS util, count(*) AS samples
+FROM slurm_jobs j
+JOIN job_gpus g ON g.job_id = j.job_id
+JOIN nodes n ON n.name = g.node
+JOIN gpu_samples s ON s.node_id = n.id AND s.gpu_index = g.gpu_index
+     AND s.ts >= j.start_at AND s.ts < coalesce(j.end_at, :now)
+WHERE j.end_at IS NULL OR j.end_at >= :since
+GROUP BY j.job_id
+HAVING avg(s.util_gpu_ratio) < 0.5
+"""
+
+
+def fresh_pg() -> tuple[str, sa.Engine]:
+    name = f"gpuwatch_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    engine = create_engine(sa.engine.make_url(ADMIN).set(database=name).render_as_string(hide_password=False))
+    migrate.upgrade(engine)
+    return name, engine
+
+
+def drop_pg(name: str) -> None:
+    admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def make_jobs(
+    n_nodes: int, gpus: int, start: datetime, rng: random.Random
+) -> list[tuple[SlurmJob, float, str]]:
+    """(job, its mean util, its cause) per job: back-to-back whole-node jobs on every node."""
+    out = []
+    jid = 1_000_000
+    for node in range(n_nodes):
+        t = start - timedelta(hours=rng.uniform(0, 6))
+        while t < NOW:
+            end = t + timedelta(hours=rng.uniform(2, 12))
+            running = end > NOW
+            bad = rng.random() < 0.35
+            cause = rng.choice(CAUSES) if bad else "healthy"
+            util = rng.uniform(0.0, 0.4) if bad else rng.uniform(0.7, 0.98)
+            name = f"g{node:04d}"
+            job = SlurmJob(
+                str(jid),
+                "squeue-json",
+                user=f"u{rng.randrange(50)}",
+                account=f"a{rng.randrange(10)}",
+                partition="gpu",
+                state="RUNNING" if running else "COMPLETED",
+                start=t,
+                end=None if running else end,
+                nodes=(name,),
+                gpus=gpus,
+                cpus=64,
+                gpu_indices={name: tuple(range(gpus))},
+            )
+            out.append((job, util, cause))
+            jid += 1
+            t = end
+    return out
+
+
+def copy_text(engine: sa.Engine, sql: str, text: io.StringIO) -> None:
+    raw = engine.raw_connection()
+    try:
+        with raw.cursor() as cur, cur.copy(sql) as cp:
+            cp.write(text.getvalue())
+        raw.commit()
+    finally:
+        raw.close()
+
+
+def load_verdicts(engine: sa.Engine, jobs: list[tuple[SlurmJob, float, str]], every: timedelta) -> int:
+    buf = io.StringIO()
+    rows = 0
+    for job, util, cause in jobs:
+        stop = NOW if job.end is None else job.end
+        at = job.start + every
+        while True:
+            at = min(at, stop)
+            hours = (at - job.start).total_seconds() / 3600 * job.gpus
+            wasted = 0.0 if cause == "healthy" else hours * (1 - util)
+            for kind, ws in (("recent", max(job.start, at - timedelta(minutes=15))), ("job", job.start)):
+                summary = f"job {job.job_id}: {cause} (util {100 * util:.0f}%)"
+                buf.write(
+                    f"{job.job_id}\t{at.isoformat()}\t{kind}\t{ws.isoformat()}\t{at.isoformat()}\t{cause}\t"
+                    f"0.9\t{job.gpus}\t{hours:.4f}\t{wasted:.4f}\t{util:.4f}\t{summary}\t\\N\t{{}}\t1\n"
+                )
+                rows += 1
+            if at >= stop:
+                break
+            at += every
+    copy_text(
+        engine,
+        "COPY verdicts (job_id, evaluated_at, window_kind, window_start, window_end, cause, confidence, "
+        "gpus, gpu_hours, gpu_hours_wasted, mean_util_ratio, summary, fix, evidence, rules_version) "
+        "FROM STDIN",
+        buf,
+    )
+    return rows
+
+
+def load_samples(
+    engine: sa.Engine,
+    jobs,
+    node_ids: dict[str, int],
+    gpus: int,
+    start: datetime,
+    interval: int,
+    rng: random.Random,
+) -> int:
+    PartitionManager(engine).ensure_days(
+        date.fromordinal(d) for d in range(start.date().toordinal(), NOW.date().toordinal() + 1)
+    )
+    steps = int((NOW - start).total_seconds() // interval)
+    stamps = [(start + timedelta(seconds=interval * k)) for k in range(steps)]
+    texts = [t.isoformat() for t in stamps]
+    by_node: dict[str, list] = {}
+    for job, util, _ in jobs:
+        by_node.setdefault(job.nodes[0], []).append((job.start, job.end or NOW, util))
+    total = 0
+    for node, spans in by_node.items():
+        buf = io.StringIO()
+        nid = node_ids[node]
+        utils = []
+        k = 0
+        for t in stamps:
+            while k < len(spans) and spans[k][1] <= t:
+                k += 1
+            utils.append(spans[k][2] if k < len(spans) and spans[k][0] <= t else 0.0)
+        for g in range(gpus):
+            noise = [rng.uniform(-0.05, 0.05) for _ in range(64)]
+            for i, ts in enumerate(texts):
+                u = min(1.0, max(0.0, utils[i] + noise[i & 63]))
+                buf.write(f"{nid}\t{g}\t{ts}\tok\t{u:.3f}\tf\n")
+            total += len(texts)
+        copy_text(
+            engine,
+            "COPY gpu_samples (node_id, gpu_index, ts, state, util_gpu_ratio, simulated) FROM STDIN",
+            buf,
+        )
+    return total
+
+
+def timed(fn, runs: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=10)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--days", type=float, default=7)
+    ap.add_argument("--interval", type=int, default=10)
+    ap.add_argument("--eval-every-min", type=float, default=15)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-samples", action="store_true")
+    args = ap.parse_args()
+    rng = random.Random(7)
+    start = NOW - timedelta(days=args.days)
+    name, engine = fresh_pg()
+    try:
+        t0 = time.perf_counter()
+        jobs = make_jobs(args.nodes, args.gpus, start, rng)
+        with engine.begin() as conn:
+            conn.execute(
+                nodes.insert(), [{"name": f"g{n:04d}", "created_at": NOW} for n in range(args.nodes)]
+            )
+            node_ids = dict(conn.execute(sa.select(nodes.c.name, nodes.c.id)).all())
+            upsert_jobs(conn, [j for j, _, _ in jobs], now=NOW)
+            replace_job_gpus(conn, {j.job_id: j.gpu_indices for j, _, _ in jobs})
+        n_verdicts = load_verdicts(engine, jobs, timedelta(minutes=args.eval_every_min))
+        n_samples = 0
+        if not args.no_samples:
+            n_samples = load_samples(engine, jobs, node_ids, args.gpus, start, args.interval, rng)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE"))
+        unhealthy = sum(1 for _, _, c in jobs if c != "healthy")
+        print(
+            f"generated {args.nodes} nodes x {args.gpus} GPUs x {args.days:g} d "
+            f"in {time.perf_counter() - t0:.0f} s: "
+            f"{len(jobs)} jobs ({unhealthy} not healthy), {n_verdicts:,} verdict rows, "
+            f"{n_samples:,} gpu_samples rows"
+        )
+        since = NOW - timedelta(days=7)
+        listing_s, rows = timed(
+            lambda: low_util_jobs(engine, LowUtilFilters(since=since), now=NOW), args.runs
+        )
+        print(
+            f"listing  (low_util_jobs, --since 7d): median {1000 * listing_s:8.1f} ms over {args.runs} runs, "
+            f"{len(rows)} jobs"
+        )
+        if n_samples:
+
+            def naive():  # type: ignore[no-untyped-def]
+                with engine.connect() as conn:
+                    return conn.execute(sa.text(NAIVE), {"now": NOW, "since": since}).all()
+
+            naive_s, found = timed(naive, max(1, min(3, args.runs)))
+            print(
+                f"naive    (mean of raw gpu_samples):   median {1000 * naive_s:8.1f} ms over "
+                f"{max(1, min(3, args.runs))} runs, {len(found)} jobs"
+            )
+            print(f"ratio    naive / listing = {naive_s / listing_s:,.0f}x")
+    finally:
+        engine.dispose()
+        drop_pg(name)
+
+
+if __name__ == "__main__":
+    main()
