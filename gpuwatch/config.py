@@ -119,6 +119,9 @@ class DaemonConfig(_Section):
     max_batch_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     partition_days_ahead: int = Field(3, ge=1, le=60)
     auto_migrate: bool = Field(True, description="Upgrade the schema at start-up.")
+    leader_lock_key: int = Field(
+        0x67776C64, description="PostgreSQL advisory lock the scheduler's leader holds (one per database)."
+    )
     ingest_writers: int = Field(
         2, ge=1, le=16, description="Group-commit writer threads (PostgreSQL; SQLite uses one)."
     )

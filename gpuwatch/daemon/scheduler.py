@@ -10,6 +10,7 @@ the rollups) and store their verdicts; with ``slurm.enabled`` the Slurm sync (sq
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -22,7 +23,23 @@ log = logging.getLogger(__name__)
 
 
 def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundScheduler:
+    """Every scheduled job; those that must run once per cluster run only on the leader
+    (several daemon replicas may share one PostgreSQL database, see daemon/leader.py)."""
+    from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+
+    from gpuwatch.daemon.leader import LeaderLock
+
     scheduler = BackgroundScheduler(timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1})
+    leader = LeaderLock(store.engine, settings.daemon.leader_lock_key)
+    scheduler.add_listener(lambda _event: leader.release(), EVENT_SCHEDULER_SHUTDOWN)
+
+    def leader_only(fn: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            if leader.is_leader():
+                fn()
+
+        run.__name__ = getattr(fn, "__name__", "job")
+        return run
 
     def partitions_ahead() -> None:
         store.partitions.forget()
@@ -32,7 +49,9 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
     partitions_ahead()
 
     rollup = Rollup(store.engine)
-    scheduler.add_job(rollup.run_once, "interval", minutes=1, id="rollup", name="per-minute rollups")
+    scheduler.add_job(
+        leader_only(rollup.run_once), "interval", minutes=1, id="rollup", name="per-minute rollups"
+    )
 
     def classify_running() -> None:
         from gpuwatch.classify.engine import evaluate_running
@@ -41,7 +60,7 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
         log.info("classified %d running job(s)", len(found))
 
     scheduler.add_job(
-        classify_running,
+        leader_only(classify_running),
         "interval",
         seconds=settings.classify.evaluate_interval_s,
         id="classify",
@@ -72,7 +91,9 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
             (sync.sync_running, settings.slurm.sync_interval_s, "slurm-running"),
             (sync.sync_finished, settings.slurm.sacct_interval_s, "slurm-finished"),
         ):
-            scheduler.add_job(fn, "interval", seconds=every, id=job_id, name=job_id, next_run_time=start)
+            scheduler.add_job(
+                leader_only(fn), "interval", seconds=every, id=job_id, name=job_id, next_run_time=start
+            )
     from gpuwatch.alerts.service import register_alert_jobs
 
     register_alert_jobs(scheduler, settings, store.engine)

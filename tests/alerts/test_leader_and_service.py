@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from gpuwatch.alerts.leader import LeaderLock
+from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.alerts.service import register_alert_jobs
 from gpuwatch.config import Settings
 from gpuwatch.sql.engine import create_engine

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.alerts.config import AlertsConfig
-from gpuwatch.alerts.leader import LeaderLock
+from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import create_token

@@ -1,4 +1,9 @@
-"""One leader among several daemons for scheduled alert work.
+"""One leader among several daemons for scheduled work.
+
+The daemon's scheduler (``daemon/scheduler.py``) runs rollups, classification, retention and
+the Slurm sync only on the leader (one squeue per cycle for the cluster, not one per replica);
+the alert jobs take their own lock (``alerts.leader_lock_key``). Ingest is stateless and runs
+on every replica.
 
 PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) held on a dedicated
 connection, outside the pool, for as long as this daemon leads. If that connection dies
@@ -68,7 +73,7 @@ class LeaderLock:
         # keep this connection out of the pool for good: the lock lives and dies with it
         conn.detach()
         self._conn = conn
-        log.info("leader: this daemon now runs the alert jobs (advisory lock %d)", self.key)
+        log.info("leader: this daemon now runs the leader-only scheduled jobs (advisory lock %d)", self.key)
         return True
 
     def _drop(self) -> None:
