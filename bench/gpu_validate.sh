@@ -8,7 +8,11 @@
 #
 # Budget: 10 scenarios x (PER_SCENARIO_S + ~10 s start-up) stays under 8 minutes at 25 s;
 # every run is also capped by `timeout` so one hung scenario cannot eat the rest.
-# Exit status: non-zero if any scenario failed (the others still run). Needs gpuwatch[workload].
+# Then `gpuwatch validate --device cuda` scores every scenario end to end (daemon + NVML
+# agent, classified against its expected cause) for VALIDATE_S (default 240) s each: real
+# time, no compression, so about 10 x (VALIDATE_S + 15) s more; VALIDATE_SCENARIOS=a,b
+# narrows it. Confusion matrix: OUT_DIR/validate.txt (+ validate/validate.json, recordings).
+# Exit status: non-zero if any scenario failed or was misclassified. Needs gpuwatch[workload].
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/gpu_validate.sh OUT_DIR}
@@ -34,4 +38,12 @@ for name in "${scenarios[@]}"; do
   fi
 done
 echo "all scenarios: $((SECONDS - start)) s; failed: ${failed[*]:-none}"
-[[ ${#failed[@]} -eq 0 ]]
+# end to end on the real GPU: daemon + agent (NVML) per scenario, classified and scored;
+# confusion matrix in validate.txt / validate.json, recordings under validate/
+vstart=$SECONDS
+"$py" -m gpuwatch validate --device cuda --duration "${VALIDATE_S:-240}" --out "$out/validate" \
+  ${VALIDATE_SCENARIOS:+--scenarios "$VALIDATE_SCENARIOS"} > "$out/validate.txt"
+vstatus=$?
+cat "$out/validate.txt"
+echo "validate: $((SECONDS - vstart)) s, exit $vstatus"
+[[ ${#failed[@]} -eq 0 && $vstatus -eq 0 ]]

@@ -202,6 +202,23 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
             poll_interval_s=config.poll_interval_s,
             interval_s=interval_s,
         )
+    if config.backend is GpuBackendKind.WORKLOAD:
+        # simulated GPUs following a live `gpuwatch workload --activity-file` stream (no torch)
+        from gpuwatch.workload.sim_bridge import WorkloadDrivenBackend
+
+        if config.activity_file is None:
+            raise GpuBackendUnavailable("gpu.backend = 'workload' needs gpu.activity_file")
+        try:
+            return WorkloadDrivenBackend(
+                config.activity_file,
+                model=config.sim_model,
+                seed=config.sim_seed,
+                poll_interval_s=config.poll_interval_s,
+                interval_s=interval_s,
+                follow=True,
+            )
+        except (OSError, ValueError) as exc:
+            raise GpuBackendUnavailable(f"gpu.activity_file {config.activity_file}: {exc}") from exc
     from gpuwatch.collectors.nvml_backend import NvmlBackend
 
     try:

@@ -83,5 +83,188 @@ def workload(
         click.echo(line)
 
 
+def _fmt(value: object, kind: str = "ratio") -> str:
+    if value is None:
+        return "-"
+    if kind == "ratio":
+        return f"{float(value):.2f}"  # type: ignore[arg-type]
+    return f"{float(value) / 1e9:.1f}G"  # type: ignore[arg-type]
+
+
+def render_validate(report: object) -> str:
+    """The confusion matrix and per-scenario evidence as rich tables (plain text)."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpuwatch.workload.validate import ValidateReport
+
+    assert isinstance(report, ValidateReport)
+    buffer = StringIO()
+    console = Console(file=buffer, width=200, no_color=True, highlight=False)
+    label = "REAL GPU"
+    if report.simulated:
+        label = "SIMULATION (GPU signals simulated from the workload's step timing)"
+    console.print(f"gpuwatch validate: {label}; device {report.device}")
+    matrix = report.confusion()
+    got_causes = sorted({got for row in matrix.values() for got in row})
+    table = Table(title="confusion matrix (rows: expected cause, columns: verdict)")
+    table.add_column("expected")
+    for cause in got_causes:
+        table.add_column(cause, justify="right")
+    for expected in sorted(matrix):
+        table.add_row(expected, *[str(matrix[expected].get(c, "")) for c in got_causes])
+    console.print(table)
+    per = Table(title="scenarios")
+    for col in ("scenario", "expected", "window", "verdict", "ok", "conf", "samples/s", "busy", "wait"):
+        per.add_column(col)
+    for col in ("util", "idle", "sm", "tensor", "power", "mem", "nvlink", "cpu", "min"):
+        per.add_column(col, justify="right")
+    for o in report.outcomes:
+        w = o.workload
+        f = o.features.get(o.window, {})
+        per.add_row(
+            o.scenario,
+            o.expected,
+            o.window,
+            o.got or (o.error or "-")[:60],
+            "ok" if o.ok else "MISS",
+            _fmt(o.confidence),
+            f"{w['samples_per_s']:.1f}" if "samples_per_s" in w else "-",
+            _fmt(w.get("busy_share")),
+            _fmt(w.get("wait_share")),
+            _fmt(f.get("util_mean")),
+            _fmt(f.get("idle_fraction_mean")),
+            _fmt(f.get("sm_active")),
+            _fmt(f.get("tensor_active")),
+            _fmt(f.get("power_ratio")),
+            _fmt(f.get("memory_used_ratio_max")),
+            _fmt(f.get("nvlink_bytes_per_s"), "rate"),
+            _fmt(f.get("cpu_ratio")),
+            str(f.get("minutes", "-")),
+        )
+    console.print(per)
+    for o in report.outcomes:
+        console.print(f"{o.scenario}: {o.summary_text or o.error or 'no verdict'}")
+    compression = ""
+    if report.simulated and report.outcomes:
+        scale = report.outcomes[0].time_scale
+        compression = f"; time compressed x{scale:g} ({report.virtual_minutes} virtual min per scenario)"
+    passed = sum(o.ok for o in report.outcomes)
+    console.print(
+        f"{passed}/{len(report.outcomes)} classified as expected in {report.total_s:.0f} s{compression}; "
+        f"thresholds {report.thresholds}"
+    )
+    return buffer.getvalue()
+
+
+@click.command("validate")
+@click.option("--scenarios", "scenario_list", help="Comma-separated scenarios (default: all).")
+@click.option(
+    "--duration", type=click.FloatRange(min=1.0), default=20.0, show_default=True,
+    help="Seconds each scenario's workload runs (real time).",
+)  # fmt: skip
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="cpu: simulated GPUs driven by the workload, time-compressed; cuda: real GPU and NVML.",
+)
+@click.option(
+    "--virtual-minutes", type=click.IntRange(min=3, max=60), default=6, show_default=True,
+    help="CPU only: virtual minutes each run is stretched to (time compression = minutes*60/duration).",
+)  # fmt: skip
+@click.option("--db", help="Database URL for the daemon (default: a temporary SQLite file).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Keep activity streams, workload summaries, logs and validate.json/.txt here.",
+)
+@click.option(
+    "--cpus", type=click.IntRange(min=1), help="Cores the workload is pinned to (default: all available)."
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def validate(
+    scenario_list: str | None,
+    duration: float,
+    device: str,
+    virtual_minutes: int,
+    db: str | None,
+    out_dir: Path | None,
+    cpus: int | None,
+    fmt: str,
+    seed: int,
+) -> None:
+    """Run scenarios under a daemon + agent, classify each one's job, print the confusion matrix.
+
+    Exit status 1 when any scenario is not classified as expected. Needs the workload extra.
+    """
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpuwatch.workload.validate import parse_scenarios, run_validate
+
+    try:
+        names = parse_scenarios(scenario_list)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--scenarios") from None
+    label = "SIMULATION" if device == "cpu" else "GPU"
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn(f"[{label}] {{task.description}}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    ) as progress:
+        overall = progress.add_task("all scenarios", total=len(names), status="")
+        tasks: dict[str, int] = {}
+
+        def on_progress(name: str, done: float, total: float) -> None:
+            if name not in tasks:
+                tasks[name] = progress.add_task(name, total=total, status="running")
+            progress.update(tasks[name], completed=done, total=total)
+
+        def on_done(outcome: object) -> None:
+            from gpuwatch.workload.validate import ScenarioOutcome
+
+            assert isinstance(outcome, ScenarioOutcome)
+            if outcome.scenario not in tasks:
+                tasks[outcome.scenario] = progress.add_task(outcome.scenario, total=1, status="")
+            task = tasks[outcome.scenario]
+            status = f"{outcome.got or outcome.error} ({'ok' if outcome.ok else 'MISS'})"
+            progress.update(task, completed=progress.tasks[task].total, status=status)
+            progress.advance(overall)
+
+        report = run_validate(
+            names,
+            duration_s=duration,
+            device=device,
+            virtual_minutes=virtual_minutes,
+            db_url=db,
+            out_dir=out_dir,
+            cpus=cpus,
+            seed=seed,
+            on_progress=on_progress,
+            on_done=on_done,
+        )
+    text = render_validate(report)
+    if out_dir is not None:
+        (out_dir / "validate.txt").write_text(text)
+    if fmt == "json":
+        click.echo(json.dumps(report.as_json(), indent=2, default=str))
+    else:
+        click.echo(text, nl=False)
+    sys.exit(0 if report.ok else 1)
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(workload)
+    cli.add_command(validate)

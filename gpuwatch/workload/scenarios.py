@@ -105,22 +105,24 @@ def idle(ctx: RunContext) -> dict[str, Any]:
 
 @scenario("input-bound")
 def input_bound(ctx: RunContext) -> dict[str, Any]:
-    """Costly per-sample CPU preprocessing in the Dataset with a single loader worker.
+    """Per-sample CPU preprocessing so costly that a loader worker per core cannot keep up.
 
-    Reproduces: a decode-and-augment input pipeline that cannot keep up: each step waits on
-    the loader, then computes in a short burst.
+    Reproduces: a decode-and-augment input pipeline that saturates every CPU the job has
+    (one DataLoader worker per allocated core, on CUDA up to 8) and still starves the
+    device: each step waits on the loader, then computes in a short burst.
     Signals (GPU): duty-cycling utilization (many 0 % polls between bursts), low mean util,
     the job's CPUs saturated. Simulated: wait share high, idle fraction of the polls > 0.4,
     mean util < 0.5, high std-dev.
-    Fix: more DataLoader workers (up to the allocated cores), cheaper or cached
-    preprocessing (pre-decoded data, GPU augmentation), ``pin_memory`` and prefetching.
+    Fix: cheaper or cached preprocessing (pre-decoded data, GPU augmentation: DALI,
+    torchvision.transforms.v2 on the device), more CPUs per GPU in the job request,
+    ``pin_memory`` and prefetching.
     Throughput: rises towards the healthy figure as the wait share falls.
     """
-    from gpuwatch.workload.engine import train
+    from gpuwatch.workload.engine import cpu_count, train
 
     if ctx.cuda:
-        return train(ctx, _plan(ctx, workers=1, preprocess_ms=8.0))
-    return train(ctx, _plan(ctx, workers=1, preprocess_ms=10.0))
+        return train(ctx, _plan(ctx, workers=min(8, cpu_count()), preprocess_ms=8.0))
+    return train(ctx, _plan(ctx, workers=cpu_count(), threads=1, preprocess_ms=20.0))
 
 
 @scenario("small-batch")
@@ -226,10 +228,13 @@ def cpu_only(ctx: RunContext) -> dict[str, Any]:
     are busy. Simulated: only ``host`` steps, so the GPU shows no process and no activity.
     Fix: move the model and batches to the device, or submit to a CPU partition.
     Throughput: on a real GPU node, many times higher once on the device.
+    Threads: torch's default, one per core the job has (``cpu_count``), as such a script
+    would run.
     """
-    from gpuwatch.workload.engine import train
+    from gpuwatch.workload.engine import cpu_count, train
 
-    return train(ctx, _plan(ctx, host_only=True, workers=0, batch_size=64, width=16, blocks=1))
+    plan = _plan(ctx, host_only=True, workers=0, batch_size=64, width=16, blocks=1, threads=cpu_count())
+    return train(ctx, plan)
 
 
 @scenario("idle-after-start")

@@ -29,7 +29,16 @@ Virtual time zero is ``start`` when given; else, with ``follow=True`` (reading a
 stream), the wall time the workload started; else (replay) the first :meth:`sample` call's
 time minus ``interval_s``, so the first sample covers ``[0, interval_s]``, as in the
 simulated backend. CPU runs are short: sample them on a finer grid (``poll_interval_s``
-0.1) to get enough polls per second of workload.
+0.1) to get enough polls per second of workload, or compress time with ``time_scale``.
+
+**Time compression** (``time_scale`` = k > 1, what ``gpuwatch validate`` uses on CPU): virtual
+second ``v`` since ``start`` shows the workload at stream second ``v / k``, and the trailing
+poll window shrinks the same way, to ``poll_interval_s / k`` seconds of the stream. Nothing
+else changes: every busy, wait, comm and copy stretch is the workload's own measured step
+timing, only read k times faster, so a 20 s CPU run fills ``20 k`` virtual seconds of
+1 s polls (several whole rollup minutes) with the duty cycle, shares and precision it had.
+Rates that are shares (util, SM active, power share) keep their value; the energy counter
+and byte rates are those of the virtual card over virtual time.
 """
 
 from __future__ import annotations
@@ -118,12 +127,16 @@ class GpuTimeline:
 class StreamScenario(Scenario):
     """A sim-backend scenario whose activity at ``t`` is the workload's in ``(t - window, t]``."""
 
-    def __init__(self, timeline: GpuTimeline, *, window_s: float, end_t: float | None) -> None:
+    def __init__(
+        self, timeline: GpuTimeline, *, window_s: float, end_t: float | None, time_scale: float = 1.0
+    ) -> None:
         self.timeline = timeline
-        self.window_s = window_s
+        self.window_s = window_s / time_scale
         self.end_t = end_t
+        self.time_scale = time_scale
 
     def at(self, t: float) -> Activity:
+        t = t / self.time_scale  # virtual seconds -> seconds of the workload's stream
         tl = self.timeline
         a, w = t - self.window_s, self.window_s
         held = tl.device_from is not None and tl.device_from <= t and (self.end_t is None or t <= self.end_t)
@@ -159,7 +172,7 @@ class StreamScenario(Scenario):
             fp32_active=clamp_ratio(b * fill * (0.55 * (1 - tensor) + 0.1 * tensor)),
             fp16_active=clamp_ratio(b * fill * 0.25 * tensor),
             memory_used=memory,
-            power=clamp_ratio(b * (0.3 + 0.6 * fill) + 0.25 * c + 0.05 * p),
+            power=clamp_ratio(b * (0.2 + 0.7 * fill) + 0.25 * c + 0.05 * p),
             sm_clock=_CLOCK_BUSY,
             pcie=clamp_ratio(0.02 * b + 0.05 * c + 0.8 * p),
             nvlink=clamp_ratio(0.7 * c),
@@ -172,7 +185,8 @@ class WorkloadDrivenBackend(SimulatedBackend):
     ``source`` is an activity file, a :class:`Stream` or a live :class:`ActivityRecorder`.
     One GPU per rank of the stream (``gpus`` to force a count); ``model`` is the simulated
     card. A file is re-read at every :meth:`sample`, so a stream still being written is
-    followed as it grows.
+    followed as it grows. ``time_scale`` compresses time (see the module doc): virtual
+    second ``v`` reads the stream at ``v / time_scale``.
     """
 
     name = "workload"
@@ -190,8 +204,12 @@ class WorkloadDrivenBackend(SimulatedBackend):
         start: datetime | None = None,
         follow: bool = False,
         full_batch: int = FULL_BATCH,
+        time_scale: float = 1.0,
     ) -> None:
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
         self.source = source
+        self.time_scale = time_scale
         self.full_batch = full_batch
         stream = self._read()
         count = gpus if gpus is not None else max(1, stream.header.world_size)
@@ -231,6 +249,7 @@ class WorkloadDrivenBackend(SimulatedBackend):
                 GpuTimeline(per_gpu.get(gpu, []), mem_total_bytes=total, full_batch=self.full_batch),
                 window_s=self.poll_interval_s,
                 end_t=stream.end_t,
+                time_scale=self.time_scale,
             )
             for gpu in range(len(self.scenarios))
         ]
