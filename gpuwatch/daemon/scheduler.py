@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -53,11 +53,19 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
         leader_only(rollup.run_once), "interval", minutes=1, id="rollup", name="per-minute rollups"
     )
 
+    # jobs that ended are classified once at their end, when their last minutes are rolled up
+    ended_until = [datetime.now(timezone.utc) - timedelta(hours=1)]  # at start: catch up an hour
+
     def classify_running() -> None:
         from gpuwatch.classify.engine import evaluate_running
+        from gpuwatch.sql.lowutil import evaluate_ended
 
-        found = evaluate_running(store.engine, datetime.now(timezone.utc), settings.classify)
-        log.info("classified %d running job(s)", len(found))
+        now = datetime.now(timezone.utc)
+        found = evaluate_running(store.engine, now, settings.classify)
+        ready = now - rollup.lag - timedelta(minutes=1)
+        ended = evaluate_ended(store.engine, ended_until[0], ready, settings.classify)
+        ended_until[0] = max(ended_until[0], ready)
+        log.info("classified %d running job(s) and %d that ended", len(found), len(ended))
 
     scheduler.add_job(
         leader_only(classify_running),

@@ -327,6 +327,28 @@ def evaluate_jobs(
     return {job_id: found for job_id, (_, found) in results.items()}
 
 
+def evaluate_ended(
+    engine: sa.Engine, since: datetime, until: datetime, thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> dict[str, list[Verdict]]:
+    """Classify, at their end, the jobs Slurm says ended in ``(since, until]``.
+
+    The daemon calls this every classification pass with ``until`` = now minus the rollup lag,
+    so each finished job gets one whole-job verdict made from all of its minutes; a job that
+    ended while the daemon was down is caught on the next pass that covers its end.
+    """
+    from gpuwatch.slurm.model import TERMINAL_STATES
+
+    s = slurm_jobs.c
+    with engine.connect() as conn:
+        ended = conn.execute(
+            sa.select(s.job_id).where(
+                s.end_at > since, s.end_at <= until, s.state.in_(sorted(TERMINAL_STATES))
+            )
+        ).scalars()
+        job_ids = list(ended)
+    return evaluate_jobs(engine, job_ids, None, thresholds) if job_ids else {}
+
+
 def _end_of(conn: sa.Connection, job_id: str) -> datetime | None:
     scope = load_scope(conn, job_id)
     if scope is None:
