@@ -27,6 +27,7 @@ from pydantic_settings import (
 
 from gpuwatch.alerts.config import AlertsConfig
 from gpuwatch.classify.thresholds import Thresholds
+from gpuwatch.web.config import WebConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 DEFAULT_PORT = 8470
@@ -238,6 +239,7 @@ class Settings(BaseSettings):
     classify: ClassifyConfig = Field(default_factory=ClassifyConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     host_paths: HostPaths = Field(default_factory=HostPaths)
 
     def with_overrides(self, **sections: dict[str, Any]) -> Settings:

@@ -330,21 +330,6 @@ def wire_schema(markdown: bool) -> None:
     click.echo(fields_markdown() if markdown else json.dumps(json_schema(), indent=2))
 
 
-# --------------------------------------------------------------------------- demo
-@cli.command()
-@click.option("--nodes", "node_count", default=3, show_default=True, help="Simulated nodes.")
-@click.option("--cycles", default=5, show_default=True, help="Sample cycles per node.")
-@click.option("--interval", default=1.0, show_default=True, help="Seconds between cycles.")
-@pass_ctx
-def demo(ctx: Context, node_count: int, cycles: int, interval: float) -> None:
-    """Run the whole pipeline on this machine: daemon on SQLite + simulated GPU agents."""
-    from gpuwatch.cli.demo import run_demo
-
-    _setup_logging(ctx, service=False)
-    logging.getLogger().setLevel(logging.WARNING)
-    run_demo(ctx.settings, node_count=node_count, cycles=cycles, interval_s=interval, echo=click.echo)
-
-
 #: modules adding their own commands with ``register(cli)``: each feature keeps its CLI beside it
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "gpuwatch.cli.jobs",
@@ -352,6 +337,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "gpuwatch.workload.cli",
     "gpuwatch.cli.job_detail",
     "gpuwatch.cli.trace_import",
+    "gpuwatch.cli.demo",
 )
 
 
