@@ -22,10 +22,10 @@ import sqlalchemy as sa
 from gpuwatch.alerts.config import AlertsConfig, alerts_config
 from gpuwatch.alerts.digest import Digests
 from gpuwatch.alerts.enforce import Action, Enforcer
-from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.alerts.outbox import Notice, enqueue
 from gpuwatch.alerts.rules import RecipientResolver, evaluate
 from gpuwatch.alerts.worker import Report, Worker
+from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)

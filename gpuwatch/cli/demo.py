@@ -42,11 +42,9 @@ import click
 
 from gpuwatch import wire
 from gpuwatch.collectors.base import Collector
+from gpuwatch.collectors.sim_host import HostProfile, host_samples
 from gpuwatch.config import Settings
 
-GIB = 2**30
-HOST_CORES = 64
-HOST_MEMORY = 512 * GIB
 #: virtual seconds between two samples of a simulated node
 SAMPLE_S = 10.0
 DEFAULT_CYCLES = 90  # 15 virtual minutes: a whole 10-minute recent window plus the job window
@@ -55,20 +53,8 @@ JOB_BASE = 990000
 NODE_PREFIX = "demo-"
 
 
-@dataclass(frozen=True)
-class Host:
-    """The job's host profile (the labelled corpus's ``Host``): what the CPU/memory/net show."""
-
-    cpu_alloc: float = 8.0
-    cpu_used: float = 4.0
-    iowait: float = 0.01
-    swap_bytes_per_s: float = 0.0
-    job_memory_ratio: float = 0.3
-    job_memory_limit: int = 64 * GIB
-    memory_pressure: float | None = 0.0
-    nic_bytes_per_s: float = 2e6
-    ib_bytes_per_s: float | None = None
-    job_samples: bool = True
+#: the demo job's host profile (shared with the classifier corpus)
+Host = HostProfile
 
 
 @dataclass(frozen=True)
@@ -199,10 +185,6 @@ class VirtualClock:
 # ---------------------------------------------------------------------------- the host
 
 
-def _jitter(rng: random.Random, value: float, spread: float = 0.03) -> float:
-    return max(0.0, value * (1.0 + spread * (2 * rng.random() - 1)))
-
-
 class DemoHostCollector(Collector):
     """CPU, memory, NIC, InfiniBand, job-cgroup and attribution samples for one demo job."""
 
@@ -214,65 +196,8 @@ class DemoHostCollector(Collector):
         self.rng = random.Random(seed)
 
     def collect(self, now: datetime) -> list:
-        h, rng, jid = self.profile.host, self.rng, self.job_id
-        used = min(h.cpu_alloc, _jitter(rng, h.cpu_used))
-        busy = min(1.0, max(0.02, used / HOST_CORES + 0.01))
-        iowait = min(1.0 - busy, _jitter(rng, h.iowait))
-        swap = _jitter(rng, h.swap_bytes_per_s)
-        job_used = min(h.job_memory_limit, int(_jitter(rng, h.job_memory_ratio, 0.005) * h.job_memory_limit))
-        out: list = [
-            wire.CpuSample(
-                ts=now,
-                cores=HOST_CORES,
-                busy_ratio=busy,
-                user_ratio=busy * 0.9,
-                system_ratio=busy * 0.1,
-                iowait_ratio=iowait,
-            ),
-            wire.MemorySample(
-                ts=now,
-                total_bytes=HOST_MEMORY,
-                available_bytes=HOST_MEMORY - job_used - 8 * GIB,
-                used_bytes=job_used + 8 * GIB,
-                swap_total_bytes=16 * GIB,
-                swap_used_bytes=int(min(16 * GIB, swap * 60)),
-                swap_in_bytes_per_s=swap / 2,
-                swap_out_bytes_per_s=swap / 2,
-            ),
-            wire.NicSample(
-                ts=now,
-                device="eth0",
-                rx_bytes_per_s=_jitter(rng, h.nic_bytes_per_s * 0.7),
-                tx_bytes_per_s=_jitter(rng, h.nic_bytes_per_s * 0.3),
-                rx_packets_per_s=1000,
-                tx_packets_per_s=1000,
-            ),
-        ]
-        if h.ib_bytes_per_s is not None:
-            out.append(
-                wire.InfinibandSample(
-                    ts=now,
-                    device="mlx5_0",
-                    port=1,
-                    rx_bytes_per_s=_jitter(rng, h.ib_bytes_per_s / 2),
-                    tx_bytes_per_s=_jitter(rng, h.ib_bytes_per_s / 2),
-                    link_rate_bytes_per_s=25e9,
-                )
-            )
-        if h.job_samples:
-            out.append(
-                wire.JobSample(
-                    ts=now,
-                    job_id=jid,
-                    cpu_used_cores=used,
-                    cpu_allocated_cores=h.cpu_alloc,
-                    memory_used_bytes=job_used,
-                    memory_limit_bytes=h.job_memory_limit,
-                    memory_swap_bytes=int(swap * 30) if swap else 0,
-                    memory_pressure_ratio=h.memory_pressure,
-                    cgroup_version=2,
-                )
-            )
+        out = host_samples(self.profile.host, self.job_id, now, self.rng)
+        jid = self.job_id
         out.extend(
             wire.AttributionSample(
                 ts=now, gpu_index=i, job_id=jid, user=self.profile.user, uid=1000 + i, source="prolog"

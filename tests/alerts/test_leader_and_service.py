@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.alerts.service import register_alert_jobs
 from gpuwatch.config import Settings
+from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.sql.engine import create_engine
 from tests.alerts.conftest import make_config
 

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from gpuwatch import wire
 from gpuwatch.collectors import sim_backend as sim
+from gpuwatch.collectors.sim_host import HostProfile, host_samples
 from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import job_gpus, slurm_jobs
@@ -35,9 +36,6 @@ CORPUS_DIR = Path(__file__).parent / "corpus"
 #: every case starts here (seconds off the minute on purpose)
 T0 = datetime(2026, 3, 2, 8, 0, 7, tzinfo=timezone.utc)
 INTERVAL_S = 10
-GIB = 2**30
-HOST_CORES = 64
-HOST_MEMORY = 512 * GIB
 
 _BASE_ACTIVITIES = {
     "training": sim.TRAINING,
@@ -47,18 +45,8 @@ _BASE_ACTIVITIES = {
 }
 
 
-@dataclass(frozen=True)
-class Host:
-    cpu_alloc: float = 8.0  # cores allocated to the job per node
-    cpu_used: float = 4.0  # cores the job uses per node
-    iowait: float = 0.01
-    swap_bytes_per_s: float = 0.0
-    job_memory_ratio: float = 0.3  # used / limit
-    job_memory_limit: int = 64 * GIB
-    memory_pressure: float | None = 0.0
-    nic_bytes_per_s: float = 2e6
-    ib_bytes_per_s: float | None = None  # None: no IB port on the node
-    job_samples: bool = True  # False: no cgroup data for the job
+#: the corpus calls the host profile ``Host``
+Host = HostProfile
 
 
 @dataclass(frozen=True)
@@ -151,73 +139,6 @@ def node_name(index: int, node: int) -> str:
     return f"c{index:02d}n{node}"
 
 
-def _jitter(rng: random.Random, value: float, spread: float = 0.03) -> float:
-    return max(0.0, value * (1.0 + spread * (2 * rng.random() - 1)))
-
-
-def _host_samples(case: Case, jid: str, ts: datetime, rng: random.Random) -> list:
-    h = case.host
-    used = min(h.cpu_alloc, _jitter(rng, h.cpu_used))
-    busy = min(1.0, max(0.02, used / HOST_CORES + 0.01))
-    iowait = min(1.0 - busy, _jitter(rng, h.iowait))
-    swap = _jitter(rng, h.swap_bytes_per_s)
-    job_used = min(h.job_memory_limit, int(_jitter(rng, h.job_memory_ratio, 0.005) * h.job_memory_limit))
-    out: list = [
-        wire.CpuSample(
-            ts=ts,
-            cores=HOST_CORES,
-            busy_ratio=busy,
-            user_ratio=busy * 0.9,
-            system_ratio=busy * 0.1,
-            iowait_ratio=iowait,
-        ),
-        wire.MemorySample(
-            ts=ts,
-            total_bytes=HOST_MEMORY,
-            available_bytes=HOST_MEMORY - job_used - 8 * GIB,
-            used_bytes=job_used + 8 * GIB,
-            swap_total_bytes=16 * GIB,
-            swap_used_bytes=int(min(16 * GIB, swap * 60)),
-            swap_in_bytes_per_s=swap / 2,
-            swap_out_bytes_per_s=swap / 2,
-        ),
-        wire.NicSample(
-            ts=ts,
-            device="eth0",
-            rx_bytes_per_s=_jitter(rng, h.nic_bytes_per_s * 0.7),
-            tx_bytes_per_s=_jitter(rng, h.nic_bytes_per_s * 0.3),
-            rx_packets_per_s=1000,
-            tx_packets_per_s=1000,
-        ),
-    ]
-    if h.ib_bytes_per_s is not None:
-        out.append(
-            wire.InfinibandSample(
-                ts=ts,
-                device="mlx5_0",
-                port=1,
-                rx_bytes_per_s=_jitter(rng, h.ib_bytes_per_s / 2),
-                tx_bytes_per_s=_jitter(rng, h.ib_bytes_per_s / 2),
-                link_rate_bytes_per_s=25e9,
-            )
-        )
-    if h.job_samples:
-        out.append(
-            wire.JobSample(
-                ts=ts,
-                job_id=jid,
-                cpu_used_cores=used,
-                cpu_allocated_cores=h.cpu_alloc,
-                memory_used_bytes=job_used,
-                memory_limit_bytes=h.job_memory_limit,
-                memory_swap_bytes=int(swap * 30) if swap else 0,
-                memory_pressure_ratio=h.memory_pressure,
-                cgroup_version=2,
-            )
-        )
-    return out
-
-
 @dataclass(frozen=True)
 class Built:
     case: Case
@@ -241,7 +162,7 @@ def build(case: Case, index: int) -> Built:
         for k in range(1, cycles + 1):
             ts = case.start + timedelta(seconds=INTERVAL_S * k)
             chunk.extend(gpu.sample(ts))
-            chunk.extend(_host_samples(case, jid, ts, rng))
+            chunk.extend(host_samples(case.host, jid, ts, rng))
             chunk.extend(
                 wire.AttributionSample(
                     ts=ts, gpu_index=i, job_id=jid, user="alice", uid=1000, source="prolog"

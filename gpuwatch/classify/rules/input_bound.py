@@ -1,5 +1,9 @@
 """Input-bound: the GPU duty-cycles (bursts of work between idle polls) while the job's CPUs
-are saturated against its allocation or the host waits on I/O."""
+are saturated against its allocation or the host waits on I/O — or, the most common case,
+while allocated cores are to spare: too few data-loader workers (one starved worker uses
+about one core of N, so "CPUs saturated" alone misses it; seen with the reference workload,
+``gpuwatch validate``). That last form needs the GPU's idle gaps to be unexplained by
+communication (NVLink/NIC/IB traffic low) and gets a lower confidence."""
 
 from __future__ import annotations
 
@@ -32,16 +36,26 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
     ratio = max((r for r in (f.cpu_ratio, f.cpu_ratio_max_node) if r is not None), default=None)
     cpu = ev.check("cpu_ratio", ratio, ">=", "cpu_saturated_ratio", t.cpu_saturated_ratio)
     io = ev.check("iowait", f.iowait, ">=", "iowait_high_ratio", t.iowait_high_ratio)
+    few_workers = False
     if not (cpu or io):
         if cpu is None:
             return Skipped(
                 Cause.INPUT_BOUND, "GPU duty-cycles and iowait is low, but job CPU use was not measured"
             )
-        return None
+        # CPUs not saturated while the GPU waits between bursts: the loader has too few
+        # workers, unless the gaps are communication (that rule names it, with its own evidence)
+        if not _network_quiet(f, t, ev):
+            return None
+        few_workers = True
     ev.signal("cpu_used_cores", f.cpu_used_cores)
     ev.signal("cpu_allocated_cores", f.cpu_allocated_cores)
     ev.signal("util_std", f.util_std)
     reasons = []
+    if few_workers:
+        reasons.append(
+            f"CPUs at {pct(ratio)} of {f.cpu_allocated_cores:g} allocated cores, not saturated: "
+            "too few data-loader workers"
+        )
     if cpu:
         reasons.append(f"CPUs at {pct(ratio)} of {f.cpu_allocated_cores:g} allocated cores")
     if io:
@@ -49,5 +63,26 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
     ev.values.update(
         input_reason=", ".join(reasons), idle_pct=pct(f.idle_fraction_mean), util_pct=pct(f.util_mean)
     )
-    confidence = 0.9 if cpu and io else 0.85 if cpu else 0.75
+    confidence = 0.9 if cpu and io else 0.85 if cpu else 0.75 if io else 0.6
     return make_verdict(Cause.INPUT_BOUND, confidence, f, ev, 1 - efficiency(f))
+
+
+def _network_quiet(f: WindowFeatures, t: Thresholds, ev: Evidence) -> bool:
+    """No sign that the idle gaps are collectives: NVLink and the node's NIC/IB are quiet."""
+    checks = [
+        ev.check(
+            "nvlink_bytes_per_s",
+            f.nvlink_bytes_per_s,
+            "<",
+            "nvlink_high_bytes_per_s",
+            t.nvlink_high_bytes_per_s,
+        ),
+        ev.check(
+            "network_bytes_per_s",
+            f.network_bytes_per_s,
+            "<",
+            "network_high_bytes_per_s",
+            t.network_high_bytes_per_s,
+        ),
+    ]
+    return all(c is not False for c in checks)  # absent (None) counts as quiet
