@@ -1,6 +1,6 @@
 """Input-bound: the GPU duty-cycles (bursts of work between idle polls) while the job's CPUs
 are saturated against its allocation or the host waits on I/O — or, the most common case,
-while allocated cores are to spare: too few data-loader workers (one starved worker uses
+while the job's CPUs are busy but not saturated: too few data-loader workers (one starved worker uses
 about one core of N, so "CPUs saturated" alone misses it; seen with the reference workload,
 ``gpuwatch validate``). That last form needs the GPU's idle gaps to be unexplained by
 communication (NVLink/NIC/IB traffic low) and gets a lower confidence."""
@@ -42,9 +42,11 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
             return Skipped(
                 Cause.INPUT_BOUND, "GPU duty-cycles and iowait is low, but job CPU use was not measured"
             )
-        # CPUs not saturated while the GPU waits between bursts: the loader has too few
-        # workers, unless the gaps are communication (that rule names it, with its own evidence)
-        if not _network_quiet(f, t, ev):
+        # CPUs busy but not saturated while the GPU waits between bursts: the loader works and
+        # cannot keep up: too few workers. Calm CPUs (below cpu_busy_ratio) stay unexplained
+        # (host-side syncs look the same); gaps with heavy traffic are communication's.
+        busy = ev.check("cpu_ratio", ratio, ">=", "cpu_busy_ratio", t.cpu_busy_ratio)
+        if not busy or not _network_quiet(f, t, ev):
             return None
         few_workers = True
     ev.signal("cpu_used_cores", f.cpu_used_cores)
@@ -53,7 +55,7 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
     reasons = []
     if few_workers:
         reasons.append(
-            f"CPUs at {pct(ratio)} of {f.cpu_allocated_cores:g} allocated cores, not saturated: "
+            f"CPUs busy at {pct(ratio)} of {f.cpu_allocated_cores:g} allocated cores but not saturated: "
             "too few data-loader workers"
         )
     if cpu:
