@@ -9,6 +9,7 @@ the rollups) and store their verdicts; with ``slurm.enabled`` the Slurm sync (sq
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -34,11 +35,11 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
     scheduler.add_listener(lambda _event: leader.release(), EVENT_SCHEDULER_SHUTDOWN)
 
     def leader_only(fn: Callable[[], object]) -> Callable[[], None]:
+        @functools.wraps(fn)  # keeps __wrapped__: the job still shows what it runs
         def run() -> None:
             if leader.is_leader():
                 fn()
 
-        run.__name__ = getattr(fn, "__name__", "job")
         return run
 
     def partitions_ahead() -> None:

@@ -151,6 +151,6 @@ def test_scheduler_adds_the_two_passes_only_when_enabled(engine) -> None:
     running, finished = on.get_job("slurm-running"), on.get_job("slurm-finished")
     assert running.trigger.interval == timedelta(seconds=15)
     assert finished.trigger.interval == timedelta(seconds=120)
-    sync = running.func.__self__
-    assert isinstance(sync, SlurmSync) and finished.func.__self__ is sync
+    sync = running.func.__wrapped__.__self__  # the jobs run through the leader-only wrapper
+    assert isinstance(sync, SlurmSync) and finished.func.__wrapped__.__self__ is sync
     assert sync.client.prefix == ["env"] and sync.engine is engine
