@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.sql.rollups import MINUTE, floor_minute
 from gpuwatch.sql.schema import (
+    GPU_MINUTE_SUMS,
     UTIL_BINS,
     attribution_samples,
     gpu_minutes,
@@ -290,19 +291,8 @@ class WindowFeatures:
         return data
 
 
-_GPU_SUMS = (
-    "util_gpu_ratio",
-    "util_gpu_idle_fraction_ratio",
-    "sm_active_ratio",
-    "sm_occupancy_ratio",
-    "tensor_active_ratio",
-    "dram_active_ratio",
-    "fp32_active_ratio",
-    "fp16_active_ratio",
-    "power_watts",
-    "pcie_bytes_per_s",
-    "nvlink_bytes_per_s",
-)
+#: every summed metric of gpu_minutes (util_memory_ratio too: unused by the rules, but cheap)
+_GPU_SUMS = GPU_MINUTE_SUMS
 
 
 def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: datetime) -> dict[tuple, dict]:

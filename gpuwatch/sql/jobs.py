@@ -329,9 +329,14 @@ def jobs_query(
         return _jobs_query(conn, filters, now)
 
 
-def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSummary]:
+def apply_job_filters(stmt: Any, f: Any) -> Any:
+    """The job filters every listing shares (``gpuwatch jobs``, ``--low-util``), on ``slurm_jobs``.
+
+    ``f`` has ``user``, ``account``, ``partition``, ``states``, ``node`` and ``since``
+    (:class:`JobFilters`, ``LowUtilFilters``). ``since`` keeps jobs still running, or whose
+    state is unknown, or that ended at or after it.
+    """
     j = slurm_jobs.c
-    stmt = sa.select(slurm_jobs)
     if f.user:
         stmt = stmt.where(j.user_name == f.user)
     if f.account:
@@ -340,13 +345,24 @@ def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSu
         stmt = stmt.where(j.partition == f.partition)
     if f.states:
         stmt = stmt.where(j.state.in_([normalize_state(s) or s for s in f.states]))
-    if f.since is not None:
-        stmt = stmt.where(
-            sa.or_(j.end_at.is_(None), j.end_at >= f.since, j.state.not_in(sorted(TERMINAL_STATES)))
-        )
     if f.node:
         # nodes is a JSON list of names; '"name"' matches one element exactly on both dialects
         stmt = stmt.where(sa.cast(j.nodes, sa.Text).like(f'%"{_like_escape(f.node)}"%', escape="\\"))
+    if f.since is not None:
+        stmt = stmt.where(
+            sa.or_(
+                j.end_at.is_(None),
+                j.end_at >= f.since,
+                j.state.is_(None),
+                j.state.not_in(sorted(TERMINAL_STATES)),
+            )
+        )
+    return stmt
+
+
+def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSummary]:
+    j = slurm_jobs.c
+    stmt = apply_job_filters(sa.select(slurm_jobs), f)
     stmt = stmt.order_by(j.start_at.is_(None), j.start_at.desc(), j.job_id.desc())
     if f.limit:
         stmt = stmt.limit(f.limit)

@@ -28,7 +28,8 @@ from gpuwatch.classify.engine import _row, classify_job
 from gpuwatch.classify.features import load_scope
 from gpuwatch.classify.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.classify.verdict import Cause, Verdict
-from gpuwatch.slurm.model import TERMINAL_STATES, normalize_state
+from gpuwatch.slurm.model import TERMINAL_STATES
+from gpuwatch.sql.jobs import apply_job_filters
 from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.sql.schema import gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.sql.types import UtcDateTime
@@ -53,10 +54,6 @@ class LowUtilFilters:
     sort: str = "wasted"
     limit: int | None = None
     window: str = "job"
-
-
-def _like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _sort_key(sort: str):  # type: ignore[no-untyped-def]
@@ -122,25 +119,7 @@ def _low_util(conn: sa.Connection, f: LowUtilFilters, now: datetime) -> list[dic
         .select_from(psub.outerjoin(slurm_jobs, slurm_jobs.c.job_id == psub.c.job_id))
         .where(psub.c.rank == 1, psub.c.cause != Cause.HEALTHY.value)
     )  # fmt: skip
-    if f.user:
-        stmt = stmt.where(j.user_name == f.user)
-    if f.account:
-        stmt = stmt.where(j.account == f.account)
-    if f.partition:
-        stmt = stmt.where(j.partition == f.partition)
-    if f.states:
-        stmt = stmt.where(j.state.in_([normalize_state(s) or s for s in f.states]))
-    if f.node:
-        stmt = stmt.where(sa.cast(j.nodes, sa.Text).like(f'%"{_like_escape(f.node)}"%', escape="\\"))
-    if f.since is not None:
-        stmt = stmt.where(
-            sa.or_(
-                j.end_at.is_(None),
-                j.end_at >= f.since,
-                j.state.is_(None),
-                j.state.not_in(sorted(TERMINAL_STATES)),
-            )
-        )
+    stmt = apply_job_filters(stmt, f)
     conv = UtcDateTime()
     out = []
     for r in conn.execute(stmt).mappings():
@@ -336,8 +315,6 @@ def evaluate_ended(
     so each finished job gets one whole-job verdict made from all of its minutes; a job that
     ended while the daemon was down is caught on the next pass that covers its end.
     """
-    from gpuwatch.slurm.model import TERMINAL_STATES
-
     s = slurm_jobs.c
     with engine.connect() as conn:
         ended = conn.execute(

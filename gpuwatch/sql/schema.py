@@ -322,6 +322,22 @@ def _rollup_sums(*names: str) -> list[sa.Column]:
     return cols
 
 
+#: metrics of gpu_minutes kept as ``<name>_sum`` + ``<name>_n`` (a mean per window is sum / n)
+GPU_MINUTE_SUMS = (
+    "util_gpu_ratio",
+    "util_gpu_idle_fraction_ratio",
+    "util_memory_ratio",
+    "sm_active_ratio",
+    "sm_occupancy_ratio",
+    "tensor_active_ratio",
+    "dram_active_ratio",
+    "fp32_active_ratio",
+    "fp16_active_ratio",
+    "power_watts",
+    "pcie_bytes_per_s",
+    "nvlink_bytes_per_s",
+)
+
 #: per GPU per minute: what the classifier and the CLI read instead of raw samples
 gpu_minutes = sa.Table(
     "gpu_minutes",
@@ -331,20 +347,7 @@ gpu_minutes = sa.Table(
     sa.Column("minute", UtcDateTime, primary_key=True),
     sa.Column("samples", sa.Integer, nullable=False),
     sa.Column("lost_samples", sa.Integer, nullable=False),
-    *_rollup_sums(
-        "util_gpu_ratio",
-        "util_gpu_idle_fraction_ratio",
-        "util_memory_ratio",
-        "sm_active_ratio",
-        "sm_occupancy_ratio",
-        "tensor_active_ratio",
-        "dram_active_ratio",
-        "fp32_active_ratio",
-        "fp16_active_ratio",
-        "power_watts",
-        "pcie_bytes_per_s",
-        "nvlink_bytes_per_s",
-    ),
+    *_rollup_sums(*GPU_MINUTE_SUMS),
     _d("util_gpu_ratio_sumsq"),
     _d("util_gpu_ratio_max"),
     *[sa.Column(f"util_bin_{k}", sa.Integer, nullable=False, server_default="0") for k in range(UTIL_BINS)],
