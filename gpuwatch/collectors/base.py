@@ -10,17 +10,43 @@ collector never stops the others (node_exporter's ``execute()``).
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
 
 from gpuwatch.config import Settings
 from gpuwatch.wire import _Sample
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def read_optional(
+    path: Path, parse: Callable[[str], T], missing: Collection[int] = (errno.ENOENT,)
+) -> T | None:
+    """``parse(text of path)``, or None when the file is absent ("no data", not a failure).
+
+    A parse error names the file, so the collector's recorded error says which one was bad.
+    ``missing`` lists the errnos that mean absent (cgroup files of a job that just ended also
+    raise ENODEV).
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        if exc.errno in missing:
+            return None
+        raise
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
 
 
 class Collector(ABC):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuwatch.collectors.base import Collector, register
+from gpuwatch.collectors.base import Collector, read_optional, register
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import CpuSample
 
@@ -184,14 +184,7 @@ class CpuCollector(Collector):
         ]
 
     def _read_load1(self) -> float | None:
-        try:
-            text = self._loadavg_path.read_text()
-        except FileNotFoundError:
-            return None
-        try:
-            return parse_loadavg(text)
-        except ValueError as exc:
-            raise ValueError(f"{self._loadavg_path}: {exc}") from exc
+        return read_optional(self._loadavg_path, parse_loadavg)
 
 
 @register("cpu")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from gpuwatch.collectors.base import Collector, register
+from gpuwatch.collectors.base import Collector, read_optional, register
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import InfinibandSample
 
@@ -129,16 +129,7 @@ def _read_port(port_dir: Path) -> PortSnapshot:
     counters_dir = port_dir / "counters"
     raw: dict[str, int | None] = {}
     for name in _COUNTER_FILES:
-        path = counters_dir / name
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raw[name] = None
-            continue
-        try:
-            raw[name] = parse_counter(text)
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from exc
+        raw[name] = read_optional(counters_dir / name, parse_counter)
     try:
         counters = port_counters(raw)
     except ValueError as exc:

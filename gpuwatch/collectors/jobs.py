@@ -47,7 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from gpuwatch.collectors.base import Collector, register
+from gpuwatch.collectors.base import Collector, read_optional, register
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import JobSample
 
@@ -160,24 +160,13 @@ def cpu_used_cores(prev_ns: int, cur_ns: int, elapsed_s: float) -> float | None:
 # ---------------------------------------------------------------- file access
 
 
-def _read(path: Path) -> str | None:
-    """Text of a cgroup file, or None if it (or its job, just ended) is gone."""
-    try:
-        return path.read_text()
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENODEV):
-            return None
-        raise
+#: a cgroup file of a job that just ended: gone (ENOENT) or its controller detached (ENODEV)
+_GONE = (errno.ENOENT, errno.ENODEV)
 
 
 def _parsed(path: Path, parse: Callable[[str], T]) -> T | None:
-    text = _read(path)
-    if text is None:
-        return None
-    try:
-        return parse(text)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from exc
+    """A cgroup file parsed, or None if it (or its job, just ended) is gone."""
+    return read_optional(path, parse, _GONE)
 
 
 def _subdirs(path: Path, prefix: str = "") -> list[Path]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuwatch.collectors.base import Collector, register
+from gpuwatch.collectors.base import Collector, read_optional, register
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import MemorySample
 
@@ -144,14 +144,8 @@ class MemoryCollector(Collector):
         ]
 
     def _read_swap(self) -> SwapCounters:
-        try:
-            text = self._vmstat_path.read_text()
-        except FileNotFoundError:
-            return SwapCounters(None, None)
-        try:
-            return parse_vmstat_swap(text)
-        except ValueError as exc:
-            raise ValueError(f"{self._vmstat_path}: {exc}") from exc
+        swap = read_optional(self._vmstat_path, parse_vmstat_swap)
+        return SwapCounters(None, None) if swap is None else swap
 
 
 @register("memory")
