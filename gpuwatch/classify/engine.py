@@ -136,23 +136,27 @@ def _row(v: Verdict, now: datetime) -> dict[str, Any]:
     }
 
 
+def store_evaluations(engine: sa.Engine, results: dict[str, tuple[datetime, list[Verdict]]]) -> None:
+    """Store each job's verdicts of one evaluation (``job -> (evaluated_at, verdicts)``) in one
+    transaction; an evaluation stored again for the same job and time replaces the old rows."""
+    with engine.begin() as conn:
+        for job_id, (at, found) in results.items():
+            conn.execute(verdicts.delete().where(verdicts.c.evaluated_at == at, verdicts.c.job_id == job_id))
+            rows = [_row(v, at) for v in found]
+            if rows:
+                conn.execute(verdicts.insert(), rows)
+
+
 def evaluate_running(
     engine: sa.Engine, now: datetime, thresholds: Thresholds = DEFAULT_THRESHOLDS
 ) -> dict[str, list[Verdict]]:
     """Classify every running job and store its verdicts (re-running for the same ``now`` replaces them)."""
-    results: dict[str, list[Verdict]] = {}
     with engine.connect() as conn:
-        job_ids = running_jobs(conn, now, thresholds)
-        for job_id in job_ids:
-            results[job_id] = classify_job(conn, job_id, now, thresholds)
-    with engine.begin() as conn:
-        if job_ids:
-            conn.execute(
-                verdicts.delete().where(verdicts.c.evaluated_at == now, verdicts.c.job_id.in_(job_ids))
-            )
-        rows = [_row(v, now) for found in results.values() for v in found]
-        if rows:
-            conn.execute(verdicts.insert(), rows)
+        results = {
+            job_id: classify_job(conn, job_id, now, thresholds)
+            for job_id in running_jobs(conn, now, thresholds)
+        }
+    store_evaluations(engine, {job_id: (now, found) for job_id, found in results.items()})
     return results
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.classify.engine import _row, classify_job
+from gpuwatch.classify.engine import classify_job, store_evaluations
 from gpuwatch.classify.features import load_scope
 from gpuwatch.classify.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.classify.verdict import Cause, Verdict
@@ -297,12 +297,7 @@ def evaluate_jobs(
             if at is None:
                 continue
             results[job_id] = (at, classify_job(conn, job_id, at, thresholds))
-    with engine.begin() as conn:
-        for job_id, (at, found) in results.items():
-            conn.execute(verdicts.delete().where(verdicts.c.evaluated_at == at, verdicts.c.job_id == job_id))
-            rows = [_row(v, at) for v in found]
-            if rows:
-                conn.execute(verdicts.insert(), rows)
+    store_evaluations(engine, results)
     return {job_id: found for job_id, (_, found) in results.items()}
 
 
