@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Records real Slurm outputs into tests/fixtures/slurm/<version>/ for the parser tests.
 # Needs the cluster from tests/slurm/start-slurm.sh (>= 7 CPUs advertised, 4 fake GPUs, slurmdbd).
-# Jobs are submitted as the test user "alice" (created if missing, uid 2001) so that user/uid
+# Jobs are submitted as the test user "alice" (made by start-slurm.sh, uid 2001) so that user/uid
 # differ from root's in the recordings. Takes about 80 s.
 #   running snapshot: squeue --json, scontrol show job -d -o, sinfo --json, a job's
 #                     /proc/<pid>/cgroup and /proc/<pid>/environ
@@ -13,12 +13,8 @@ OUT=${1:-$HERE/../fixtures/slurm/$VER}
 TUSER=${RECORD_USER:-alice}
 mkdir -p "$OUT"
 log() { echo "[record-fixtures] $*" >&2; }
-id "$TUSER" >/dev/null 2>&1 || useradd -M -u 2001 -s /bin/bash "$TUSER"
-# an account association, so the recordings carry a non-empty account
-if ! sacctmgr -n -P list assoc user="$TUSER" format=account | grep -qx physics; then
-  sacctmgr -i add account physics description=test organization=test >/dev/null || true
-  sacctmgr -i add user "$TUSER" account=physics defaultaccount=physics >/dev/null
-fi
+# start-slurm.sh creates the user and its account association (SLURM_TEST_USER, default alice)
+id "$TUSER" >/dev/null 2>&1 || { log "no user $TUSER: run SLURM_TEST_USER=$TUSER tests/slurm/start-slurm.sh"; exit 1; }
 S0=$(date +%Y-%m-%dT%H:%M:%S)
 sb() { runuser -u "$TUSER" -- sbatch --parsable -D /tmp -o /dev/null "$@"; }
 # Then gpu:2 (cancelled later), gpu:1 (fails with exit 3), no GPU (completes), 2-task array without

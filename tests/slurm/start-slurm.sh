@@ -18,6 +18,8 @@
 #                            /run/mysqld/mysqld.sock, /var/run/mysqld/mysqld.sock, /tmp/mysql.sock;
 #                            "none" = TCP only)
 #   SLURM_MYSQL_PORT=3306    TCP port probed on 127.0.0.1 when no socket answers
+#   SLURM_TEST_USER=alice    user the tests submit as (created, uid 2001), in account
+#   SLURM_TEST_ACCOUNT=physics   (added to slurmdbd with the user as its default account)
 #   SLURM_START_LOG=/var/log/slurm/start-slurm.log   this script's own log (also on stdout)
 set -euo pipefail
 
@@ -29,6 +31,7 @@ AUTO_PT=0; [ "$PROCTRACK" = auto ] && AUTO_PT=1
 CLUSTER=${SLURM_CLUSTER:-testcluster}
 REST_SOCK=${SLURM_REST_SOCK:-/run/slurmrestd/slurmrestd.sock}
 MYSQL_PORT=${SLURM_MYSQL_PORT:-3306}
+TEST_USER=${SLURM_TEST_USER:-alice} TEST_ACCOUNT=${SLURM_TEST_ACCOUNT:-physics}
 NODE=$(hostname -s)
 ETC=/etc/slurm RUN=/run/slurm LOG=/var/log/slurm
 STATE=/var/lib/slurm/slurmctld SPOOL=/var/lib/slurm/slurmd
@@ -274,6 +277,18 @@ if [ "$WITH_DBD" = 1 ]; then
   if ! alive $RUN/slurmdbd.pid; then log "starting slurmdbd"; slurmdbd; fi
   waitfor 30 sacctmgr -n list cluster || { tail $LOG/slurmdbd.log; die "slurmdbd not answering"; }
   sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
+fi
+
+# ---------- 6b. the test user (jobs the tests submit run as alice, account physics) ----------
+# so that a job's user, uid and account differ from root's (tests/slurm/test_live_*.py)
+id "$TEST_USER" >/dev/null 2>&1 || useradd -M -u 2001 -s /bin/bash "$TEST_USER" \
+  || die "cannot create the test user $TEST_USER"
+if [ "$WITH_DBD" = 1 ] && ! sacctmgr -n -P list assoc user="$TEST_USER" format=account | grep -qx "$TEST_ACCOUNT"; then
+  sacctmgr -n -P list account format=account | grep -qx "$TEST_ACCOUNT" \
+    || sacctmgr -i add account "$TEST_ACCOUNT" description=test organization=test >/dev/null
+  sacctmgr -i add user "$TEST_USER" account="$TEST_ACCOUNT" defaultaccount="$TEST_ACCOUNT" >/dev/null \
+    || die "cannot add $TEST_USER to account $TEST_ACCOUNT"
+  log "test user $TEST_USER (uid $(id -u "$TEST_USER")), account $TEST_ACCOUNT"
 fi
 
 # ---------- 7. slurmctld + slurmd ----------
