@@ -65,7 +65,11 @@ def test_input_bound(workload_run) -> None:
     (sample,) = bridge(result)
     assert sample.util_gpu_idle_fraction_ratio > 0.4
     assert sample.util_gpu_ratio < 0.5
-    assert sample.util_gpu_stddev_ratio > 0.2
+    # on/off bursts, not a steady low load: the spread is most of what an all-or-nothing
+    # pattern with this mean has (sqrt(m(1-m))); a steady job at the same mean has ~0.
+    # (A fixed floor such as 0.2 failed on a loaded CI machine, where the mean fell to ~0.06.)
+    mean = sample.util_gpu_ratio
+    assert sample.util_gpu_stddev_ratio > 0.5 * (mean * (1 - mean)) ** 0.5
 
 
 def test_small_batch(workload_run) -> None:
