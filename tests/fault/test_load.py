@@ -4,6 +4,11 @@ Each agent has its own node and token and posts 2 small batches (2 GPUs + host s
 after the other; all 1,000 start together, so up to 1,000 connections are open at once. The
 clients are coroutines on one asyncio loop (httpx2), in this process; the daemon is its own
 process (one uvicorn worker), so on 2 cores the two share the machine.
+
+Like the real agent, a simulated one whose connection breaks (the daemon closes an idle
+keep-alive connection just as the client, slowed by 999 siblings, reuses it) sends the same
+batch again after a pause: batches are idempotent, so the test counts those resends and
+asserts that every batch is stored exactly once and that the daemon never answered 5xx.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from gpuwatch import wire
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import TOKEN_PREFIX, hash_token
-from gpuwatch.sql.schema import ingested_batches, nodes
+from gpuwatch.sql.schema import gpu_samples, ingested_batches, nodes
 from tests import factories
 from tests.daemon_process import DaemonProcess
 
@@ -53,25 +58,42 @@ def _body(node: str, k: int) -> bytes:
     return wire.Batch(node=node, agent_version="load", seq=k, samples=samples).model_dump_json().encode()
 
 
-async def _agents(url: str, tokens: dict[str, str]) -> tuple[list[float], list[int], float]:
+#: resends after a broken connection per batch before the test gives up on it
+MAX_RESENDS = 5
+
+
+async def _agents(url: str, tokens: dict[str, str]) -> tuple[list[float], list[int], float, int]:
     bodies = {n: [_body(n, k) for k in range(BATCHES)] for n in tokens}
     latencies: list[float] = []
     statuses: list[int] = []
+    resends = 0
+    headers = {
+        n: {"Authorization": f"Bearer {t}", "Content-Type": "application/json"} for n, t in tokens.items()
+    }
     limits = httpx2.Limits(max_connections=AGENTS, max_keepalive_connections=AGENTS)
     async with httpx2.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
         start = asyncio.Event()
+
+        async def post(node: str, body: bytes) -> int:
+            """The status of one batch, resent like the agent does after a transport error."""
+            nonlocal resends
+            for attempt in range(MAX_RESENDS + 1):
+                try:
+                    r = await client.post(f"/api/v1/ingest/{node}", content=body, headers=headers[node])
+                    return r.status_code
+                except httpx2.TransportError:
+                    if attempt == MAX_RESENDS:
+                        raise
+                    resends += 1
+                    await asyncio.sleep(0.5 * 2**attempt)
+            raise AssertionError("unreachable")
 
         async def agent(node: str) -> None:
             await start.wait()
             for body in bodies[node]:
                 t = time.perf_counter()
-                r = await client.post(
-                    f"/api/v1/ingest/{node}",
-                    content=body,
-                    headers={"Authorization": f"Bearer {tokens[node]}", "Content-Type": "application/json"},
-                )
+                statuses.append(await post(node, body))
                 latencies.append(time.perf_counter() - t)
-                statuses.append(r.status_code)
 
         tasks = [asyncio.create_task(agent(n)) for n in tokens]
         await asyncio.sleep(0)
@@ -79,29 +101,36 @@ async def _agents(url: str, tokens: dict[str, str]) -> tuple[list[float], list[i
         start.set()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=90)
         elapsed = time.perf_counter() - t0
-    return latencies, statuses, elapsed
+    return latencies, statuses, elapsed, resends
 
 
 def test_thousand_agents_at_once_all_stored(pg_url, tmp_path):
     engine = create_engine(pg_url)
-    migrate.upgrade(engine)
-    tokens = _register(engine)
-    daemon = DaemonProcess(pg_url, tmp_path / "daemon.log")
-    daemon.start()
     try:
-        latencies, statuses, elapsed = asyncio.run(_agents(daemon.url, tokens))
+        migrate.upgrade(engine)
+        tokens = _register(engine)
+        daemon = DaemonProcess(pg_url, tmp_path / "daemon.log")
+        daemon.start()
+        try:
+            latencies, statuses, elapsed, resends = asyncio.run(_agents(daemon.url, tokens))
+        finally:
+            daemon.stop()
+        with engine.connect() as conn:
+            stored = conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar()
+            gpu_rows = conn.execute(sa.select(sa.func.count()).select_from(gpu_samples)).scalar()
+            groups = conn.execute(
+                sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))
+            ).scalar()
     finally:
-        daemon.stop()
-    with engine.connect() as conn:
-        stored = conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar()
-        groups = conn.execute(sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))).scalar()
-    engine.dispose()
+        engine.dispose()
     requests_n = AGENTS * BATCHES
     p50, p99 = (statistics.quantiles(latencies, n=100)[q - 1] * 1000 for q in (50, 99))
     print(
         f"\n{AGENTS} agents x {BATCHES} batches: {requests_n} requests in {elapsed:.2f} s = "
         f"{requests_n / elapsed:,.0f} batches/s; latency p50 {p50:.0f} ms p99 {p99:.0f} ms, "
-        f"max {max(latencies) * 1000:.0f} ms; {groups} commit groups"
+        f"max {max(latencies) * 1000:.0f} ms; {groups} commit groups; "
+        f"{resends} resends after a broken connection"
     )
     assert sorted(set(statuses)) == [200], {s: statuses.count(s) for s in set(statuses)}
     assert stored == requests_n
+    assert gpu_rows == requests_n * 2  # 2 GPUs per batch, each stored once
