@@ -18,6 +18,12 @@ Then, median of ``--runs``: the listing (:func:`gpuwatch.sql.lowutil.low_util_jo
 ``since = now - 7 d``, what the command runs) vs the naive query (mean ``util_gpu_ratio`` of
 each job's raw samples over its run, jobs under 50 %), and the ratio. The listing reads
 verdicts per job, never samples: its cost follows jobs x evaluations, not samples.
+
+With samples, the daemon's own rollup (:class:`gpuwatch.sql.rollups.Rollup`) then builds
+``gpu_minutes`` from them (timed: the rollup rate), and the per-job page is timed on the
+longest job: ``gpuwatch job ID``'s data (:func:`gpuwatch.cli.job_detail.job_detail`) and the web
+view's (:func:`gpuwatch.web.data.job_view`), against a naive per-minute timeline of that
+job's raw samples.
 """
 
 from __future__ import annotations
@@ -59,6 +65,18 @@ JOIN gpu_samples s ON s.node_id = n.id AND s.gpu_index = g.gpu_index
 WHERE j.end_at IS NULL OR j.end_at >= :since
 GROUP BY j.job_id
 HAVING avg(s.util_gpu_ratio) < 0.5
+"""
+
+#: the job page's timeline straight from raw samples: per GPU per minute mean util
+NAIVE_JOB = """
+SELECT s.gpu_index, date_trunc('minute', s.ts) AS minute, avg(s.util_gpu_ratio), max(s.util_gpu_ratio)
+FROM slurm_jobs j
+JOIN job_gpus g ON g.job_id = j.job_id
+JOIN nodes n ON n.name = g.node
+JOIN gpu_samples s ON s.node_id = n.id AND s.gpu_index = g.gpu_index
+     AND s.ts >= j.start_at AND s.ts < coalesce(j.end_at, :now)
+WHERE j.job_id = :job
+GROUP BY 1, 2
 """
 
 
@@ -206,6 +224,41 @@ def timed(fn, runs: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+def job_page(engine: sa.Engine, jobs, start: datetime, n_samples: int, runs: int) -> None:
+    """Roll the samples up with the daemon's own code, then time the per-job page."""
+    from gpuwatch.cli.job_detail import job_detail
+    from gpuwatch.sql.rollups import Rollup
+    from gpuwatch.web.data import job_view
+
+    t = time.perf_counter()
+    Rollup(engine).roll(start, NOW)
+    rolled_s = time.perf_counter() - t
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE gpu_minutes"))
+        minutes = conn.execute(sa.text("SELECT count(*) FROM gpu_minutes")).scalar_one()
+    print(
+        f"rollup   (Rollup.roll, whole range):  {rolled_s:8.1f} s for {n_samples:,} samples "
+        f"-> {minutes:,} gpu_minutes rows = {n_samples / rolled_s:,.0f} samples/s"
+    )
+    longest, _, _ = max(jobs, key=lambda j: ((j[0].end or NOW) - j[0].start, j[0].job_id))
+    hours = ((longest.end or NOW) - longest.start).total_seconds() / 3600
+    cli_s, detail = timed(lambda: job_detail(engine, longest.job_id, NOW), runs)
+    web_s, _ = timed(lambda: job_view(engine, longest.job_id, NOW), runs)
+    assert detail is not None and detail["gpus"], "the job page found no GPUs"
+
+    def naive():  # type: ignore[no-untyped-def]
+        with engine.connect() as conn:
+            return conn.execute(sa.text(NAIVE_JOB), {"now": NOW, "job": longest.job_id}).all()
+
+    naive_s, rows = timed(naive, runs)
+    print(
+        f"job page (job {longest.job_id}, {hours:.1f} h x {len(detail['gpus'])} GPUs): "
+        f"gpuwatch job {1000 * cli_s:.1f} ms, web job_view {1000 * web_s:.1f} ms; "
+        f"naive timeline from raw samples {1000 * naive_s:.1f} ms ({len(rows):,} GPU-minutes); "
+        f"ratio naive / gpuwatch job = {naive_s / cli_s:.1f}x"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=10)
@@ -262,6 +315,7 @@ def main() -> None:
                 f"{max(1, min(3, args.runs))} runs, {len(found)} jobs"
             )
             print(f"ratio    naive / listing = {naive_s / listing_s:,.0f}x")
+            job_page(engine, jobs, start, n_samples, args.runs)
     finally:
         engine.dispose()
         drop_pg(name)

@@ -72,7 +72,7 @@ def job_detail(engine: Any, job_id: str, now: datetime, columns: int = COLUMNS) 
             return None
         job = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == stored)).mappings().first()
         gpus = gpu_summary(conn, stored, now)
-        timeline = gpu_timeline(conn, stored, now)
+        timeline = gpu_timeline(conn, stored, now, columns)
         found = latest_verdicts(conn, stored, include_healthy=True)
     info = {
         "job_id": job_id,

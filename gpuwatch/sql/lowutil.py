@@ -30,7 +30,7 @@ from gpuwatch.classify.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.classify.verdict import Cause, Verdict
 from gpuwatch.slurm.model import TERMINAL_STATES
 from gpuwatch.sql.jobs import apply_job_filters
-from gpuwatch.sql.rollups import floor_minute
+from gpuwatch.sql.rollups import epoch_seconds, floor_minute
 from gpuwatch.sql.schema import gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.sql.types import UtcDateTime
 
@@ -233,14 +233,21 @@ def gpu_summary(conn: sa.Connection, job_id: str, now: datetime) -> list[dict[st
 
 
 def gpu_timeline(
-    conn: sa.Connection, job_id: str, now: datetime
+    conn: sa.Connection, job_id: str, now: datetime, columns: int | None = None
 ) -> tuple[datetime, datetime, dict[tuple[str, int], list[float | None]]] | None:
-    """(first minute, end, {(node, index): util per minute, None where no data}) of the job."""
+    """(first minute, end, {(node, index): util per minute, None where no data}) of the job.
+
+    With ``columns``, a job longer than that many minutes gets ``columns`` values per GPU
+    instead, each the :func:`downsample` of its slice, computed in the database: a week-long
+    job is ~10,000 minutes per GPU, which cost ~1 s to fetch and average in Python.
+    """
     found = job_window(conn, job_id, now)
     if found is None:
         return None
     scope, start, end = found
     minutes = max(1, int((end - start) / MINUTE))
+    if columns is not None and minutes > columns:
+        return start, end, _bucketed_timeline(conn, scope, start, end, minutes, columns)
     g = gpu_minutes.c
     series: dict[tuple[str, int], list[float | None]] = {}
     for ref in scope.gpus:
@@ -262,6 +269,33 @@ def gpu_timeline(
                 values[k] = _ratio(total, n)
         series[(ref.node, ref.gpu_index)] = values
     return start, end, series
+
+
+def _bucketed_timeline(
+    conn: sa.Connection, scope: Any, start: datetime, end: datetime, minutes: int, columns: int
+) -> dict[tuple[str, int], list[float | None]]:
+    """:func:`downsample` of each GPU's per-minute util, done by a GROUP BY in the database.
+
+    Minute ``k`` of the job belongs to column ``((k + 1) * columns - 1) // minutes``: the
+    column whose slice ``[c * minutes // columns, (c + 1) * minutes // columns)`` holds it.
+    """
+    g = gpu_minutes.c
+    k = (epoch_seconds(conn, g.minute) - int(start.timestamp())) // 60
+    column = ((k + 1) * columns - 1) // minutes
+    per_minute = sa.case((g.util_gpu_ratio_n > 0, g.util_gpu_ratio_sum / g.util_gpu_ratio_n))
+    series: dict[tuple[str, int], list[float | None]] = {}
+    for ref in scope.gpus:
+        values: list[float | None] = [None] * columns
+        rows = conn.execute(
+            sa.select(column.label("c"), sa.func.avg(per_minute))
+            .where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
+            .group_by(sa.literal_column("c"))
+        )
+        for c, mean in rows:
+            if 0 <= int(c) < columns and mean is not None:
+                values[int(c)] = float(mean)
+        series[(ref.node, ref.gpu_index)] = values
+    return series
 
 
 def downsample(values: Sequence[float | None], columns: int = 60) -> list[float | None]:

@@ -65,6 +65,13 @@ def minute_bucket(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnEle
     return sa.func.strftime("%Y-%m-%d %H:%M:00.000000", column)
 
 
+def epoch_seconds(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnElement:
+    """Seconds since 1970 of a UtcDateTime column, as an SQL integer (for bucketing in SQL)."""
+    if conn.dialect.name == "postgresql":
+        return sa.cast(sa.extract("epoch", column), sa.BigInteger)
+    return sa.cast(sa.func.strftime("%s", column), sa.Integer)
+
+
 def _count(column: sa.ColumnElement) -> sa.ColumnElement:
     return sa.func.count(column)
 

@@ -83,3 +83,31 @@ def test_unknown_job_and_spark() -> None:
 def test_unknown_job(engine, db_url) -> None:
     result = CliRunner().invoke(cli, ["--db", db_url, "job", "424242"])
     assert result.exit_code == 1 and "not known" in result.output
+
+
+def test_timeline_bucketed_in_the_database_matches_downsample(classified) -> None:
+    """The SQL GROUP BY gives what downsampling the per-minute series in Python gives."""
+    from gpuwatch.sql.engine import create_engine
+    from gpuwatch.sql.lowutil import downsample, gpu_timeline
+
+    url, built = classified
+    at = corpus.T0.replace(minute=15)
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            for name in ("input-cpu-saturated", "healthy-training-h200", "noamp-h200-1"):
+                jid = job_of(built, name)
+                _, _, per_minute = gpu_timeline(conn, jid, at)
+                for columns in (5, 7, 15):
+                    _, _, bucketed = gpu_timeline(conn, jid, at, columns)
+                    assert bucketed.keys() == per_minute.keys()
+                    for key, values in per_minute.items():
+                        expected = downsample(values, columns)
+                        got = bucketed[key]
+                        assert len(got) == columns == len(expected)
+                        assert [v is None for v in got] == [v is None for v in expected]
+                        assert any(v is not None for v in got)
+                        pairs = zip(got, expected, strict=True)
+                        assert all(abs(a - b) < 1e-9 for a, b in pairs if a is not None)
+    finally:
+        engine.dispose()
