@@ -530,7 +530,14 @@ def _wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> str | No
 
 
 def ddp_rank_main(spec: dict[str, Any]) -> None:
-    """Entry point of one rank process (see :func:`train_ddp`)."""
+    """Entry point of one rank process (see :func:`train_ddp`).
+
+    A rank that finished leaves with ``os._exit(0)`` once its activity file is closed and its
+    process group destroyed: at interpreter finalization gloo's worker threads can still hold
+    work objects, and tearing those down then aborts the process ("terminate called without
+    an active exception", SIGABRT; seen in about 1 run in 12 on 2 CPUs, pytorch#179291). An
+    exception still ends the rank the normal way, with its traceback and a non-zero status.
+    """
     _ddp_rank(
         spec["rank"],
         DdpPlan(**spec["plan"]),
@@ -541,6 +548,9 @@ def ddp_rank_main(spec: dict[str, Any]) -> None:
         spec["port"],
         spec["seed"],
     )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _ddp_rank(
@@ -613,6 +623,7 @@ def _ddp_rank(
                 mem_bytes=mem,
                 batch=plan.batch_size,
             )
+        dist.barrier()  # no rank tears down while its peer still talks to it
     finally:
         rec.close()
         dist.destroy_process_group()

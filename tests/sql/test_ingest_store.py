@@ -126,4 +126,15 @@ def test_copy_and_insert_store_the_same_rows(pg_url):
     BatchStore(engine, bulk="copy").store(node_id, again)
     with engine.connect() as conn:
         assert count_rows(conn, [gpu_samples])["gpu_samples"] == 640
+    # half old, half new (COPY meets a duplicate, falls back for that table): only the new half
+    # is added, and the other tables of the batch are stored too
+    overlap = factories.batch(cycles=80, gpus=8)
+    assert BatchStore(engine, bulk="copy").store(node_id, overlap).status is IngestStatus.STORED
+    with engine.connect() as conn:
+        counts = count_rows(conn)
+        assert counts["gpu_samples"] == 640 + 320
+        assert counts["cpu_samples"] == 40 + 40 + 40  # big, shifted, the new half of overlap
+        day0 = gpu_samples.c.ts < factories.T0 + timedelta(days=1)
+        stamps = conn.execute(sa.select(gpu_samples.c.ts, gpu_samples.c.gpu_index).where(day0)).all()
+        assert len(stamps) == len(set(stamps)) == 80 * 8  # 80 cycles x 8 GPUs, each once
     engine.dispose()
