@@ -96,6 +96,16 @@ _COPY_MIN_ROWS = 64
 GPU_IDENTITY_REFRESH_S = 600.0
 
 
+#: a node's ``last_seen_at``/version/sequence after a stored batch, one parameter set per node
+_NODE_SEEN = (
+    nodes.update()
+    .where(nodes.c.id == sa.bindparam("node"))
+    .values(
+        last_seen_at=sa.bindparam("seen"), agent_version=sa.bindparam("version"), last_seq=sa.bindparam("seq")
+    )
+)
+
+
 class BatchStore:
     """Writes batches; owns the partition cache so DDL runs once per new day."""
 
@@ -176,11 +186,14 @@ class BatchStore:
                     conn.execute(_insert(conn, table).on_conflict_do_nothing(), table_rows)
             for node_id, node_changed in changed.items():
                 self._upsert_gpus(conn, node_id, node_changed, now)
-            for node_id, batch in sorted(last_batch.items()):  # sorted: a fixed lock order between writers
+            if last_batch:  # one executemany (pipelined on psycopg), not a statement per node
                 conn.execute(
-                    nodes.update()
-                    .where(nodes.c.id == node_id)
-                    .values(last_seen_at=now, agent_version=batch.agent_version, last_seq=batch.seq)
+                    _NODE_SEEN,
+                    [
+                        {"node": node_id, "seen": now, "version": batch.agent_version, "seq": batch.seq}
+                        # sorted: a fixed lock order between concurrent writers
+                        for node_id, batch in sorted(last_batch.items())
+                    ],
                 )
         for node_id, node_changed in changed.items():
             self._remember_identities(node_id, node_changed)

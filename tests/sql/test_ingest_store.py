@@ -52,6 +52,32 @@ def test_values_round_trip(engine):
         assert node.agent_version == "test" and node.last_seen_at is not None
 
 
+def test_group_commit_marks_each_node_with_its_own_batch(engine):
+    """One group, several nodes: each node row gets its last batch's version and sequence."""
+    ids = {name: _node_id(engine, name) for name in ("node001", "node002", "node003")}
+    items = [
+        (
+            ids[name],
+            factories.batch(node=name, seq=seq, start=factories.T0 + timedelta(minutes=seq)).model_copy(
+                update={"agent_version": version}
+            ),
+        )
+        for seq, (name, version) in enumerate(
+            [("node002", "a"), ("node001", "b"), ("node003", "c"), ("node002", "d")], start=1
+        )
+    ]
+    results = BatchStore(engine).store_many(items)
+    assert [r.status for r in results] == [IngestStatus.STORED] * 4
+    with engine.connect() as conn:
+        rows = {r.name: r for r in conn.execute(sa.select(nodes))}
+    assert {n: (r.agent_version, r.last_seq) for n, r in rows.items()} == {
+        "node001": ("b", 2),
+        "node002": ("d", 4),  # its later batch in the group
+        "node003": ("c", 3),
+    }
+    assert all(r.last_seen_at is not None for r in rows.values())
+
+
 def test_resent_batch_is_stored_once(engine):
     node_id = _node_id(engine)
     store = BatchStore(engine)
