@@ -19,10 +19,11 @@ side by side, and the faster is the default (figures in ``bench/README.md``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum
@@ -178,23 +179,28 @@ class BatchStore:
                     changed.setdefault(node_id, {}).update(node_changed)
                 last_batch[node_id] = batch
                 results.append(IngestResult(IngestStatus.STORED, len(batch.samples)))
-            for name, table_rows in all_rows.items():
-                table = self._tables[name]
-                if self.bulk is BulkMode.COPY and len(table_rows) >= _COPY_MIN_ROWS:
-                    _copy_rows(conn, table, table_rows)
-                else:
-                    conn.execute(_insert(conn, table).on_conflict_do_nothing(), table_rows)
-            for node_id, node_changed in changed.items():
-                self._upsert_gpus(conn, node_id, node_changed, now)
-            if last_batch:  # one executemany (pipelined on psycopg), not a statement per node
-                conn.execute(
-                    _NODE_SEEN,
-                    [
-                        {"node": node_id, "seen": now, "version": batch.agent_version, "seq": batch.seq}
-                        # sorted: a fixed lock order between concurrent writers
-                        for node_id, batch in sorted(last_batch.items())
-                    ],
-                )
+            copied = {
+                name
+                for name, table_rows in all_rows.items()
+                if self.bulk is BulkMode.COPY and len(table_rows) >= _COPY_MIN_ROWS
+            }
+            for name in copied:
+                _copy_rows(conn, self._tables[name], all_rows[name])
+            with _pipelined(conn):
+                for name, table_rows in all_rows.items():
+                    if name not in copied:
+                        conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
+                for node_id, node_changed in changed.items():
+                    self._upsert_gpus(conn, node_id, node_changed, now)
+                if last_batch:  # one executemany, not a statement per node
+                    conn.execute(
+                        _NODE_SEEN,
+                        [
+                            {"node": node_id, "seen": now, "version": batch.agent_version, "seq": batch.seq}
+                            # sorted: a fixed lock order between concurrent writers
+                            for node_id, batch in sorted(last_batch.items())
+                        ],
+                    )
         for node_id, node_changed in changed.items():
             self._remember_identities(node_id, node_changed)
         return results
@@ -235,6 +241,32 @@ class BatchStore:
                 for i, ident in sorted(identities.items())
             ],
         )
+
+
+@contextlib.contextmanager
+def _pipelined(conn: sa.Connection) -> Iterator[None]:
+    """On PostgreSQL, send the statements inside without waiting for each one's result.
+
+    A one-cycle batch is a dozen small statements; one after the other they are a dozen round
+    trips. psycopg's pipeline mode sends them all and syncs once at the end (results of
+    statements that need none are read then; errors surface at the sync, inside the
+    transaction, so the batch still stores whole or not at all). COPY cannot run in a
+    pipeline, so COPYed tables go before it. Statements inside must not need their results
+    (no RETURNING, no single-row INSERT into a table with an autoincrement key): SQLAlchemy
+    cannot read a result there and fails loudly (ResourceClosedError).
+    """
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    try:
+        with dbapi.pipeline():
+            yield
+    except psycopg.Error as exc:
+        # raised at the sync, outside SQLAlchemy's execute: wrap it as SQLAlchemy would, so
+        # callers see one exception family (the ingest answers 503 to OperationalError)
+        raise sa.exc.DBAPIError.instance(None, None, exc, psycopg.Error) from exc
 
 
 def _copy_rows(conn: sa.Connection, table: sa.Table, rows: list[dict]) -> None:

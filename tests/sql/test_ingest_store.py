@@ -164,3 +164,24 @@ def test_copy_and_insert_store_the_same_rows(pg_url):
         stamps = conn.execute(sa.select(gpu_samples.c.ts, gpu_samples.c.gpu_index).where(day0)).all()
         assert len(stamps) == len(set(stamps)) == 80 * 8  # 80 cycles x 8 GPUs, each once
     engine.dispose()
+
+
+def test_a_statement_failing_at_the_pipeline_sync_is_a_sqlalchemy_error_and_rolls_back(engine):
+    """On PostgreSQL the small tables' INSERTs are pipelined and a failure surfaces at the sync,
+    outside SQLAlchemy's execute: it must still arrive as SQLAlchemy's exception (the ingest maps
+    OperationalError to 503) and leave nothing of the transaction behind."""
+    import uuid
+
+    import pytest
+
+    from gpuwatch.sql.ingest import _pipelined
+
+    node_id = _node_id(engine)
+    claim = {"node_id": node_id, "seq": 0, "received_at": factories.T0, "samples": 0}
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn, _pipelined(conn):
+        conn.execute(ingested_batches.insert(), [{**claim, "batch_id": first}])
+        twice = [{**claim, "batch_id": second}, {**claim, "batch_id": second}]
+        conn.execute(ingested_batches.insert(), twice)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 0
