@@ -179,18 +179,31 @@ def bench_http(
                         latencies.append(time.perf_counter() - t)
 
             threads = [threading.Thread(target=client, args=(bodies[i::clients],)) for i in range(clients)]
+            cpu0 = cpu_seconds(daemon.proc.pid)
             t0 = time.perf_counter()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
             elapsed = time.perf_counter() - t0
+            daemon_cpu = cpu_seconds(daemon.proc.pid) - cpu0
         finally:
             daemon.stop()
     with engine.connect() as conn:
         groups = conn.execute(sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))).scalar()
-    print(f"        group commit: {len(batches)} batches in {groups} transactions")
+    samples = sum(len(b.samples) for b in batches)
+    print(
+        f"        group commit: {len(batches)} batches in {groups} transactions; daemon CPU "
+        f"{1000 * daemon_cpu / len(batches):.2f} ms per batch = {samples / daemon_cpu:,.0f} samples per "
+        f"daemon CPU-second (the clients share the machine: this is the daemon's own ceiling per core)"
+    )
     return elapsed, latencies
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def p(values: list[float], q: float) -> float:
