@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.agent_vs_node_exporter import cpu_seconds
 from gpuwatch import wire
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
@@ -198,12 +199,6 @@ def bench_http(
         f"daemon CPU-second (the clients share the machine: this is the daemon's own ceiling per core)"
     )
     return elapsed, latencies
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all threads), from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def p(values: list[float], q: float) -> float:
