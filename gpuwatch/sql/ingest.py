@@ -8,13 +8,15 @@ also has a primary key ending in ``ts`` with ``ON CONFLICT DO NOTHING``, so a sa
 that arrives in two different batches (an agent restored from an old spool copy) is
 still stored once.
 
-Rows go in with one multi-row ``INSERT ... ON CONFLICT DO NOTHING`` per table
-(SQLAlchemy's "insertmanyvalues"). On PostgreSQL, ``bulk="copy"`` instead streams each
-table's rows with ``COPY`` straight into the table inside a savepoint; only when that meets
-a sample already stored (a unique violation: the restored-spool case above, rare) does it
-roll back to the savepoint and load that table through a session temp table and one
-``INSERT ... SELECT ... ON CONFLICT DO NOTHING``. ``bench/ingest.py`` measures the paths
-side by side, and the faster is the default (figures in ``bench/README.md``).
+Rows go in with an ``INSERT ... ON CONFLICT DO NOTHING`` executemany per table; on
+PostgreSQL psycopg sends those one statement per row, so they run in pipeline mode (one
+sync for all of them, :func:`_pipelined`). With ``bulk="copy"`` (the PostgreSQL default), a
+table with at least ``_COPY_MIN_ROWS`` rows in the group is instead streamed with ``COPY``
+straight into the table inside a savepoint; only when that meets a sample already stored (a
+unique violation: the restored-spool case above, rare) does it roll back to the savepoint
+and load that table through a session temp table and one ``INSERT ... SELECT ... ON
+CONFLICT DO NOTHING``. ``bench/ingest.py`` measures the paths side by side (figures in
+``bench/README.md``).
 """
 
 from __future__ import annotations
