@@ -1,12 +1,14 @@
-"""Ingest rate into PostgreSQL: storage path (INSERT vs COPY) and the whole HTTP path.
+"""Ingest rate into PostgreSQL: raw COPY (the physical limit), the store path, the HTTP path.
 
-    .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8]
+    .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
-for each mode stores the same realistic batches (one batch = one 10 s cycle of one node:
-8 GPU samples with 2 processes each + host samples) and prints samples/s and the ratio
-between modes. The HTTP figure posts the batches with `requests` to a daemon served in
-this process (uvicorn), so it includes JSON parsing, validation and auth.
+for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
+one node: 8 GPU samples with 2 processes each + host samples) and prints samples/s and the
+ratio to raw COPY. Modes: ``raw-copy`` (the rows, already made, COPYed in one transaction),
+``insert`` and ``unnest`` (``BatchStore`` with that bulk mode, one batch per call), ``http``
+and ``http xN`` (a real ``gpuwatch daemon`` process, 1 or N concurrent clients; includes
+JSON parsing, validation, auth and group commit; prints the daemon's own CPU per batch).
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ def main() -> None:
     ap.add_argument("--per-batch", type=int, default=1, help="cycles per batch (1 = normal agent push)")
     args = ap.parse_args()
     results = {}
-    modes = ("raw-copy", "insert", "copy", "http", f"http x{args.clients}")
+    modes = ("raw-copy", "insert", "unnest", "http", f"http x{args.clients}")
     for mode in modes:
         # each mode gets its own fresh database: no warm cache shared between modes
         batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0), args.per_batch)

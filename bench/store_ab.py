@@ -1,13 +1,14 @@
 """A/B of the store path: this checkout's ``BatchStore`` against the one at a git revision.
 
     .venv/bin/python bench/store_ab.py --rev REV [--nodes 32] [--cycles 10] [--per-batch 1]
-                                       [--group 1] [--rounds 3] [--bulk copy|insert]
+                                       [--group 1] [--rounds 3] [--old-bulk M] [--new-bulk M]
 
 Loads ``gpuwatch/sql/ingest.py`` as it was at ``REV`` beside the current one and, in
 interleaved rounds (old, new, old, new, ...; each on a fresh PostgreSQL database), stores
 the same batches (``bench/ingest.py``'s realistic ones) with ``store_many`` in groups of
 ``--group`` batches. Prints samples/s and the median time per ``store_many`` call for each
-side. Interleaving keeps this noisy 2-core VM's drift out of the ratio.
+side. Interleaving keeps this noisy 2-core VM's drift out of the ratio. ``--rev HEAD
+--old-bulk copy --new-bulk unnest`` compares two bulk modes of the same code.
 """
 
 from __future__ import annotations
@@ -46,12 +47,12 @@ def load_at(rev: str, folder: Path):  # type: ignore[no-untyped-def]
     return module
 
 
-def one_side(module, args: argparse.Namespace) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def one_side(module, args: argparse.Namespace, bulk: str | None) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(samples/s, median ms per store_many call) of one fresh database."""
     batches = make_batches(args.nodes, args.cycles, 8, timedelta(0), args.per_batch)
     name, _, engine = fresh_db()
     try:
-        store = module.BatchStore(engine, bulk=args.bulk)
+        store = module.BatchStore(engine, bulk=bulk)
         ids = {}
         for b in batches:
             if b.node not in ids:
@@ -80,14 +81,15 @@ def main() -> None:
     ap.add_argument("--per-batch", type=int, default=1, help="cycles per batch")
     ap.add_argument("--group", type=int, default=1, help="batches per store_many call")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--bulk", default="copy", choices=["copy", "insert"])
+    ap.add_argument("--old-bulk", default=None, help="bulk mode of the old side (default: its default)")
+    ap.add_argument("--new-bulk", default=None, help="bulk mode of the new side (default: its default)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         old = load_at(args.rev, Path(tmp))
         results: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
         for _ in range(args.rounds):
-            results["old"].append(one_side(old, args))
-            results["new"].append(one_side(current, args))
+            results["old"].append(one_side(old, args, args.old_bulk))
+            results["new"].append(one_side(current, args, args.new_bulk))
     for side, runs in results.items():
         rates = [r for r, _ in runs]
         print(

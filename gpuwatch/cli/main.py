@@ -190,9 +190,9 @@ def agent(ctx: Context, once: bool, cycles: int | None, record: Path | None) -> 
     )
     runner = Agent(settings, collectors, spool=spool, pusher=pusher)
     # everything alive now lives as long as the agent: keep it out of every future GC pass
-    import gc
+    from gpuwatch import gc_tuning
 
-    gc.freeze()
+    gc_tuning.settle()
     server = None
     if settings.agent.metrics_listen:
         from gpuwatch.agent.metrics import AgentMetrics, start_metrics_server

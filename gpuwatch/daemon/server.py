@@ -6,6 +6,7 @@ import logging
 
 import uvicorn
 
+from gpuwatch import gc_tuning
 from gpuwatch.config import Settings
 from gpuwatch.daemon.app import create_app
 from gpuwatch.daemon.scheduler import build_scheduler
@@ -33,6 +34,7 @@ def serve(settings: Settings) -> None:
     app = create_app(settings, engine)
     scheduler = build_scheduler(settings, app.state.store)
     scheduler.start()
+    gc_tuning.settle()
     log.info(
         "daemon listening", extra={"listen": settings.daemon.listen, "db": engine.url.render_as_string()}
     )

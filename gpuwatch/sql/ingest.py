@@ -8,15 +8,18 @@ also has a primary key ending in ``ts`` with ``ON CONFLICT DO NOTHING``, so a sa
 that arrives in two different batches (an agent restored from an old spool copy) is
 still stored once.
 
-Rows go in with an ``INSERT ... ON CONFLICT DO NOTHING`` executemany per table; on
-PostgreSQL psycopg sends those one statement per row, so they run in pipeline mode (one
-sync for all of them, :func:`_pipelined`). With ``bulk="copy"`` (the PostgreSQL default), a
-table with at least ``_COPY_MIN_ROWS`` rows in the group is instead streamed with ``COPY``
-straight into the table inside a savepoint; only when that meets a sample already stored (a
-unique violation: the restored-spool case above, rare) does it roll back to the savepoint
-and load that table through a session temp table and one ``INSERT ... SELECT ... ON
-CONFLICT DO NOTHING``. ``bench/ingest.py`` measures the paths side by side (figures in
-``bench/README.md``).
+How rows go in depends on the database (``BulkMode``):
+
+* ``unnest`` (the PostgreSQL default): per table ONE statement for the whole group,
+  ``INSERT INTO t (...) SELECT * FROM unnest(%b::type[], ...) ON CONFLICT DO NOTHING``, one
+  binary array per column, read straight off the wire models (no dict per row). The text is
+  fixed per table, so psycopg prepares it; all tables go in one pipeline sync
+  (:func:`_pipelined`). It replaced ``COPY`` into the table inside a savepoint with a
+  temp-table fallback on a duplicate sample: COPY cannot pipeline, needs the savepoint round
+  trips, and its per-row Python was the larger cost (``bench/store_ab.py``, figures in
+  ``bench/README.md``).
+* ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy executemany of
+  dict rows per table, pipelined on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum
-from typing import Any
+from operator import attrgetter
+from typing import Any, ClassVar
 
 import psycopg
 import sqlalchemy as sa
@@ -83,17 +87,23 @@ def sample_rows(node_id: int, batch: Batch) -> tuple[dict[str, list[dict]], dict
     return rows, identities
 
 
+def gpu_identities(batch: Batch) -> dict[int, dict]:
+    """GPU index -> identity fields (uuid/name/bus) as last seen in the batch."""
+    return {
+        s.gpu_index: {f: getattr(s, f) for f in GPU_IDENTITY_FIELDS}
+        for s in batch.samples
+        if isinstance(s, GpuSample)
+    }
+
+
 def days_of(batch: Batch) -> set[date]:
     return {s.ts.date() for s in batch.samples}
 
 
 class BulkMode(str, Enum):
     INSERT = "insert"
-    COPY = "copy"
+    UNNEST = "unnest"
 
-
-#: below this many rows a table's plain INSERT beats setting up a COPY
-_COPY_MIN_ROWS = 64
 
 #: ``gpus.last_seen_at`` is refreshed at most this often per GPU when its identity is unchanged
 GPU_IDENTITY_REFRESH_S = 600.0
@@ -117,14 +127,12 @@ class BatchStore:
         self.partitions = PartitionManager(engine)
         self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_samples)}
         is_pg = engine.dialect.name == "postgresql"
-        # PostgreSQL: COPY for tables with many rows in the batch (a replayed spool, big
-        # nodes), measured 1.2x INSERT at 240 rows/table; small tables always INSERT
-        self.bulk = BulkMode(bulk) if bulk else (BulkMode.COPY if is_pg else BulkMode.INSERT)
+        self.bulk = BulkMode(bulk) if bulk else (BulkMode.UNNEST if is_pg else BulkMode.INSERT)
         # (node_id, gpu_index) -> (identity, monotonic time of the last upsert): the upsert
         # is ~20 % of a small batch's cost and almost always a no-op
         self._gpu_seen: dict[tuple[int, int], tuple[tuple, float]] = {}
-        if self.bulk is BulkMode.COPY and not is_pg:
-            raise ValueError("bulk='copy' needs PostgreSQL")
+        if self.bulk is BulkMode.UNNEST and not is_pg:
+            raise ValueError("bulk='unnest' needs PostgreSQL")
 
     def store(self, node_id: int, batch: Batch) -> IngestResult:
         return self.store_many([(node_id, batch)])[0]
@@ -141,6 +149,37 @@ class BatchStore:
             return []
         self.partitions.ensure_days(day for _, batch in items for day in days_of(batch))
         now = utcnow()
+        changed: dict[int, dict[int, dict]] = {}
+        with self.engine.begin() as conn:
+            new = self._claim(conn, items, now)
+            results: list[IngestResult] = []
+            stored: list[tuple[int, Batch]] = []
+            last_batch: dict[int, Batch] = {}
+            for node_id, batch in items:
+                key = (node_id, str(batch.batch_id))
+                if key not in new:
+                    results.append(IngestResult(IngestStatus.DUPLICATE, 0))
+                    continue
+                new.discard(key)  # the same batch twice in one group: the second is a duplicate
+                stored.append((node_id, batch))
+                node_changed = self._changed_identities(node_id, gpu_identities(batch))
+                if node_changed:
+                    changed.setdefault(node_id, {}).update(node_changed)
+                last_batch[node_id] = batch
+                results.append(IngestResult(IngestStatus.STORED, len(batch.samples)))
+            with _pipelined(conn):
+                if self.bulk is BulkMode.UNNEST:
+                    self._write_unnest(conn, stored)
+                else:
+                    self._write_rows(conn, stored)
+                self._write_small(conn, changed, last_batch, now)
+        for node_id, node_changed in changed.items():
+            self._remember_identities(node_id, node_changed)
+        return results
+
+    @staticmethod
+    def _claim(conn: sa.Connection, items: list[tuple[int, Batch]], now: Any) -> set[tuple[int, str]]:
+        """Record every batch id; the (node, batch id) pairs that were not there before."""
         claims = [
             {
                 "node_id": node_id,
@@ -153,59 +192,71 @@ class BatchStore:
             }
             for node_id, batch in items
         ]
-        changed: dict[int, dict[int, dict]] = {}
-        with self.engine.begin() as conn:
-            new = {
-                (r.node_id, r.batch_id)
-                for r in conn.execute(
-                    _insert(conn, ingested_batches)
-                    .on_conflict_do_nothing()
-                    .returning(ingested_batches.c.node_id, ingested_batches.c.batch_id),
-                    claims,
-                )
-            }
-            results: list[IngestResult] = []
-            all_rows: dict[str, list[dict]] = defaultdict(list)
-            last_batch: dict[int, Batch] = {}
-            for node_id, batch in items:
-                key = (node_id, str(batch.batch_id))
-                if key not in new:
-                    results.append(IngestResult(IngestStatus.DUPLICATE, 0))
-                    continue
-                new.discard(key)  # the same batch twice in one group: the second is a duplicate
-                rows, identities = sample_rows(node_id, batch)
-                for name, table_rows in rows.items():
-                    all_rows[name].extend(table_rows)
-                node_changed = self._changed_identities(node_id, identities)
-                if node_changed:
-                    changed.setdefault(node_id, {}).update(node_changed)
-                last_batch[node_id] = batch
-                results.append(IngestResult(IngestStatus.STORED, len(batch.samples)))
-            copied = {
-                name
-                for name, table_rows in all_rows.items()
-                if self.bulk is BulkMode.COPY and len(table_rows) >= _COPY_MIN_ROWS
-            }
-            for name in copied:
-                _copy_rows(conn, self._tables[name], all_rows[name])
-            with _pipelined(conn):
-                for name, table_rows in all_rows.items():
-                    if name not in copied:
-                        conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
-                for node_id, node_changed in changed.items():
-                    self._upsert_gpus(conn, node_id, node_changed, now)
-                if last_batch:  # one executemany, not a statement per node
-                    conn.execute(
-                        _NODE_SEEN,
-                        [
-                            {"node": node_id, "seen": now, "version": batch.agent_version, "seq": batch.seq}
-                            # sorted: a fixed lock order between concurrent writers
-                            for node_id, batch in sorted(last_batch.items())
-                        ],
-                    )
+        return {
+            (r.node_id, r.batch_id)
+            for r in conn.execute(
+                _insert(conn, ingested_batches)
+                .on_conflict_do_nothing()
+                .returning(ingested_batches.c.node_id, ingested_batches.c.batch_id),
+                claims,
+            )
+        }
+
+    def _write_rows(self, conn: sa.Connection, stored: list[tuple[int, Batch]]) -> None:
+        """``insert``: rows as dicts, one SQLAlchemy executemany per table."""
+        all_rows: dict[str, list[dict]] = defaultdict(list)
+        for node_id, batch in stored:
+            for name, table_rows in sample_rows(node_id, batch)[0].items():
+                all_rows[name].extend(table_rows)
+        for name, table_rows in all_rows.items():
+            conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
+
+    def _write_unnest(self, conn: sa.Connection, stored: list[tuple[int, Batch]]) -> None:
+        """``unnest``: per table ONE ``INSERT ... SELECT FROM unnest(<one array per column>)``.
+
+        Columns are read straight off the wire models (no per-row dicts); the statement text
+        is fixed per table, so psycopg prepares it; it pipelines (COPY cannot) and keeps
+        ``ON CONFLICT DO NOTHING``, so no savepoint or fallback is needed.
+        """
+        by_kind: dict[str, tuple[list[int], list[Any]]] = {}
+        procs: tuple[list[int], list[Any], list[Any]] = ([], [], [])
+        for node_id, batch in stored:
+            for sample in batch.samples:
+                entry = by_kind.get(sample.kind)
+                if entry is None:
+                    entry = by_kind[sample.kind] = ([], [])
+                entry[0].append(node_id)
+                entry[1].append(sample)
+                if isinstance(sample, GpuSample) and sample.processes:
+                    for proc in sample.processes:
+                        procs[0].append(node_id)
+                        procs[1].append(sample)
+                        procs[2].append(proc)
+        cur = _dbapi(conn).cursor()
+        for kind, (node_ids, samples) in by_kind.items():
+            insert = _UnnestInsert.of(SAMPLE_TABLES[kind])
+            cur.execute(insert.sql, [node_ids, *insert.columns(samples)])
+        if procs[0]:
+            insert = _UnnestInsert.of(gpu_process_samples)
+            parents = procs[1]
+            from_gpu_sample = {"ts": [s.ts for s in parents], "gpu_index": [s.gpu_index for s in parents]}
+            cur.execute(insert.sql, [procs[0], *insert.columns(procs[2], from_gpu_sample)])
+
+    def _write_small(
+        self, conn: sa.Connection, changed: dict[int, dict[int, dict]], last_batch: dict[int, Batch], now: Any
+    ) -> None:
+        """GPU identities that changed, and each node's last-seen mark."""
         for node_id, node_changed in changed.items():
-            self._remember_identities(node_id, node_changed)
-        return results
+            self._upsert_gpus(conn, node_id, node_changed, now)
+        if last_batch:  # one executemany, not a statement per node
+            conn.execute(
+                _NODE_SEEN,
+                [
+                    {"node": node_id, "seen": now, "version": batch.agent_version, "seq": batch.seq}
+                    # sorted: a fixed lock order between concurrent writers
+                    for node_id, batch in sorted(last_batch.items())
+                ],
+            )
 
     def _changed_identities(self, node_id: int, identities: dict[int, dict]) -> dict[int, dict]:
         now = time.monotonic()
@@ -252,18 +303,15 @@ def _pipelined(conn: sa.Connection) -> Iterator[None]:
     A one-cycle batch is a dozen small statements; one after the other they are a dozen round
     trips. psycopg's pipeline mode sends them all and syncs once at the end (results of
     statements that need none are read then; errors surface at the sync, inside the
-    transaction, so the batch still stores whole or not at all). COPY cannot run in a
-    pipeline, so COPYed tables go before it. Statements inside must not need their results
-    (no RETURNING, no single-row INSERT into a table with an autoincrement key): SQLAlchemy
-    cannot read a result there and fails loudly (ResourceClosedError).
+    transaction, so the batch still stores whole or not at all). Statements inside must not
+    need their results (no RETURNING, no single-row INSERT into a table with an autoincrement
+    key): SQLAlchemy cannot read a result there and fails loudly (ResourceClosedError).
     """
     if conn.dialect.name != "postgresql":
         yield
         return
-    dbapi = conn.connection.dbapi_connection
-    assert dbapi is not None
     try:
-        with dbapi.pipeline():
+        with _dbapi(conn).pipeline():
             yield
     except psycopg.Error as exc:
         # raised at the sync, outside SQLAlchemy's execute: wrap it as SQLAlchemy would, so
@@ -271,45 +319,60 @@ def _pipelined(conn: sa.Connection) -> Iterator[None]:
         raise sa.exc.DBAPIError.instance(None, None, exc, psycopg.Error) from exc
 
 
-def _copy_rows(conn: sa.Connection, table: sa.Table, rows: list[dict]) -> None:
-    """COPY ``rows`` into ``table``, storing a sample already there once, not twice.
-
-    Optimistic: COPY straight into the table in a savepoint (half the server work of going
-    through a temp table, measured by ``bench/ingest.py``). A unique violation means some
-    samples were stored before under another batch id: roll back to the savepoint and take
-    the idempotent path for this table.
-    """
-    columns = list(table.c.keys())
-    json_cols = {c.name for c in table.c if isinstance(c.type, sa.JSON) or "JSON" in type(c.type).__name__}
-    values = [
-        [json.dumps(row[c]) if c in json_cols and row.get(c) is not None else row.get(c) for c in columns]
-        for row in rows
-    ]
-    quoted = ", ".join(f'"{c}"' for c in columns)
+def _dbapi(conn: sa.Connection) -> Any:
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None
-    try:
-        with conn.begin_nested(), dbapi.cursor() as cur:
-            _copy_values(cur, f'"{table.name}"', quoted, values)
-        return
-    except psycopg.errors.UniqueViolation:
-        pass  # the savepoint is rolled back: nothing of this table's rows was kept
-    temp = f"_gw_load_{table.name}"
-    with dbapi.cursor() as cur:
-        cur.execute(
-            f'CREATE TEMP TABLE IF NOT EXISTS "{temp}" (LIKE "{table.name}" INCLUDING DEFAULTS) '
-            "ON COMMIT DELETE ROWS"
-        )
-        _copy_values(cur, f'"{temp}"', quoted, values)
-        cur.execute(
-            f'INSERT INTO "{table.name}" ({quoted}) SELECT {quoted} FROM "{temp}" ON CONFLICT DO NOTHING'
-        )
+    return dbapi
 
 
-def _copy_values(cur: Any, target: str, quoted_columns: str, values: list[list[Any]]) -> None:
-    with cur.copy(f"COPY {target} ({quoted_columns}) FROM STDIN") as copy:
-        for row in values:
-            copy.write_row(row)
+@dataclass(frozen=True)
+class _UnnestInsert:
+    """``INSERT INTO t (cols) SELECT * FROM unnest(%s::type[], ...) ON CONFLICT DO NOTHING``."""
+
+    sql: str
+    names: tuple[str, ...]  # the columns after node_id, in order
+    json_names: frozenset[str]
+
+    _cache: ClassVar[dict[str, _UnnestInsert]] = {}
+
+    @classmethod
+    def of(cls, table: sa.Table) -> _UnnestInsert:
+        found = cls._cache.get(table.name)
+        if found is None:
+            pg = postgresql.dialect()
+            cols = list(table.c)
+            quoted = ", ".join(f'"{c.name}"' for c in cols)
+            arrays = ", ".join(f"%b::{c.type.compile(dialect=pg)}[]" for c in cols)
+            found = cls._cache[table.name] = cls(
+                sql=(
+                    f'INSERT INTO "{table.name}" ({quoted}) SELECT * FROM unnest({arrays}) '
+                    "ON CONFLICT DO NOTHING"
+                ),
+                names=tuple(c.name for c in cols[1:]),
+                json_names=frozenset(c.name for c in cols if "JSON" in c.type.compile(dialect=pg)),
+            )
+        return found
+
+    def columns(self, objects: list[Any], given: dict[str, list[Any]] | None = None) -> list[list[Any]]:
+        """One list per column after node_id, read off the wire models (or taken from ``given``).
+
+        ``attrgetter`` reads a row's attributes and ``zip(*rows)`` transposes them, both in C:
+        a Python loop per column and row was a tenth of the daemon's ingest CPU.
+        """
+        given = given or {}
+        own = [name for name in self.names if name not in given]
+        rows = list(map(attrgetter(*own), objects))
+        if len(own) == 1:
+            read = {own[0]: rows}
+        else:
+            read = dict(zip(own, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
+        out = []
+        for name in self.names:
+            values = given[name] if name in given else read.get(name, [])
+            if name in self.json_names:
+                values = [None if v is None else json.dumps(v) for v in values]
+            out.append(values)
+        return out
 
 
 def count_rows(conn: sa.Connection, tables: Iterable[sa.Table] | None = None) -> dict[str, int]:

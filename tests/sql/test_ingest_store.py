@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from gpuwatch.sql.ingest import BatchStore, IngestStatus, count_rows
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
-from gpuwatch.sql.schema import gpu_process_samples, gpu_samples, gpus, ingested_batches, job_samples, nodes
+from gpuwatch.sql.schema import (
+    SAMPLE_TABLES,
+    gpu_process_samples,
+    gpu_samples,
+    gpus,
+    ingested_batches,
+    job_samples,
+    nodes,
+)
 from tests import factories
 
 
@@ -120,49 +129,96 @@ def test_partitions_made_for_every_day_in_a_batch(engine):
         assert day2 == 2
 
 
-def test_copy_and_insert_store_the_same_rows(pg_url):
-    """The COPY path (big batches on PostgreSQL) stores exactly what the INSERT path stores."""
+def _odd_samples(ts) -> list:
+    """Samples with what a generic column reader could get wrong: NULL-only columns, JSON
+    lists and objects, a lost GPU, a process with nothing but a pid."""
+    return [
+        factories.wire.GpuSample(ts=ts, gpu_index=11, state="lost"),
+        factories.gpu_sample(
+            ts,
+            10,
+            xid_errors=[79, 13],
+            processes=[factories.wire.GpuProcess(pid=1), factories.wire.GpuProcess(pid=2)],
+        ),
+        factories.wire.AttributionSample(ts=ts, gpu_index=10, job_id="9.0", source="process", pids=[1, 2]),
+        factories.wire.AgentSample(
+            ts=ts, collector_errors={"nvml": "NVMLError_GpuIsLost"}, dropped_batches_total=3
+        ),
+        factories.wire.JobSample(ts=ts, job_id="9.0"),
+    ]
+
+
+def _all_rows(conn, start, end) -> dict[str, list[dict]]:
+    out = {}
+    for table in (*SAMPLE_TABLES.values(), gpu_process_samples):
+        query = (
+            sa.select(table).where(table.c.ts >= start, table.c.ts < end).order_by(*table.primary_key.columns)
+        )
+        out[table.name] = [{k: v for k, v in r._asdict().items() if k != "ts"} for r in conn.execute(query)]
+    return out
+
+
+@pytest.fixture
+def pg_engine(pg_url):
     from gpuwatch.sql import migrate
     from gpuwatch.sql.engine import create_engine
 
     engine = create_engine(pg_url)
     migrate.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_unnest_and_insert_store_the_same_rows(pg_engine):
+    """The PostgreSQL fast path (one unnest INSERT per table) stores exactly what the portable
+    executemany path stores, in every table and column."""
+    engine = pg_engine
     node_id = _node_id(engine)
-    big = factories.batch(cycles=40, gpus=8)  # 320 GPU rows: above the COPY threshold
-    shifted = factories.batch(cycles=40, gpus=8, start=factories.T0 + timedelta(days=3))
-    BatchStore(engine, bulk="copy").store(node_id, big)
+    assert BatchStore(engine).bulk.value == "unnest"  # the default on PostgreSQL
+    shift = timedelta(days=3)
+    big = factories.batch(cycles=40, gpus=8)
+    big = big.model_copy(update={"samples": [*big.samples, *_odd_samples(factories.T0 + timedelta(hours=1))]})
+    shifted = big.model_copy(
+        update={
+            "batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id,
+            "samples": [s.model_copy(update={"ts": s.ts + shift}) for s in big.samples],
+        }
+    )
+    BatchStore(engine, bulk="unnest").store(node_id, big)
     BatchStore(engine, bulk="insert").store(node_id, shifted)
     with engine.connect() as conn:
-
-        def rows(day_filter):
-            q = sa.select(gpu_samples).where(day_filter).order_by(gpu_samples.c.ts, gpu_samples.c.gpu_index)
-            return [r._asdict() for r in conn.execute(q)]
-
-        copied = rows(gpu_samples.c.ts < factories.T0 + timedelta(days=1))
-        inserted = rows(gpu_samples.c.ts >= factories.T0 + timedelta(days=1))
-        assert len(copied) == len(inserted) == 320
-        for a, b in zip(copied, inserted, strict=True):
-            assert a["ts"] + timedelta(days=3) == b["ts"]
-            assert {k: v for k, v in a.items() if k != "ts"} == {k: v for k, v in b.items() if k != "ts"}
-        assert copied[0]["throttle_reasons"] == ["sw_power_cap"]
-    # COPY is idempotent too: the same samples again under a new batch id add nothing
+        day = timedelta(days=1)
+        fast = _all_rows(conn, factories.T0, factories.T0 + day)
+        portable = _all_rows(conn, factories.T0 + shift, factories.T0 + shift + day)
+    assert fast == portable
+    assert len(fast["gpu_samples"]) == 40 * 8 + 2 and len(fast["gpu_process_samples"]) == 40 * 8 + 2
+    assert all(fast[name] for name in fast), "every table got rows"
+    lost = next(r for r in fast["gpu_samples"] if r["gpu_index"] == 11)
+    assert lost["state"] == "lost" and lost["util_gpu_ratio"] is None and lost["throttle_reasons"] is None
+    assert next(r for r in fast["gpu_samples"] if r["gpu_index"] == 10 and r["xid_errors"])["xid_errors"] == [
+        79,
+        13,
+    ]
+    assert [r["collector_errors"] for r in fast["agent_samples"] if r["collector_errors"]] == [
+        {"nvml": "NVMLError_GpuIsLost"}
+    ]
+    # idempotent per sample: the same samples again under a new batch id add nothing
     again = big.model_copy(
         update={"batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id}
     )
-    BatchStore(engine, bulk="copy").store(node_id, again)
+    BatchStore(engine).store(node_id, again)
     with engine.connect() as conn:
-        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 640
-    # half old, half new (COPY meets a duplicate, falls back for that table): only the new half
-    # is added, and the other tables of the batch are stored too
+        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 2 * (40 * 8 + 2)
+    # half old, half new: only the new half is added, and the other tables of the batch too
     overlap = factories.batch(cycles=80, gpus=8)
-    assert BatchStore(engine, bulk="copy").store(node_id, overlap).status is IngestStatus.STORED
+    assert BatchStore(engine).store(node_id, overlap).status is IngestStatus.STORED
     with engine.connect() as conn:
         counts = count_rows(conn)
-        assert counts["gpu_samples"] == 640 + 320
+        assert counts["gpu_samples"] == 2 * (40 * 8 + 2) + 40 * 8
         assert counts["cpu_samples"] == 40 + 40 + 40  # big, shifted, the new half of overlap
         day0 = gpu_samples.c.ts < factories.T0 + timedelta(days=1)
         stamps = conn.execute(sa.select(gpu_samples.c.ts, gpu_samples.c.gpu_index).where(day0)).all()
-        assert len(stamps) == len(set(stamps)) == 80 * 8  # 80 cycles x 8 GPUs, each once
+        assert len(stamps) == len(set(stamps)) == 80 * 8 + 2  # 80 cycles x 8 GPUs + the odd two, each once
     engine.dispose()
 
 
