@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
@@ -85,6 +85,29 @@ def test_group_commit_marks_each_node_with_its_own_batch(engine):
         "node003": ("c", 3),
     }
     assert all(r.last_seen_at is not None for r in rows.values())
+
+
+def test_same_samples_twice_in_one_group_are_stored_once(engine):
+    """A restored spool copy can re-send samples under a new batch id in the same group as the
+    original: both batches are stored (neither is a duplicate id), their samples once, and
+    the rest of the group is not lost to the conflict."""
+    node_id = _node_id(engine)
+    other = _node_id(engine, "node002")
+    first = factories.batch(cycles=3)
+    copy = first.model_copy(
+        update={"batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id}
+    )
+    unrelated = factories.batch(node="node002", cycles=3)
+    results = BatchStore(engine).store_many([(node_id, first), (node_id, copy), (other, unrelated)])
+    assert [r.status for r in results] == [IngestStatus.STORED] * 3
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 3
+        per_node = dict(
+            conn.execute(
+                sa.select(gpu_samples.c.node_id, sa.func.count()).group_by(gpu_samples.c.node_id)
+            ).all()
+        )
+    assert per_node == {node_id: 3 * 2, other: 3 * 2}
 
 
 def test_resent_batch_is_stored_once(engine):
@@ -184,7 +207,9 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine):
             "samples": [s.model_copy(update={"ts": s.ts + shift}) for s in big.samples],
         }
     )
-    BatchStore(engine, bulk="unnest").store(node_id, big)
+    fast_store = BatchStore(engine, bulk="unnest")
+    fast_store.store(node_id, big)
+    assert fast_store.conflict_retries == 0  # nothing stored twice: no second try
     BatchStore(engine, bulk="insert").store(node_id, shifted)
     with engine.connect() as conn:
         day = timedelta(days=1)
@@ -206,12 +231,15 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine):
     again = big.model_copy(
         update={"batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id}
     )
-    BatchStore(engine).store(node_id, again)
+    store = BatchStore(engine)
+    store.store(node_id, again)
+    assert store.conflict_retries == 1  # the optimistic insert met them and went again
     with engine.connect() as conn:
         assert count_rows(conn, [gpu_samples])["gpu_samples"] == 2 * (40 * 8 + 2)
     # half old, half new: only the new half is added, and the other tables of the batch too
     overlap = factories.batch(cycles=80, gpus=8)
-    assert BatchStore(engine).store(node_id, overlap).status is IngestStatus.STORED
+    assert store.store(node_id, overlap).status is IngestStatus.STORED
+    assert store.conflict_retries == 2
     with engine.connect() as conn:
         counts = count_rows(conn)
         assert counts["gpu_samples"] == 2 * (40 * 8 + 2) + 40 * 8
@@ -241,3 +269,19 @@ def test_a_statement_failing_at_the_pipeline_sync_is_a_sqlalchemy_error_and_roll
         conn.execute(ingested_batches.insert(), twice)
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 0
+
+
+def test_sample_in_another_zone_is_filed_under_its_utc_day(engine):
+    """01:30 at +02:00 on day D is 23:30 UTC on day D-1: it lands in D-1's partition."""
+    node_id = _node_id(engine)
+    local = timezone(timedelta(hours=2))
+    ts = datetime(2026, 11, 20, 1, 30, tzinfo=local)
+    # through JSON, as from a sender whose clock library writes local time with an offset
+    batch = factories.wire.Batch.model_validate_json(
+        factories.batch(cycles=1, gpus=1, start=ts).model_dump_json()
+    )
+    assert batch.samples[0].ts.utcoffset() == timedelta(hours=2)
+    assert BatchStore(engine).store(node_id, batch).status is IngestStatus.STORED
+    with engine.connect() as conn:
+        stored = conn.execute(sa.select(gpu_samples.c.ts)).scalar_one()
+    assert stored == ts and stored.astimezone(timezone.utc).day == 19

@@ -1,0 +1,54 @@
+"""Typed numeric arrays packed for PostgreSQL's binary protocol read back as sent."""
+
+from __future__ import annotations
+
+import struct
+
+import psycopg
+import pytest
+
+from gpuwatch.sql import pg_arrays
+from tests.conftest import PG_ADMIN_URL, require_postgres
+
+#: class -> (the SQL type name pg_typeof reports, values at the type's edges)
+CASES = {
+    pg_arrays.Float8Array: ("double precision", [0.0, -0.0, 1.5, -2.25, 1e300, 5e-324, 0.1]),
+    pg_arrays.Int8Array: ("bigint", [0, 1, -1, 2**63 - 1, -(2**63), 42949672960]),
+    pg_arrays.Int4Array: ("integer", [0, 7, -7, 2**31 - 1, -(2**31)]),
+    pg_arrays.Int2Array: ("smallint", [0, 3, -3, 32767, -32768]),
+    pg_arrays.BoolArray: ("boolean", [True, False, True]),
+}
+
+
+@pytest.fixture(scope="module")
+def cursor():
+    require_postgres()
+    dsn = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        pg_arrays.register(cur)
+        yield cur
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("cls", list(CASES), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("shape", ["values", "with nulls", "all null", "empty", "long"])
+def test_round_trip(cursor, cls, shape):
+    sql_type, values = CASES[cls]
+    if shape == "with nulls":
+        values = [None, *values[:2], None, *values[2:], None]
+    elif shape == "all null":
+        values = [None] * 5
+    elif shape == "empty":
+        values = []
+    elif shape == "long":  # more than one packed slice
+        values = (values * (10_000 // len(values) + 1))[:10_000]
+    cursor.execute("SELECT %b, pg_typeof(%b)::text", [cls(values), cls(values)])
+    got, sent_as = cursor.fetchone()
+    assert got == values
+    assert sent_as == f"{sql_type}[]"  # sent with the array type's oid, no cast needed
+
+
+def test_out_of_range_value_is_refused_not_wrapped():
+    """struct refuses a value the column type cannot hold instead of storing a wrapped one."""
+    with pytest.raises(struct.error):
+        pg_arrays.pack(pg_arrays.Int2Array([40000]))
