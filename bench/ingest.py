@@ -1,14 +1,17 @@
 """Ingest rate into PostgreSQL: raw COPY (the physical limit), the store path, the HTTP path.
 
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
+                                     [--clients 32] [--workers 2] [--rounds 3] [--skip insert]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
-one node: 8 GPU samples with 2 processes each + host samples) and prints samples/s and the
-ratio to raw COPY. Modes: ``raw-copy`` (the rows, already made, COPYed in one transaction),
-``insert`` and ``unnest`` (``BatchStore`` with that bulk mode, one batch per call), ``http``
-and ``http xN`` (a real ``gpuwatch daemon`` process, 1 or N concurrent clients; includes
-JSON parsing, validation, auth and group commit; prints the daemon's own CPU per batch).
+one node: 8 GPU samples with 2 processes each + host samples) and prints samples/s. Modes
+run in interleaved rounds; the medians are compared with raw COPY. Modes: ``raw-copy`` (the
+rows, already made, COPYed in one transaction), ``insert`` and ``unnest`` (``BatchStore``
+with that bulk mode, one batch per call), ``http`` and ``http xN`` (a real ``gpuwatch
+daemon`` process, 1 or N concurrent clients; includes JSON parsing, validation, auth and
+group commit; prints the daemon's own CPU per batch), and ``http xN wW`` (the same with
+``daemon.workers = W`` processes).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.agent_vs_node_exporter import cpu_seconds
+from bench.agent_vs_node_exporter import tree_cpu_seconds
 from gpuwatch import wire
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
@@ -146,7 +149,7 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
 
 
 def bench_http(
-    db_url: str, engine: sa.Engine, batches: list[wire.Batch], clients: int
+    db_url: str, engine: sa.Engine, batches: list[wire.Batch], clients: int, workers: int = 1
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
     like many agents (the case group commit is for). Clients run in this process, the daemon
@@ -162,7 +165,9 @@ def bench_http(
     bodies = [(b.node, b.model_dump_json().encode()) for b in batches]
     latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log")
+        daemon = DaemonProcess(
+            db_url, Path(tmp) / "daemon.log", env={"GPUWATCH_DAEMON__WORKERS": str(workers)}
+        )
         daemon.start()
         try:
 
@@ -182,21 +187,21 @@ def bench_http(
                         latencies.append(time.perf_counter() - t)
 
             threads = [threading.Thread(target=client, args=(bodies[i::clients],)) for i in range(clients)]
-            cpu0 = cpu_seconds(daemon.proc.pid)
+            cpu0 = tree_cpu_seconds(daemon.proc.pid)
             t0 = time.perf_counter()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
             elapsed = time.perf_counter() - t0
-            daemon_cpu = cpu_seconds(daemon.proc.pid) - cpu0
+            daemon_cpu = tree_cpu_seconds(daemon.proc.pid) - cpu0
         finally:
             daemon.stop()
     with engine.connect() as conn:
         groups = conn.execute(sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))).scalar()
     samples = sum(len(b.samples) for b in batches)
     print(
-        f"        group commit: {len(batches)} batches in {groups} transactions; daemon CPU "
+        f"                group commit: {len(batches)} batches in {groups} transactions; daemon CPU "
         f"{1000 * daemon_cpu / len(batches):.2f} ms per batch = {samples / daemon_cpu:,.0f} samples per "
         f"daemon CPU-second (the clients share the machine: this is the daemon's own ceiling per core)"
     )
@@ -214,35 +219,58 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients in the last mode")
     ap.add_argument("--per-batch", type=int, default=1, help="cycles per batch (1 = normal agent push)")
-    args = ap.parse_args()
-    results = {}
-    modes = ("raw-copy", "insert", "unnest", "http", f"http x{args.clients}")
-    for mode in modes:
-        # each mode gets its own fresh database: no warm cache shared between modes
-        batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0), args.per_batch)
-        name, url, engine = fresh_db()
-        try:
-            if mode == "raw-copy":
-                elapsed, lat = bench_raw_copy(engine, batches)
-            elif mode.startswith("http"):
-                elapsed, lat = bench_http(url, engine, batches, args.clients if "x" in mode else 1)
-            else:
-                elapsed, lat = bench_store(engine, batches, mode)
-        finally:
-            engine.dispose()
-            drop_db(name)
-        samples = sum(len(b.samples) for b in batches)
-        gpu = sum(1 for b in batches for s in b.samples if s.kind == "gpu")
-        results[mode] = samples / elapsed
-        print(
-            f"{mode:>6}: {len(batches)} batches, {samples} samples ({gpu} GPU) in {elapsed:.2f} s = "
-            f"{samples / elapsed:,.0f} samples/s, {gpu / elapsed:,.0f} GPU-samples/s; "
-            f"per batch p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
-        )
-    base = results["raw-copy"]
-    print(
-        "ratios vs raw COPY (the physical limit): " + ", ".join(f"{m} {results[m] / base:.2f}" for m in modes)
+    ap.add_argument(
+        "--workers", type=int, default=2, help="daemon.workers of the extra last mode (1: no such mode)"
     )
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
+    ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
+    args = ap.parse_args()
+    modes = ["raw-copy", "insert", "unnest", "http", f"http x{args.clients}"]
+    if args.workers > 1:
+        modes.append(f"http x{args.clients} w{args.workers}")
+    modes = [m for m in modes if m not in set(args.skip.split(","))]
+    results: dict[str, list[float]] = {m: [] for m in modes}
+    # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
+    # ratio below must compare modes measured under the same drift
+    for round_no in range(1, args.rounds + 1):
+        print(f"round {round_no}")
+        for mode in modes:
+            results[mode].append(run_mode(mode, args))
+    print("medians over rounds (samples/s, GPU-samples/s = half):")
+    medians = {m: statistics.median(r) for m, r in results.items()}
+    for mode, rates in results.items():
+        print(f"  {mode:>12}: {medians[mode]:,.0f}  (rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+    if "raw-copy" in medians:
+        base = medians["raw-copy"]
+        print(
+            "ratios vs raw COPY (the physical limit): "
+            + ", ".join(f"{m} {medians[m] / base:.2f}" for m in modes)
+        )
+
+
+def run_mode(mode: str, args: argparse.Namespace) -> float:
+    """One mode on its own fresh database (no warm cache shared between modes); samples/s."""
+    batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0), args.per_batch)
+    name, url, engine = fresh_db()
+    try:
+        if mode == "raw-copy":
+            elapsed, lat = bench_raw_copy(engine, batches)
+        elif mode.startswith("http"):
+            workers = args.workers if " w" in mode else 1
+            elapsed, lat = bench_http(url, engine, batches, args.clients if "x" in mode else 1, workers)
+        else:
+            elapsed, lat = bench_store(engine, batches, mode)
+    finally:
+        engine.dispose()
+        drop_db(name)
+    samples = sum(len(b.samples) for b in batches)
+    gpu = sum(1 for b in batches for s in b.samples if s.kind == "gpu")
+    print(
+        f"  {mode:>12}: {len(batches)} batches, {samples} samples ({gpu} GPU) in {elapsed:.2f} s = "
+        f"{samples / elapsed:,.0f} samples/s, {gpu / elapsed:,.0f} GPU-samples/s; "
+        f"per batch p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
+    )
+    return samples / elapsed
 
 
 if __name__ == "__main__":

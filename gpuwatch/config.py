@@ -126,6 +126,15 @@ class DaemonConfig(_Section):
     ingest_writers: int = Field(
         2, ge=1, le=16, description="Group-commit writer threads (PostgreSQL; SQLite uses one)."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description=(
+            "HTTP worker processes on the one port (PostgreSQL only): parsing and storing batches "
+            "is CPU-bound Python, one process uses one core. Each runs the scheduler too; one leads."
+        ),
+    )
     max_future_skew_s: float = Field(
         300.0, ge=0, description="Samples stamped further ahead of the daemon clock are refused."
     )

@@ -15,15 +15,21 @@ from tests.conftest import free_port
 
 
 class DaemonProcess:
-    def __init__(self, db_url: str, log_path: Path) -> None:
+    def __init__(self, db_url: str, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.db_url = db_url
+        self.extra_env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 30) -> None:
-        env = dict(os.environ, GPUWATCH_DAEMON__LISTEN=f"127.0.0.1:{self.port}", GPUWATCH_DB=self.db_url)
+        env = dict(
+            os.environ,
+            GPUWATCH_DAEMON__LISTEN=f"127.0.0.1:{self.port}",
+            GPUWATCH_DB=self.db_url,
+            **self.extra_env,
+        )
         env.pop("GPUWATCH_CONFIG", None)
         with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(

@@ -133,9 +133,13 @@ def _stop_on_signals() -> threading.Event:
 def daemon(ctx: Context) -> None:
     """Run the daemon: HTTP ingest, scheduled work, read API."""
     _setup_logging(ctx, service=True)
+    from gpuwatch.config import ConfigError
     from gpuwatch.daemon.server import serve
 
-    serve(ctx.settings)
+    try:
+        serve(ctx.settings, ctx.log_level)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- agent
@@ -192,7 +196,7 @@ def agent(ctx: Context, once: bool, cycles: int | None, record: Path | None) -> 
     # everything alive now lives as long as the agent: keep it out of every future GC pass
     from gpuwatch import gc_tuning
 
-    gc_tuning.settle()
+    gc_tuning.settle(gc_tuning.AGENT_THRESHOLDS)
     server = None
     if settings.agent.metrics_listen:
         from gpuwatch.agent.metrics import AgentMetrics, start_metrics_server

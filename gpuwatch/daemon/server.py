@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy as sa
 import uvicorn
 
 from gpuwatch import gc_tuning
-from gpuwatch.config import Settings
+from gpuwatch.config import ConfigError, Settings
 from gpuwatch.daemon.app import create_app
 from gpuwatch.daemon.scheduler import build_scheduler
 from gpuwatch.sql import migrate
@@ -29,12 +30,15 @@ def prepare_database(settings: Settings):  # type: ignore[no-untyped-def]
     return engine
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, log_level: str = "INFO") -> None:
+    if settings.daemon.workers > 1:
+        _serve_workers(settings, log_level)
+        return
     engine = prepare_database(settings)
     app = create_app(settings, engine)
     scheduler = build_scheduler(settings, app.state.store)
     scheduler.start()
-    gc_tuning.settle()
+    gc_tuning.settle(gc_tuning.DAEMON_THRESHOLDS)
     log.info(
         "daemon listening", extra={"listen": settings.daemon.listen, "db": engine.url.render_as_string()}
     )
@@ -50,6 +54,68 @@ def serve(settings: Settings) -> None:
     finally:
         scheduler.shutdown(wait=False)
         engine.dispose()
+
+
+#: names the file the parent wrote its settings to, for ``worker_app`` in each worker
+_WORKER_SETTINGS_ENV = "GPUWATCH_DAEMON_WORKER_SETTINGS"
+
+
+def _serve_workers(settings: Settings, log_level: str) -> None:
+    """``daemon.workers`` processes behind one listening socket (uvicorn's supervisor).
+
+    The parent migrates once, then hands each worker the resolved settings through a file
+    only its user can read (they may hold SMTP or Slack secrets, so not the environment).
+    Each worker is a whole daemon — ingest, writer threads, scheduler — exactly like the
+    replicas of ``docs/scaling.md``: ingest is stateless and one scheduler leads by the
+    PostgreSQL advisory lock. SQLite has one writer, so it refuses more than one worker.
+    """
+    import json
+    import os
+    import tempfile
+
+    if sa.engine.make_url(settings.database.url).get_backend_name() != "postgresql":
+        raise ConfigError("daemon.workers > 1 needs PostgreSQL (SQLite has one writer); set it to 1")
+    prepare_database(settings).dispose()
+    fd, path = tempfile.mkstemp(prefix="gpuwatch-daemon-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as out:  # mkstemp: mode 0600
+            json.dump({"settings": settings.model_dump(mode="json"), "log_level": log_level}, out)
+        os.environ[_WORKER_SETTINGS_ENV] = path
+        log.info(
+            "daemon listening", extra={"listen": settings.daemon.listen, "workers": settings.daemon.workers}
+        )
+        uvicorn.run(
+            "gpuwatch.daemon.server:worker_app",
+            factory=True,
+            workers=settings.daemon.workers,
+            host=settings.daemon.host,
+            port=settings.daemon.port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        os.unlink(path)
+
+
+def worker_app():  # type: ignore[no-untyped-def]
+    """One worker's app (uvicorn calls this in each worker process)."""
+    import json
+    import os
+
+    from gpuwatch.logs import setup_logging
+
+    with open(os.environ[_WORKER_SETTINGS_ENV]) as f:
+        handed = json.load(f)
+    setup_logging(handed["log_level"], json_lines=True)
+    settings = Settings.model_validate(handed["settings"])
+    engine = create_engine(settings.database.url, echo=settings.database.echo)
+    app = create_app(settings, engine)
+    scheduler = build_scheduler(settings, app.state.store)
+    scheduler.start()
+    gc_tuning.settle(gc_tuning.DAEMON_THRESHOLDS)
+    log.info("daemon worker ready", extra={"pid": os.getpid()})
+    return app
 
 
 class BackgroundServer:

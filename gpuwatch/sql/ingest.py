@@ -25,7 +25,6 @@ How rows go in depends on the database (``BulkMode``):
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -221,22 +220,25 @@ class BatchStore:
     ) -> None:
         """``unnest``: per table ONE ``INSERT ... SELECT FROM unnest(<one array per column>)``.
 
-        Columns are read straight off the wire models (no per-row dicts); the statement text
-        is fixed per table, so psycopg prepares it; everything, ``then`` included, goes in one
-        pipeline sync (COPY could not). Optimistic: the inserts first run without ``ON
+        Columns are read straight off the wire models (no per-row dicts). The tables' inserts
+        go as ONE statement (data-modifying CTEs, :func:`_as_one`): its text depends only on
+        which tables have rows, so psycopg prepares it, and per-statement overhead (a tenth
+        of a millisecond each in psycopg) is paid once. Everything, ``then`` included, goes in
+        one pipeline sync (COPY could not). Optimistic: the inserts first run without ``ON
         CONFLICT`` inside a savepoint, a quarter less server CPU (``bench/README.md``); a
         sample already stored (a restored spool copy re-sent under new batch ids, or twice in
         one group) is a unique violation, and then all of it runs again from the savepoint
         with ``ON CONFLICT DO NOTHING``.
         """
         statements = list(self._unnest_statements(stored))
+        params = [array for _, arrays in statements for array in arrays]
         cur = _dbapi(conn).cursor()
         pg_arrays.register(cur)
         try:
             with _pipelined(conn):
                 cur.execute("SAVEPOINT gpuwatch_rows")
-                for insert, arrays in statements:
-                    cur.execute(insert.sql, arrays)
+                if statements:
+                    cur.execute(_as_one([insert.sql for insert, _ in statements]), params)
                 then()
                 cur.execute("RELEASE SAVEPOINT gpuwatch_rows")
             return
@@ -246,8 +248,8 @@ class BatchStore:
         cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
         self.conflict_retries += 1
         with _pipelined(conn):
-            for insert, arrays in statements:
-                cur.execute(insert.sql_on_conflict, arrays)
+            if statements:
+                cur.execute(_as_one([insert.sql_on_conflict for insert, _ in statements]), params)
             then()
 
     @staticmethod
@@ -357,6 +359,18 @@ def _pipelined(conn: sa.Connection) -> Iterator[None]:
         raise sa.exc.DBAPIError.instance(None, None, exc, psycopg.Error) from exc
 
 
+def _as_one(inserts: list[str]) -> str:
+    """Several INSERTs as one statement: ``WITH w0 AS (INSERT ...), w1 AS (...) INSERT ...``.
+
+    PostgreSQL runs every data-modifying CTE exactly once, referenced or not, in the same
+    snapshot; a unique violation in any of them fails the statement as it would alone.
+    """
+    if len(inserts) == 1:
+        return inserts[0]
+    ctes = ", ".join(f"w{i} AS ({sql})" for i, sql in enumerate(inserts[:-1]))
+    return f"WITH {ctes} {inserts[-1]}"
+
+
 def _dbapi(conn: sa.Connection) -> Any:
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None
@@ -370,8 +384,7 @@ class _UnnestInsert:
     sql: str
     sql_on_conflict: str
     names: tuple[str, ...]  # every column, in order
-    json_names: frozenset[str]
-    #: column -> the list class that sends it (numeric columns: ``pg_arrays``; others: list)
+    #: column -> the list class that sends it in binary (``pg_arrays.array_type``)
     array_types: dict[str, type[list]]
 
     _cache: ClassVar[dict[str, _UnnestInsert]] = {}
@@ -391,10 +404,7 @@ class _UnnestInsert:
                     "ON CONFLICT DO NOTHING"
                 ),
                 names=tuple(types),
-                json_names=frozenset(name for name, sql_type in types.items() if "JSON" in sql_type),
-                array_types={
-                    name: pg_arrays.ARRAY_FOR_SQL.get(sql_type, list) for name, sql_type in types.items()
-                },
+                array_types={name: pg_arrays.array_type(sql_type) for name, sql_type in types.items()},
             )
         return found
 
@@ -411,13 +421,10 @@ class _UnnestInsert:
             read: dict[str, Any] = {own[0]: rows}
         else:
             read = dict(zip(own, zip(*rows, strict=True), strict=True)) if rows else {}
-        out = []
-        for name in self.names:
-            values = given[name] if name in given else read.get(name, ())
-            if name in self.json_names:
-                values = [None if v is None else json.dumps(v) for v in values]
-            out.append(self.array_types[name](values))
-        return out
+        return [
+            self.array_types[name](given[name] if name in given else read.get(name, ()))
+            for name in self.names
+        ]
 
 
 def count_rows(conn: sa.Connection, tables: Iterable[sa.Table] | None = None) -> dict[str, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -52,3 +53,55 @@ def test_out_of_range_value_is_refused_not_wrapped():
     """struct refuses a value the column type cannot hold instead of storing a wrapped one."""
     with pytest.raises(struct.error):
         pg_arrays.pack(pg_arrays.Int2Array([40000]))
+
+
+T = datetime(2026, 12, 3, 7, 0, 0, 123456, tzinfo=timezone.utc)
+EST = timezone(-timedelta(hours=5))
+NESTED = {"a": [1, {"b": None}]}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("cls", "sql_type", "values"),
+    [
+        # repeats (the memo), a NULL, another zone, the far past and the pre-2000 side of the epoch
+        (
+            pg_arrays.TimestamptzArray,
+            "timestamp with time zone",
+            [
+                T,
+                T,
+                None,
+                T + timedelta(seconds=10),
+                T.astimezone(timezone(timedelta(hours=-5))),
+                T.replace(year=1990),
+            ],
+        ),
+        (pg_arrays.TextArray, "text", ["ok", "ok", "", None, "mlx5_0", "µ-ünïcode ✓", "ok"]),
+        (
+            pg_arrays.JsonbArray,
+            "jsonb",
+            [
+                ["sw_power_cap"],
+                ["sw_power_cap"],
+                None,
+                [79, 13],
+                {"nvml": "lost", "n": 1.5},
+                [],
+                {"a": [1, {"b": None}]},
+            ],
+        ),
+    ],
+    ids=["timestamptz", "text", "jsonb"],
+)
+def test_repeating_values_round_trip(cursor, cls, sql_type, values):
+    cursor.execute("SELECT %b, pg_typeof(%b)::text", [cls(values), cls(values)])
+    got, sent_as = cursor.fetchone()
+    assert got == values  # aware datetimes compare by instant
+    assert sent_as == f"{sql_type}[]"
+
+
+def test_column_types_map_to_binary_arrays():
+    assert pg_arrays.array_type("VARCHAR(64)") is pg_arrays.TextArray
+    assert pg_arrays.array_type("DOUBLE PRECISION") is pg_arrays.Float8Array
+    assert pg_arrays.array_type("NUMERIC(10, 2)") is list  # no binary packer: psycopg's own dumper
