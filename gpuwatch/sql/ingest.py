@@ -396,7 +396,12 @@ class _UnnestInsert:
             pg = postgresql.dialect()
             types = {c.name: c.type.compile(dialect=pg) for c in table.c}
             quoted = ", ".join(f'"{name}"' for name in types)
-            arrays = ", ".join(f"%b::{sql_type}[]" for sql_type in types.values())
+            # strings go as text[]: the INSERT's assignment cast to VARCHAR(n) refuses an
+            # over-long value, where an explicit ::VARCHAR(n)[] would silently truncate it
+            arrays = ", ".join(
+                f"%b::{'TEXT' if sql_type.startswith('VARCHAR') else sql_type}[]"
+                for sql_type in types.values()
+            )
             found = cls._cache[table.name] = cls(
                 sql=f'INSERT INTO "{table.name}" ({quoted}) SELECT * FROM unnest({arrays})',
                 sql_on_conflict=(

@@ -88,7 +88,8 @@ class TimestamptzArray(_MemoArray):
 
 
 class TextArray(_MemoArray):
-    """str values (varchar columns take text; the statement casts)."""
+    """str values; VARCHAR(n) columns take them as text, and the INSERT's assignment cast
+    refuses one longer than n (an explicit ::VARCHAR(n) would truncate it silently)."""
 
     oid, element_oid = 1009, 25
 

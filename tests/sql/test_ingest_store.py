@@ -285,3 +285,18 @@ def test_sample_in_another_zone_is_filed_under_its_utc_day(engine):
     with engine.connect() as conn:
         stored = conn.execute(sa.select(gpu_samples.c.ts)).scalar_one()
     assert stored == ts and stored.astimezone(timezone.utc).day == 19
+
+
+def test_unnest_refuses_a_string_longer_than_its_column(pg_engine):
+    """The HTTP path validates lengths first; a direct caller with an unvalidated model gets an
+    error, never a silently truncated value."""
+    node_id = _node_id(pg_engine)
+    cycle = factories.host_samples(factories.T0)
+    nic = next(s for s in cycle if s.kind == "nic")
+    too_long = nic.model_construct(**{**vars(nic), "device": "x" * 65})  # the column is VARCHAR(64)
+    batch = factories.wire.Batch.model_construct(**{**vars(factories.batch(cycles=0)), "samples": [too_long]})
+    with pytest.raises(sa.exc.DataError, match="too long"):
+        BatchStore(pg_engine).store(node_id, batch)
+    with pg_engine.connect() as conn:
+        assert count_rows(conn)["nic_samples"] == 0
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 0
