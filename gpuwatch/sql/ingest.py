@@ -181,9 +181,27 @@ class BatchStore:
             self._remember_identities(node_id, node_changed)
         return results
 
-    @staticmethod
-    def _claim(conn: sa.Connection, items: list[tuple[int, Batch]], now: Any) -> set[tuple[int, str]]:
+    def _claim(self, conn: sa.Connection, items: list[tuple[int, Batch]], now: Any) -> set[tuple[int, str]]:
         """Record every batch id; the (node, batch id) pairs that were not there before."""
+        if self.bulk is BulkMode.UNNEST:  # the same unnest insert as the samples, + RETURNING
+            insert = _UnnestInsert.of(ingested_batches)
+            stamps = [[x.ts for x in batch.samples] for _, batch in items]
+            columns = {
+                "node_id": [node_id for node_id, _ in items],
+                "batch_id": [str(batch.batch_id) for _, batch in items],
+                "seq": [batch.seq for _, batch in items],
+                "received_at": [now] * len(items),
+                "samples": [len(batch.samples) for _, batch in items],
+                "min_ts": [min(ts, default=None) for ts in stamps],
+                "max_ts": [max(ts, default=None) for ts in stamps],
+            }
+            with _sa_errors():
+                cur = _dbapi(conn).cursor()
+                pg_arrays.register(cur)
+                cur.execute(
+                    f"{insert.sql_on_conflict} RETURNING node_id, batch_id", insert.arrays([], columns)
+                )
+                return set(cur.fetchall())
         claims = [
             {
                 "node_id": node_id,
@@ -350,12 +368,18 @@ def _pipelined(conn: sa.Connection) -> Iterator[None]:
     if conn.dialect.name != "postgresql":
         yield
         return
+    with _sa_errors(), _dbapi(conn).pipeline():
+        yield
+
+
+@contextlib.contextmanager
+def _sa_errors() -> Iterator[None]:
+    """psycopg errors raised outside SQLAlchemy's execute (raw cursors, a pipeline's sync),
+    wrapped as SQLAlchemy would wrap them: callers see one exception family (the ingest
+    answers 503 to OperationalError, the store retries on IntegrityError)."""
     try:
-        with _dbapi(conn).pipeline():
-            yield
+        yield
     except psycopg.Error as exc:
-        # raised at the sync, outside SQLAlchemy's execute: wrap it as SQLAlchemy would, so
-        # callers see one exception family (the ingest answers 503 to OperationalError)
         raise sa.exc.DBAPIError.instance(None, None, exc, psycopg.Error) from exc
 
 
@@ -421,7 +445,7 @@ class _UnnestInsert:
         a Python loop per column and row was a tenth of the daemon's ingest CPU.
         """
         own = [name for name in self.names if name not in given]
-        rows = list(map(itemgetter(*own), map(vars, objects)))
+        rows = list(map(itemgetter(*own), map(vars, objects))) if own else []
         if len(own) == 1:
             read: dict[str, Any] = {own[0]: rows}
         else:

@@ -110,6 +110,16 @@ def test_same_samples_twice_in_one_group_are_stored_once(engine):
     assert per_node == {node_id: 3 * 2, other: 3 * 2}
 
 
+def test_same_batch_twice_in_one_group_is_stored_once(engine):
+    node_id = _node_id(engine)
+    batch = factories.batch(cycles=2)
+    results = BatchStore(engine).store_many([(node_id, batch), (node_id, batch)])
+    assert [r.status for r in results] == [IngestStatus.STORED, IngestStatus.DUPLICATE]
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 1
+        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 2 * 2
+
+
 def test_resent_batch_is_stored_once(engine):
     node_id = _node_id(engine)
     store = BatchStore(engine)
