@@ -133,7 +133,6 @@ def _stop_on_signals() -> threading.Event:
 def daemon(ctx: Context) -> None:
     """Run the daemon: HTTP ingest, scheduled work, read API."""
     _setup_logging(ctx, service=True)
-    from gpuwatch.config import ConfigError
     from gpuwatch.daemon.server import serve
 
     try:

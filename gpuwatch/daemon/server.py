@@ -114,7 +114,7 @@ def worker_app():  # type: ignore[no-untyped-def]
     scheduler = build_scheduler(settings, app.state.store)
     scheduler.start()
     gc_tuning.settle(gc_tuning.DAEMON_THRESHOLDS)
-    log.info("daemon worker ready", extra={"pid": os.getpid()})
+    log.info("daemon worker ready")  # JSON log lines carry the pid
     return app
 
 

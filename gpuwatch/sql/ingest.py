@@ -10,14 +10,15 @@ still stored once.
 
 How rows go in depends on the database (``BulkMode``):
 
-* ``unnest`` (the PostgreSQL default): per table ONE statement for the whole group,
-  ``INSERT INTO t (...) SELECT * FROM unnest(%b::type[], ...) ON CONFLICT DO NOTHING``, one
-  binary array per column, read straight off the wire models (no dict per row). The text is
-  fixed per table, so psycopg prepares it; all tables go in one pipeline sync
-  (:func:`_pipelined`). It replaced ``COPY`` into the table inside a savepoint with a
-  temp-table fallback on a duplicate sample: COPY cannot pipeline, needs the savepoint round
-  trips, and its per-row Python was the larger cost (``bench/store_ab.py``, figures in
-  ``bench/README.md``).
+* ``unnest`` (the PostgreSQL default): ONE statement for the whole group, an
+  ``INSERT INTO t (...) SELECT * FROM unnest(%b::type[], ...)`` per table as data-modifying
+  CTEs, one binary array per column (``sql/pg_arrays.py``) read straight off the wire models
+  (no dict per row). It runs without ``ON CONFLICT`` inside a savepoint and, only if it meets
+  a sample stored before, again with ``ON CONFLICT DO NOTHING`` (:meth:`BatchStore._write_unnest`);
+  the batch claim is the same kind of insert with ``RETURNING``. It replaced ``COPY`` into the
+  table inside a savepoint with a temp-table fallback: COPY cannot pipeline, needs a savepoint
+  round trip per table, and its per-row Python was the larger cost (``bench/store_ab.py``,
+  figures in ``bench/README.md``).
 * ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy executemany of
   dict rows per table, pipelined on PostgreSQL.
 """
@@ -195,8 +196,7 @@ class BatchStore:
                 "min_ts": [min(ts, default=None) for ts in stamps],
                 "max_ts": [max(ts, default=None) for ts in stamps],
             }
-            with _sa_errors():
-                cur = _dbapi(conn).cursor()
+            with _sa_errors(), _dbapi(conn).cursor() as cur:
                 pg_arrays.register(cur)
                 cur.execute(
                     f"{insert.sql_on_conflict} RETURNING node_id, batch_id", insert.arrays([], columns)
@@ -250,25 +250,26 @@ class BatchStore:
         """
         statements = list(self._unnest_statements(stored))
         params = [array for _, arrays in statements for array in arrays]
-        cur = _dbapi(conn).cursor()
-        pg_arrays.register(cur)
-        try:
+        with _dbapi(conn).cursor() as cur:
+            pg_arrays.register(cur)
+            try:
+                with _pipelined(conn):
+                    cur.execute("SAVEPOINT gpuwatch_rows")
+                    if statements:
+                        cur.execute(_as_one([insert.sql for insert, _ in statements]), params)
+                    then()
+                    cur.execute("RELEASE SAVEPOINT gpuwatch_rows")
+                return
+            except sa.exc.IntegrityError as exc:
+                if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+                    raise
+            with _sa_errors():
+                cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
+            self.conflict_retries += 1
             with _pipelined(conn):
-                cur.execute("SAVEPOINT gpuwatch_rows")
                 if statements:
-                    cur.execute(_as_one([insert.sql for insert, _ in statements]), params)
+                    cur.execute(_as_one([insert.sql_on_conflict for insert, _ in statements]), params)
                 then()
-                cur.execute("RELEASE SAVEPOINT gpuwatch_rows")
-            return
-        except sa.exc.IntegrityError as exc:
-            if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
-                raise
-        cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
-        self.conflict_retries += 1
-        with _pipelined(conn):
-            if statements:
-                cur.execute(_as_one([insert.sql_on_conflict for insert, _ in statements]), params)
-            then()
 
     @staticmethod
     def _unnest_statements(stored: list[tuple[int, Batch]]) -> Iterator[tuple[_UnnestInsert, list]]:

@@ -1,4 +1,4 @@
-"""Numeric column arrays sent to PostgreSQL in binary, packed by ``struct`` in one call.
+"""Column arrays sent to PostgreSQL in binary, packed by ``struct``.
 
 The ingest's ``unnest`` insert (``sql/ingest.py``) sends one array per column. psycopg's
 generic list dumper formats such an array element by element in Python, which was ~14 % of
@@ -111,8 +111,16 @@ class JsonbArray(_MemoArray):
 
     @staticmethod
     def key(value: Any) -> Any:
-        # lists of scalars (throttle reasons, XIDs, pids) repeat: key them; dicts are encoded each time
-        return tuple(value) if type(value) is list else id(value)
+        # lists of scalars (throttle reasons, XIDs, pids) repeat: key them by content; anything
+        # else (dicts, nested lists) by identity, i.e. encoded each time
+        if type(value) is list:
+            content = tuple(value)
+            try:
+                hash(content)
+            except TypeError:
+                return id(value)
+            return content
+        return id(value)
 
 
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)

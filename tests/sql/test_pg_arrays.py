@@ -57,7 +57,6 @@ def test_out_of_range_value_is_refused_not_wrapped():
 
 T = datetime(2026, 12, 3, 7, 0, 0, 123456, tzinfo=timezone.utc)
 EST = timezone(-timedelta(hours=5))
-NESTED = {"a": [1, {"b": None}]}
 
 
 @pytest.mark.postgres
@@ -73,7 +72,7 @@ NESTED = {"a": [1, {"b": None}]}
                 T,
                 None,
                 T + timedelta(seconds=10),
-                T.astimezone(timezone(timedelta(hours=-5))),
+                T.astimezone(EST),
                 T.replace(year=1990),
             ],
         ),
@@ -89,6 +88,7 @@ NESTED = {"a": [1, {"b": None}]}
                 {"nvml": "lost", "n": 1.5},
                 [],
                 {"a": [1, {"b": None}]},
+                [{"a": 1}],  # a list that cannot be a memo key: encoded by identity
             ],
         ),
     ],
