@@ -1,0 +1,225 @@
+"""How far today's row layout is from a packed one: load rate and bytes per GPU-sample.
+
+    .venv/bin/python bench/packed_layout.py [--nodes 40] [--batches-per-node 4] [--cycles 30] [--rounds 3]
+
+A question for issue 7's 100k GPU-samples/s goal, not a code path of gpuwatch. Makes a
+throwaway database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and, in interleaved rounds, loads
+the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each per cycle):
+
+* ``rows``: today's layout — the ``gpu_samples`` and ``gpu_process_samples`` rows by raw COPY
+  in one transaction (the physical limit ``bench/ingest.py`` compares with);
+* ``packed``: a sketch table with ONE row per (node, GPU, batch) and one array per metric, the
+  GPU's processes as arrays too, built from the same wire models with ``sql/pg_arrays.py`` and
+  inserted with a transaction per batch (as a daemon would).
+
+Prints, for both, the load rate in GPU-samples/s (each with its processes; the rows built
+beforehand, so this is the database's side), the Python time to build the rows from the
+wire models per batch, and bytes per GPU-sample (heap + indexes + TOAST after VACUUM). Host
+samples are left out of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import timedelta
+from operator import itemgetter
+from pathlib import Path
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ingest import drop_db, fresh_db, make_batches
+from gpuwatch import wire
+from gpuwatch.sql import pg_arrays
+from gpuwatch.sql.ingest import BatchStore, sample_rows
+from gpuwatch.sql.schema import gpu_process_samples, gpu_samples
+
+_PG = postgresql.dialect()
+_KEYS = ("node_id", "gpu_index", "ts")
+METRICS = [c for c in gpu_samples.c if c.name not in _KEYS]
+PROCESS_FIELDS = [c for c in gpu_process_samples.c if c.name not in _KEYS]
+
+
+def _type(column: sa.Column) -> str:
+    return column.type.compile(dialect=_PG)
+
+
+def create_packed_table(conn: psycopg.Connection) -> str:
+    """The sketch table; returns its INSERT statement."""
+    columns = [
+        ("node_id", "INTEGER"),
+        ("gpu_index", "SMALLINT"),
+        ("ts", "TIMESTAMP WITH TIME ZONE[]"),
+        *((c.name, _type(c) + "[]") for c in METRICS),
+        ("proc_sample", "INTEGER[]"),  # index into ts of each process row
+        *((f"proc_{c.name}", _type(c) + "[]") for c in PROCESS_FIELDS),
+    ]
+    body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
+    key = "first_ts timestamptz NOT NULL, PRIMARY KEY (node_id, gpu_index, first_ts)"
+    conn.execute(f"CREATE TABLE packed_gpu ({body}, {key})")
+    names = ", ".join(f'"{name}"' for name, _ in columns)
+    marks = ", ".join(["%b"] * (len(columns) + 1))
+    return f"INSERT INTO packed_gpu ({names}, first_ts) VALUES ({marks})"
+
+
+def packed_rows(node_id: int, batch: wire.Batch) -> list[list]:
+    """One row per GPU of the batch: its samples' metrics and processes as arrays."""
+    per_gpu: dict[int, list[wire.GpuSample]] = {}
+    for sample in batch.samples:
+        if isinstance(sample, wire.GpuSample):
+            per_gpu.setdefault(sample.gpu_index, []).append(sample)
+    read_metrics = itemgetter(*(c.name for c in METRICS))
+    read_process = itemgetter(*(c.name for c in PROCESS_FIELDS))
+    rows = []
+    for gpu_index, samples in per_gpu.items():
+        metric_columns = list(zip(*map(read_metrics, map(vars, samples)), strict=True))
+        procs = [(i, p) for i, s in enumerate(samples) for p in s.processes or ()]
+        process_columns = (
+            list(zip(*(read_process(vars(p)) for _, p in procs), strict=True))
+            if procs
+            else [()] * len(PROCESS_FIELDS)
+        )
+        stamps = [s.ts for s in samples]
+        rows.append(
+            [
+                node_id,
+                gpu_index,
+                pg_arrays.TimestamptzArray(stamps),
+                *(pg_arrays.array_type(_type(c))(v) for c, v in zip(METRICS, metric_columns, strict=True)),
+                pg_arrays.Int4Array(i for i, _ in procs),
+                *(
+                    pg_arrays.array_type(_type(c))(v)
+                    for c, v in zip(PROCESS_FIELDS, process_columns, strict=True)
+                ),
+                min(stamps),
+            ]
+        )
+    return rows
+
+
+def load_packed(
+    conn: psycopg.Connection, insert: str, batches: list[wire.Batch], ids: dict[str, int]
+) -> tuple[float, float]:
+    """(seconds building the rows from the wire models, seconds inserting them, a commit per batch)."""
+    conn.execute("TRUNCATE packed_gpu")
+    conn.commit()
+    started = time.perf_counter()
+    per_batch = [packed_rows(ids[batch.node], batch) for batch in batches]
+    built = time.perf_counter()
+    with conn.cursor() as cur:
+        pg_arrays.register(cur)
+        for rows in per_batch:
+            cur.executemany(insert, rows)
+            conn.commit()
+    return built - started, time.perf_counter() - built
+
+
+def load_rows(
+    conn: psycopg.Connection, batches: list[wire.Batch], ids: dict[str, int]
+) -> tuple[float, float]:
+    """(seconds building today's GPU and process rows, seconds COPYing them in one transaction)."""
+    conn.execute("TRUNCATE gpu_samples, gpu_process_samples")
+    conn.commit()
+    started = time.perf_counter()
+    tables = {t.name: t for t in (gpu_samples, gpu_process_samples)}
+    rows: dict[str, list[list]] = {name: [] for name in tables}
+    for batch in batches:
+        for name, table_rows in sample_rows(ids[batch.node], batch)[0].items():
+            if name in tables:
+                columns = list(tables[name].c.keys())
+                rows[name] += [[_copy_value(r[c]) for c in columns] for r in table_rows]
+    built = time.perf_counter()
+    with conn.cursor() as cur:
+        for name, table_rows in rows.items():
+            quoted = ", ".join(f'"{c.name}"' for c in tables[name].c)
+            with cur.copy(f'COPY "{name}" ({quoted}) FROM STDIN') as copy:
+                for row in table_rows:
+                    copy.write_row(row)
+    conn.commit()
+    return built - started, time.perf_counter() - built
+
+
+def _copy_value(value: object) -> object:
+    import json
+
+    return json.dumps(value) if isinstance(value, list | dict) else value
+
+
+def bytes_of(conn: psycopg.Connection, tables: list[str]) -> int:
+    conn.commit()
+    conn.autocommit = True
+    conn.execute("VACUUM ANALYZE")
+    conn.autocommit = False
+    total = 0
+    for table in tables:
+        parts = conn.execute(
+            "SELECT c.oid::regclass::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass",
+            [table],
+        ).fetchall()
+        for (name,) in parts or [(table,)]:
+            total += conn.execute("SELECT pg_total_relation_size(%s::regclass)", [name]).fetchone()[0]
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=40)
+    ap.add_argument("--batches-per-node", type=int, default=4)
+    ap.add_argument("--cycles", type=int, default=30, help="cycles per batch")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    batches = make_batches(
+        args.nodes, args.batches_per_node * args.cycles, 8, timedelta(0), per_batch=args.cycles
+    )
+    gpu_samples_n = sum(1 for b in batches for s in b.samples if s.kind == "gpu")
+    name, url, engine = fresh_db()
+    try:
+        store = BatchStore(engine)
+        store.partitions.ensure_days(d for b in batches for d in {s.ts.date() for s in b.samples})
+        ids = {}
+        from gpuwatch.sql.nodes import create_token, get_node
+
+        for b in batches:
+            if b.node not in ids:
+                create_token(engine, b.node)
+                with engine.connect() as c:
+                    ids[b.node] = get_node(c, b.node).id
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+            insert = create_packed_table(conn)
+            conn.commit()
+            timings: dict[str, list[tuple[float, float]]] = {"rows (raw COPY)": [], "packed": []}
+            for _ in range(args.rounds):
+                timings["rows (raw COPY)"].append(load_rows(conn, batches, ids))
+                timings["packed"].append(load_packed(conn, insert, batches, ids))
+            sizes = {
+                "rows (raw COPY)": bytes_of(conn, ["gpu_samples", "gpu_process_samples"]),
+                "packed": bytes_of(conn, ["packed_gpu"]),
+            }
+    finally:
+        engine.dispose()
+        drop_db(name)
+    print(f"{len(batches)} batches of {args.cycles} cycles, {gpu_samples_n} GPU samples (2 processes each)")
+    load_rate = {}
+    for layout, runs in timings.items():
+        build_ms = statistics.median(b for b, _ in runs) / len(batches) * 1000
+        load_rate[layout] = statistics.median(gpu_samples_n / load for _, load in runs)
+        rounds = ", ".join(f"{gpu_samples_n / load:,.0f}" for _, load in runs)
+        print(
+            f"  {layout:>16}: load {load_rate[layout]:>9,.0f} GPU-samples/s (rows built beforehand; "
+            f"rounds {rounds}); building them {build_ms:.2f} ms per batch in Python; "
+            f"{sizes[layout] / gpu_samples_n:,.0f} B per GPU-sample"
+        )
+    ratio = load_rate["packed"] / load_rate["rows (raw COPY)"]
+    shrink = sizes["rows (raw COPY)"] / sizes["packed"]
+    print(f"packed / rows: {ratio:.2f}x the load rate, {shrink:.1f}x less disk")
+
+
+if __name__ == "__main__":
+    main()
