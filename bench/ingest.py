@@ -92,15 +92,21 @@ def drop_db(name: str) -> None:
     admin.dispose()
 
 
-def bench_store(engine: sa.Engine, batches: list[wire.Batch], mode: str) -> tuple[float, list[float]]:
-    store = BatchStore(engine, bulk=mode)
-    ids = {}
+def register(engine: sa.Engine, store: BatchStore, batches: list[wire.Batch]) -> dict[str, int]:
+    """Each batch's node registered (a token made) and its days' partitions made; name -> id."""
+    ids: dict[str, int] = {}
     for b in batches:
         if b.node not in ids:
             create_token(engine, b.node)
             with engine.connect() as conn:
                 ids[b.node] = get_node(conn, b.node).id
     store.partitions.ensure_days(d for b in batches for d in {s.ts.date() for s in b.samples})
+    return ids
+
+
+def bench_store(engine: sa.Engine, batches: list[wire.Batch], mode: str) -> tuple[float, list[float]]:
+    store = BatchStore(engine, bulk=mode)
+    ids = register(engine, store, batches)
     latencies = []
     t0 = time.perf_counter()
     for b in batches:
@@ -117,14 +123,7 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
     from gpuwatch.sql.ingest import sample_rows
     from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_samples
 
-    store = BatchStore(engine)
-    ids = {}
-    for b in batches:
-        if b.node not in ids:
-            create_token(engine, b.node)
-            with engine.connect() as conn:
-                ids[b.node] = get_node(conn, b.node).id
-    store.partitions.ensure_days(d for b in batches for d in {s.ts.date() for s in b.samples})
+    ids = register(engine, BatchStore(engine), batches)
     tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_samples)}
     merged: dict[str, list[dict]] = {}
     for b in batches:

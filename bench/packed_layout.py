@@ -34,7 +34,7 @@ from sqlalchemy.dialects import postgresql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import drop_db, fresh_db, make_batches
+from bench.ingest import drop_db, fresh_db, make_batches, register
 from gpuwatch import wire
 from gpuwatch.sql import pg_arrays
 from gpuwatch.sql.ingest import BatchStore, sample_rows
@@ -181,16 +181,7 @@ def main() -> None:
     gpu_samples_n = sum(1 for b in batches for s in b.samples if s.kind == "gpu")
     name, url, engine = fresh_db()
     try:
-        store = BatchStore(engine)
-        store.partitions.ensure_days(d for b in batches for d in {s.ts.date() for s in b.samples})
-        ids = {}
-        from gpuwatch.sql.nodes import create_token, get_node
-
-        for b in batches:
-            if b.node not in ids:
-                create_token(engine, b.node)
-                with engine.connect() as c:
-                    ids[b.node] = get_node(c, b.node).id
+        ids = register(engine, BatchStore(engine), batches)
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
             insert = create_packed_table(conn)
             conn.commit()

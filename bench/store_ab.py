@@ -27,8 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import gpuwatch.sql.ingest as current  # noqa: E402
-from bench.ingest import drop_db, fresh_db, make_batches  # noqa: E402
-from gpuwatch.sql.nodes import create_token, get_node  # noqa: E402
+from bench.ingest import drop_db, fresh_db, make_batches, register  # noqa: E402
 
 
 def load_at(rev: str, folder: Path):  # type: ignore[no-untyped-def]
@@ -53,13 +52,7 @@ def one_side(module, args: argparse.Namespace, bulk: str | None) -> tuple[float,
     name, _, engine = fresh_db()
     try:
         store = module.BatchStore(engine, bulk=bulk)
-        ids = {}
-        for b in batches:
-            if b.node not in ids:
-                create_token(engine, b.node)
-                with engine.connect() as conn:
-                    ids[b.node] = get_node(conn, b.node).id
-        store.partitions.ensure_days(d for b in batches for d in {s.ts.date() for s in b.samples})
+        ids = register(engine, store, batches)
         calls = []
         t0 = time.perf_counter()
         for i in range(0, len(batches), args.group):
