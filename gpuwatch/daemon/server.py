@@ -35,25 +35,37 @@ def serve(settings: Settings, log_level: str = "INFO") -> None:
         _serve_workers(settings, log_level)
         return
     engine = prepare_database(settings)
-    app = create_app(settings, engine)
-    scheduler = build_scheduler(settings, app.state.store)
-    scheduler.start()
-    gc_tuning.settle(gc_tuning.DAEMON_THRESHOLDS)
+    app, scheduler = _started_app(settings, engine)
     log.info(
         "daemon listening", extra={"listen": settings.daemon.listen, "db": engine.url.render_as_string()}
     )
     try:
-        uvicorn.run(
-            app,
-            host=settings.daemon.host,
-            port=settings.daemon.port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=10,
-        )
+        _run_uvicorn(settings, app)
     finally:
         scheduler.shutdown(wait=False)
         engine.dispose()
+
+
+def _started_app(settings: Settings, engine):  # type: ignore[no-untyped-def]
+    """One daemon process's app with its scheduler running and the collector settled."""
+    app = create_app(settings, engine)
+    scheduler = build_scheduler(settings, app.state.store)
+    scheduler.start()
+    gc_tuning.settle(gc_tuning.DAEMON_THRESHOLDS)
+    return app, scheduler
+
+
+def _run_uvicorn(settings: Settings, app, **options) -> None:  # type: ignore[no-untyped-def]
+    """Serve ``app`` (an app, or an import string with ``factory=True``) on ``daemon.listen``."""
+    uvicorn.run(
+        app,
+        host=settings.daemon.host,
+        port=settings.daemon.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        **options,
+    )
 
 
 #: names the file the parent wrote its settings to, for ``worker_app`` in each worker
@@ -84,15 +96,8 @@ def _serve_workers(settings: Settings, log_level: str) -> None:
         log.info(
             "daemon listening", extra={"listen": settings.daemon.listen, "workers": settings.daemon.workers}
         )
-        uvicorn.run(
-            "gpuwatch.daemon.server:worker_app",
-            factory=True,
-            workers=settings.daemon.workers,
-            host=settings.daemon.host,
-            port=settings.daemon.port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=10,
+        _run_uvicorn(
+            settings, "gpuwatch.daemon.server:worker_app", factory=True, workers=settings.daemon.workers
         )
     finally:
         os.unlink(path)
@@ -109,11 +114,8 @@ def worker_app():  # type: ignore[no-untyped-def]
         handed = json.load(f)
     setup_logging(handed["log_level"], json_lines=True)
     settings = Settings.model_validate(handed["settings"])
-    engine = create_engine(settings.database.url, echo=settings.database.echo)
-    app = create_app(settings, engine)
-    scheduler = build_scheduler(settings, app.state.store)
-    scheduler.start()
-    gc_tuning.settle(gc_tuning.DAEMON_THRESHOLDS)
+    engine = create_engine(settings.database.url, echo=settings.database.echo)  # the parent migrated
+    app, _ = _started_app(settings, engine)
     log.info("daemon worker ready")  # JSON log lines carry the pid
     return app
 

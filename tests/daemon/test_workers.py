@@ -64,7 +64,8 @@ def test_two_workers_share_the_port_and_elect_one_leader(pg_url, tmp_path, monke
             t.join(timeout=60)
         workers = _pids_logging(daemon, "daemon worker ready")
         assert daemon.proc.pid not in workers  # the parent only supervises
-        assert _pids_logging(daemon, "ingest") <= workers
+        served = _pids_logging(daemon, "ingest")
+        assert served and served <= workers
         wait_for(lambda: _holders(engine) == ["gpuwatch-workers"], 20, "exactly one worker to lead")
     finally:
         daemon.stop()
