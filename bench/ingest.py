@@ -127,7 +127,7 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
     tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_samples)}
     merged: dict[str, list[dict]] = {}
     for b in batches:
-        for name, rows in sample_rows(ids[b.node], b)[0].items():
+        for name, rows in sample_rows(ids[b.node], b).items():
             merged.setdefault(name, []).extend(rows)
     json_cols = {n: [c.name for c in t.c if "JSON" in type(c.type).__name__ or isinstance(c.type, sa.JSON)]
                  for n, t in tables.items()}  # fmt: skip

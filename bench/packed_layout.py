@@ -130,7 +130,7 @@ def load_rows(
     tables = {t.name: t for t in (gpu_samples, gpu_process_samples)}
     rows: dict[str, list[list]] = {name: [] for name in tables}
     for batch in batches:
-        for name, table_rows in sample_rows(ids[batch.node], batch)[0].items():
+        for name, table_rows in sample_rows(ids[batch.node], batch).items():
             if name in tables:
                 columns = list(tables[name].c.keys())
                 rows[name] += [[_copy_value(r[c]) for c in columns] for r in table_rows]

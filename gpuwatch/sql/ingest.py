@@ -68,15 +68,13 @@ def _insert(conn: sa.Connection, table: sa.Table) -> Any:
     return dialect.insert(table)
 
 
-def sample_rows(node_id: int, batch: Batch) -> tuple[dict[str, list[dict]], dict[int, dict]]:
-    """Rows per table name, and the GPU identities seen (index -> uuid/name/bus)."""
+def sample_rows(node_id: int, batch: Batch) -> dict[str, list[dict]]:
+    """Rows (dicts) per table name: the ``insert`` path's rows, and the benchmarks' raw COPY."""
     rows: dict[str, list[dict]] = defaultdict(list)
-    identities: dict[int, dict] = {}
     for sample in batch.samples:
         kind = sample.kind
         if isinstance(sample, GpuSample):
             row = sample.model_dump(exclude={"kind", "processes", *GPU_IDENTITY_FIELDS})
-            identities[sample.gpu_index] = {f: getattr(sample, f) for f in GPU_IDENTITY_FIELDS}
             for proc in sample.processes or ():
                 rows[gpu_process_samples.name].append(
                     {"node_id": node_id, "ts": sample.ts, "gpu_index": sample.gpu_index, **proc.model_dump()}
@@ -85,7 +83,7 @@ def sample_rows(node_id: int, batch: Batch) -> tuple[dict[str, list[dict]], dict
             row = sample.model_dump(exclude={"kind"})
         row["node_id"] = node_id
         rows[SAMPLE_TABLES[kind].name].append(row)
-    return rows, identities
+    return rows
 
 
 def gpu_identities(batch: Batch) -> dict[int, dict]:
@@ -184,24 +182,6 @@ class BatchStore:
 
     def _claim(self, conn: sa.Connection, items: list[tuple[int, Batch]], now: Any) -> set[tuple[int, str]]:
         """Record every batch id; the (node, batch id) pairs that were not there before."""
-        if self.bulk is BulkMode.UNNEST:  # the same unnest insert as the samples, + RETURNING
-            insert = _UnnestInsert.of(ingested_batches)
-            stamps = [[x.ts for x in batch.samples] for _, batch in items]
-            columns = {
-                "node_id": [node_id for node_id, _ in items],
-                "batch_id": [str(batch.batch_id) for _, batch in items],
-                "seq": [batch.seq for _, batch in items],
-                "received_at": [now] * len(items),
-                "samples": [len(batch.samples) for _, batch in items],
-                "min_ts": [min(ts, default=None) for ts in stamps],
-                "max_ts": [max(ts, default=None) for ts in stamps],
-            }
-            with _sa_errors(), _dbapi(conn).cursor() as cur:
-                pg_arrays.register(cur)
-                cur.execute(
-                    f"{insert.sql_on_conflict} RETURNING node_id, batch_id", insert.arrays([], columns)
-                )
-                return set(cur.fetchall())
         claims = [
             {
                 "node_id": node_id,
@@ -214,6 +194,15 @@ class BatchStore:
             }
             for node_id, batch in items
         ]
+        if self.bulk is BulkMode.UNNEST:  # the same unnest insert as the samples, + RETURNING
+            insert = _UnnestInsert.of(ingested_batches)
+            columns = {name: [claim[name] for claim in claims] for name in insert.names}
+            with _sa_errors(), _dbapi(conn).cursor() as cur:
+                pg_arrays.register(cur)
+                cur.execute(
+                    f"{insert.sql_on_conflict} RETURNING node_id, batch_id", insert.arrays([], columns)
+                )
+                return set(cur.fetchall())
         return {
             (r.node_id, r.batch_id)
             for r in conn.execute(
@@ -228,7 +217,7 @@ class BatchStore:
         """``insert``: rows as dicts, one SQLAlchemy executemany per table."""
         all_rows: dict[str, list[dict]] = defaultdict(list)
         for node_id, batch in stored:
-            for name, table_rows in sample_rows(node_id, batch)[0].items():
+            for name, table_rows in sample_rows(node_id, batch).items():
                 all_rows[name].extend(table_rows)
         for name, table_rows in all_rows.items():
             conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
@@ -407,12 +396,15 @@ class _UnnestInsert:
     """``INSERT INTO t (cols) SELECT * FROM unnest(%b::type[], ...) [ON CONFLICT DO NOTHING]``."""
 
     sql: str
-    sql_on_conflict: str
     names: tuple[str, ...]  # every column, in order
     #: column -> the list class that sends it in binary (``pg_arrays.array_type``)
     array_types: dict[str, type[list]]
 
     _cache: ClassVar[dict[str, _UnnestInsert]] = {}
+
+    @property
+    def sql_on_conflict(self) -> str:
+        return f"{self.sql} ON CONFLICT DO NOTHING"
 
     @classmethod
     def of(cls, table: sa.Table) -> _UnnestInsert:
@@ -429,10 +421,6 @@ class _UnnestInsert:
             )
             found = cls._cache[table.name] = cls(
                 sql=f'INSERT INTO "{table.name}" ({quoted}) SELECT * FROM unnest({arrays})',
-                sql_on_conflict=(
-                    f'INSERT INTO "{table.name}" ({quoted}) SELECT * FROM unnest({arrays}) '
-                    "ON CONFLICT DO NOTHING"
-                ),
                 names=tuple(types),
                 array_types={name: pg_arrays.array_type(sql_type) for name, sql_type in types.items()},
             )
