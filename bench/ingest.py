@@ -116,6 +116,16 @@ def bench_store(engine: sa.Engine, batches: list[wire.Batch], mode: str) -> tupl
     return time.perf_counter() - t0, latencies
 
 
+def json_columns(table: sa.Table) -> set[str]:
+    """Names of ``table``'s JSON columns (COPY takes their values as JSON text)."""
+    return {c.name for c in table.c if "JSON" in type(c.type).__name__ or isinstance(c.type, sa.JSON)}
+
+
+def copy_values(columns: list[str], json_cols: set[str], row: dict) -> list:
+    """A ``sample_rows`` row as the value list COPY writes: JSON columns as JSON text."""
+    return [json.dumps(row[c]) if c in json_cols and row.get(c) is not None else row.get(c) for c in columns]
+
+
 def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float, list[float]]:
     """The physical limit: the same rows, already made, streamed by PostgreSQL COPY straight into
     their tables in one transaction — no HTTP, no validation, no idempotency, no conflict check.
@@ -129,8 +139,7 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
     for b in batches:
         for name, rows in sample_rows(ids[b.node], b).items():
             merged.setdefault(name, []).extend(rows)
-    json_cols = {n: [c.name for c in t.c if "JSON" in type(c.type).__name__ or isinstance(c.type, sa.JSON)]
-                 for n, t in tables.items()}  # fmt: skip
+    json_cols = {n: json_columns(t) for n, t in tables.items()}
     t0 = time.perf_counter()
     with engine.begin() as conn:
         cur = conn.connection.dbapi_connection.cursor()
@@ -139,10 +148,7 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
             quoted = ", ".join(f'"{c}"' for c in cols)
             with cur.copy(f'COPY "{name}" ({quoted}) FROM STDIN') as copy:
                 for row in rows:
-                    copy.write_row(
-                        [json.dumps(row[c]) if c in json_cols[name] and row.get(c) is not None else row.get(c)
-                         for c in cols]
-                    )  # fmt: skip
+                    copy.write_row(copy_values(cols, json_cols[name], row))
     elapsed = time.perf_counter() - t0
     return elapsed, [elapsed / max(len(batches), 1)] * len(batches)
 

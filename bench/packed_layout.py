@@ -34,7 +34,7 @@ from sqlalchemy.dialects import postgresql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import drop_db, fresh_db, make_batches, register
+from bench.ingest import copy_values, drop_db, fresh_db, json_columns, make_batches, register
 from gpuwatch import wire
 from gpuwatch.sql import pg_arrays
 from gpuwatch.sql.ingest import BatchStore, sample_rows
@@ -132,8 +132,8 @@ def load_rows(
     for batch in batches:
         for name, table_rows in sample_rows(ids[batch.node], batch).items():
             if name in tables:
-                columns = list(tables[name].c.keys())
-                rows[name] += [[_copy_value(r[c]) for c in columns] for r in table_rows]
+                columns, json_cols = list(tables[name].c.keys()), json_columns(tables[name])
+                rows[name] += [copy_values(columns, json_cols, r) for r in table_rows]
     built = time.perf_counter()
     with conn.cursor() as cur:
         for name, table_rows in rows.items():
@@ -143,12 +143,6 @@ def load_rows(
                     copy.write_row(row)
     conn.commit()
     return built - started, time.perf_counter() - built
-
-
-def _copy_value(value: object) -> object:
-    import json
-
-    return json.dumps(value) if isinstance(value, list | dict) else value
 
 
 def bytes_of(conn: psycopg.Connection, tables: list[str]) -> int:
