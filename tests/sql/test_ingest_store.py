@@ -203,7 +203,7 @@ def pg_engine(pg_url):
 
 
 def test_unnest_and_insert_store_the_same_rows(pg_engine):
-    """The PostgreSQL fast path (one unnest INSERT per table) stores exactly what the portable
+    """The PostgreSQL fast path (unnest INSERTs, one statement per group) stores exactly what the portable
     executemany path stores, in every table and column."""
     engine = pg_engine
     node_id = _node_id(engine)
@@ -257,7 +257,6 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine):
         day0 = gpu_samples.c.ts < factories.T0 + timedelta(days=1)
         stamps = conn.execute(sa.select(gpu_samples.c.ts, gpu_samples.c.gpu_index).where(day0)).all()
         assert len(stamps) == len(set(stamps)) == 80 * 8 + 2  # 80 cycles x 8 GPUs + the odd two, each once
-    engine.dispose()
 
 
 def test_a_statement_failing_at_the_pipeline_sync_is_a_sqlalchemy_error_and_rolls_back(engine):
@@ -265,8 +264,6 @@ def test_a_statement_failing_at_the_pipeline_sync_is_a_sqlalchemy_error_and_roll
     outside SQLAlchemy's execute: it must still arrive as SQLAlchemy's exception (the ingest maps
     OperationalError to 503) and leave nothing of the transaction behind."""
     import uuid
-
-    import pytest
 
     from gpuwatch.sql.ingest import _pipelined
 
