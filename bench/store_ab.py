@@ -8,7 +8,7 @@ interleaved rounds (old, new, old, new, ...; each on a fresh PostgreSQL database
 the same batches (``bench/ingest.py``'s realistic ones) with ``store_many`` in groups of
 ``--group`` batches. Prints samples/s and the median time per ``store_many`` call for each
 side. Interleaving keeps this noisy 2-core VM's drift out of the ratio. ``--rev HEAD
---old-bulk copy --new-bulk unnest`` compares two bulk modes of the same code.
+--old-bulk insert --new-bulk unnest`` compares two bulk modes of the same code.
 """
 
 from __future__ import annotations
