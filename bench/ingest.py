@@ -1,7 +1,8 @@
 """Ingest rate into PostgreSQL: raw COPY (the physical limit), the store path, the HTTP path.
 
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
-                                     [--clients 32] [--workers 2] [--rounds 3] [--skip insert]
+                                     [--clients 32] [--workers 2] [--bundle 0] [--rounds 3]
+                                     [--skip insert]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
@@ -11,7 +12,8 @@ rows, already made, COPYed in one transaction), ``insert`` and ``unnest`` (``Bat
 with that bulk mode, one batch per call), ``http`` and ``http xN`` (a real ``gpuwatch
 daemon`` process, 1 or N concurrent clients; includes JSON parsing, validation, auth and
 group commit; prints the daemon's own CPU per batch), and ``http xN wW`` (the same with
-``daemon.workers = W`` processes).
+``daemon.workers = W`` processes) and, with ``--bundle K``, ``http xN bK`` (K consecutive
+batches of a node per bundle request, as an agent replays its spool backlog).
 """
 
 from __future__ import annotations
@@ -153,12 +155,33 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
     return elapsed, [elapsed / max(len(batches), 1)] * len(batches)
 
 
+def http_requests(batches: list[wire.Batch], bundle: int) -> list[tuple[str, str, bytes, str]]:
+    """(node, path, body, content type) per request: each batch alone, or ``bundle`` consecutive
+    batches of one node per bundle request, one per line, as an agent replays its spool."""
+    if bundle <= 1:
+        return [(b.node, "", b.model_dump_json().encode(), "application/json") for b in batches]
+    per_node: dict[str, list[bytes]] = {}
+    for b in batches:
+        per_node.setdefault(b.node, []).append(b.model_dump_json().encode())
+    out = []
+    for node, bodies in per_node.items():
+        for i in range(0, len(bodies), bundle):
+            out.append((node, "/bundle", b"\n".join(bodies[i : i + bundle]), "application/x-ndjson"))
+    return out
+
+
 def bench_http(
-    db_url: str, engine: sa.Engine, batches: list[wire.Batch], clients: int, workers: int = 1
+    db_url: str,
+    engine: sa.Engine,
+    batches: list[wire.Batch],
+    clients: int,
+    workers: int = 1,
+    bundle: int = 1,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
-    like many agents (the case group commit is for). Clients run in this process, the daemon
-    in its own, so they do not share a GIL."""
+    like many agents (the case group commit is for); with ``bundle`` > 1, as bundles of that
+    many batches. Clients run in this process, the daemon in its own, so they do not share a
+    GIL. Latencies are per request."""
     import tempfile
     import threading
 
@@ -167,7 +190,7 @@ def bench_http(
     from tests.daemon_process import DaemonProcess
 
     tokens = {b.node: create_token(engine, b.node) for b in batches}
-    bodies = [(b.node, b.model_dump_json().encode()) for b in batches]
+    requests_ = http_requests(batches, bundle)
     latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         daemon = DaemonProcess(
@@ -176,22 +199,21 @@ def bench_http(
         daemon.start()
         try:
 
-            def client(part: list[tuple[str, bytes]]) -> None:
+            def client(part: list[tuple[str, str, bytes, str]]) -> None:
                 with requests.Session() as http:
-                    for node, body in part:
+                    for node, path, body, content_type in part:
                         t = time.perf_counter()
                         r = http.post(
-                            f"{daemon.url}/api/v1/ingest/{node}",
+                            f"{daemon.url}/api/v1/ingest/{node}{path}",
                             data=body,
-                            headers={
-                                "Authorization": f"Bearer {tokens[node]}",
-                                "Content-Type": "application/json",
-                            },
+                            headers={"Authorization": f"Bearer {tokens[node]}", "Content-Type": content_type},
                         )
                         r.raise_for_status()
+                        if path and any(x["status"] != "stored" for x in r.json()["results"]):
+                            raise RuntimeError(f"bundle not stored: {r.text[:300]}")
                         latencies.append(time.perf_counter() - t)
 
-            threads = [threading.Thread(target=client, args=(bodies[i::clients],)) for i in range(clients)]
+            threads = [threading.Thread(target=client, args=(requests_[i::clients],)) for i in range(clients)]
             cpu0 = tree_cpu_seconds(daemon.proc.pid)
             t0 = time.perf_counter()
             for t in threads:
@@ -206,7 +228,8 @@ def bench_http(
         groups = conn.execute(sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))).scalar()
     samples = sum(len(b.samples) for b in batches)
     print(
-        f"                group commit: {len(batches)} batches in {groups} transactions; daemon CPU "
+        f"                {len(requests_)} requests; group commit: {len(batches)} batches in {groups} "
+        f"transactions; daemon CPU "
         f"{1000 * daemon_cpu / len(batches):.2f} ms per batch = {samples / daemon_cpu:,.0f} samples per "
         f"daemon CPU-second (the clients share the machine: this is the daemon's own ceiling per core)"
     )
@@ -227,12 +250,20 @@ def main() -> None:
     ap.add_argument(
         "--workers", type=int, default=2, help="daemon.workers of the extra last mode (1: no such mode)"
     )
+    ap.add_argument(
+        "--bundle",
+        type=int,
+        default=0,
+        help="add a mode posting bundles of this many batches per request (an agent's backlog replay)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
     args = ap.parse_args()
     modes = ["raw-copy", "insert", "unnest", "http", f"http x{args.clients}"]
     if args.workers > 1:
         modes.append(f"http x{args.clients} w{args.workers}")
+    if args.bundle > 1:
+        modes.append(f"http x{args.clients} b{args.bundle}")
     modes = [m for m in modes if m not in set(args.skip.split(","))]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
@@ -262,7 +293,9 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             elapsed, lat = bench_raw_copy(engine, batches)
         elif mode.startswith("http"):
             workers = args.workers if " w" in mode else 1
-            elapsed, lat = bench_http(url, engine, batches, args.clients if "x" in mode else 1, workers)
+            bundle = args.bundle if " b" in mode else 1
+            clients = args.clients if "x" in mode else 1
+            elapsed, lat = bench_http(url, engine, batches, clients, workers, bundle)
         else:
             elapsed, lat = bench_store(engine, batches, mode)
     finally:
@@ -273,7 +306,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
     print(
         f"  {mode:>12}: {len(batches)} batches, {samples} samples ({gpu} GPU) in {elapsed:.2f} s = "
         f"{samples / elapsed:,.0f} samples/s, {gpu / elapsed:,.0f} GPU-samples/s; "
-        f"per batch p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
+        f"per request p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
     )
     return samples / elapsed
 

@@ -93,6 +93,26 @@ class AgentConfig(_Section):
     push_timeout_s: float = Field(10.0, gt=0)
     backoff_initial_s: float = Field(1.0, gt=0)
     backoff_max_s: float = Field(300.0, gt=0)
+    bundle_max_batches: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description=(
+            "A spool backlog goes to the daemon up to this many batches per request (1: one batch "
+            "per request, as agents before bundles did)."
+        ),
+    )
+    bundle_max_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Most bytes in one bundle request.")
+    push_every: int = Field(
+        1,
+        ge=1,
+        le=360,
+        description=(
+            "Send when this many batches wait (one bundle), not after every cycle: fewer requests "
+            "for a large cluster's daemon, data up to (push_every - 1) * interval_s later. "
+            "Every cycle is still spooled to disk at once."
+        ),
+    )
     collectors_disabled: list[str] = Field(default_factory=list)
     metrics_listen: str | None = Field(None, description="host:port for Prometheus /metrics.")
 
@@ -137,6 +157,12 @@ class DaemonConfig(_Section):
     )
     max_future_skew_s: float = Field(
         300.0, ge=0, description="Samples stamped further ahead of the daemon clock are refused."
+    )
+    max_bundle_batches: int = Field(
+        256,
+        ge=1,
+        le=4096,
+        description="Most batches in one bundle request (an agent's spool backlog); within max_batch_bytes.",
     )
 
     @field_validator("listen")

@@ -1,8 +1,10 @@
-"""HTTP push of one serialized batch to the daemon, and the retry backoff.
+"""HTTP push of serialized batches to the daemon, and the retry backoff.
 
 The daemon's ingest endpoint is ``POST {daemon_url}/api/v1/ingest/{node}`` with a bearer
-token; a re-sent batch is stored once, so retrying anything that is not known to be the
-batch's own fault is safe. The outcome of a send is one of three:
+token; a spool backlog goes to ``.../bundle``, several batches one per line, each answered
+on its own. A re-sent batch is stored once, so retrying anything that is not known to be
+the batch's own fault is safe. The outcome of a send (for a bundle: of each batch) is one of
+three:
 
 * ``OK`` (2xx): stored (or already stored); the batch leaves the spool.
 * ``REJECTED`` (400, 413, 422): the batch itself is bad; sending it again cannot help.
@@ -127,6 +129,42 @@ def _pool_for(url: str) -> urllib3.PoolManager:
     return urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
 
 
+@dataclass(frozen=True)
+class BundleResult:
+    """Outcome of one bundle POST: ``request`` for the request as a whole and, when the
+    daemon answered each batch (200), ``items``: one result per batch, in order."""
+
+    request: PushResult
+    items: list[PushResult] | None = None
+
+
+def bundle_items(answer: object, count: int, url: str) -> list[PushResult] | None:
+    """Per-batch results from the daemon's bundle answer; None if it is not one for ``count``."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    if not isinstance(results, list) or len(results) != count:
+        return None
+    items = []
+    for entry in results:
+        if not isinstance(entry, dict):
+            return None
+        if entry.get("status") in ("stored", "duplicate"):
+            items.append(PushResult(Outcome.OK, 200, str(entry["status"])))
+            continue
+        code = entry.get("code")
+        if not isinstance(code, int):
+            return None
+        detail = " ".join(str(entry.get("detail", "")).split())[:300]
+        items.append(
+            PushResult(
+                classify(code),
+                code,
+                f"HTTP {code} for this batch in a bundle to {url}: {detail}",
+                config_problem=code in _CONFIG_STATUSES,
+            )
+        )
+    return items
+
+
 class Pusher:
     """Sends serialized batches to the daemon over one keep-alive connection (urllib3 pool).
 
@@ -145,14 +183,15 @@ class Pusher:
         pool: urllib3.PoolManager | None = None,
     ) -> None:
         self.url = f"{daemon_url.rstrip('/')}/api/v1/ingest/{quote(node, safe='')}"
+        self.bundle_url = f"{self.url}/bundle"
         self.timeout_s = timeout_s
         self._token = token
         self._pool = pool or _pool_for(self.url)
         self._logged: set[str] = set()
         self._failures = 0
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "User-Agent": f"gpuwatch-agent/{__version__}"}
+    def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+        headers = {"Content-Type": content_type, "User-Agent": f"gpuwatch-agent/{__version__}"}
         token = self._token() if callable(self._token) else self._token
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -160,19 +199,45 @@ class Pusher:
 
     def send(self, body: bytes) -> PushResult:
         """POST one batch and classify the outcome; never raises."""
-        result = self._send(body)
+        result, _ = self._post(self.url, body, "application/json")
         self._report(result)
         return result
 
-    def _send(self, body: bytes) -> PushResult:
+    def send_bundle(self, bodies: list[bytes]) -> BundleResult:
+        """POST several batches as one bundle (one per line); never raises.
+
+        A batch whose bytes hold a newline cannot be a bundle line: the caller sends those
+        alone (the agent's own serialization never writes one).
+        """
+        if any(b"\n" in body for body in bodies):
+            raise ValueError("a bundle line may not contain a newline")
+        result, answer = self._post(self.bundle_url, b"\n".join(bodies), "application/x-ndjson")
+        if result.outcome is not Outcome.OK:
+            self._report(result)
+            return BundleResult(result)
+        items = bundle_items(answer, len(bodies), self.bundle_url)
+        if items is None:  # a daemon bug, or something else answering at that URL
+            result = PushResult(
+                Outcome.RETRY, result.status, f"unexpected answer to a bundle from {self.bundle_url}"
+            )
+        self._report(result)
+        for item in items or ():
+            if item.outcome is Outcome.RETRY:  # e.g. a line of another node: logged like a request
+                self._report(item)
+        return BundleResult(result, items)
+
+    def _post(self, url: str, body: bytes, content_type: str) -> tuple[PushResult, object]:
+        """The POST's outcome and, for a 2xx, the JSON answer (None if it is not JSON)."""
         try:
-            headers = self._headers()
+            headers = self._headers(content_type)
         except Exception as exc:  # e.g. ConfigError from an unreadable token_file
-            return PushResult(Outcome.RETRY, None, f"cannot read the agent token: {exc}", config_problem=True)
+            return PushResult(
+                Outcome.RETRY, None, f"cannot read the agent token: {exc}", config_problem=True
+            ), None
         try:
             response = self._pool.request(
                 "POST",
-                self.url,
+                url,
                 body=body,
                 headers=headers,
                 timeout=urllib3.Timeout(total=self.timeout_s),
@@ -181,28 +246,34 @@ class Pusher:
         except urllib3.exceptions.TimeoutError as exc:
             if not isinstance(exc, urllib3.exceptions.NewConnectionError):  # a subclass, oddly
                 return PushResult(
-                    Outcome.RETRY, None, f"no answer from {self.url} within {self.timeout_s:g} s"
-                )
+                    Outcome.RETRY, None, f"no answer from {url} within {self.timeout_s:g} s"
+                ), None
             message = _ADDRESS_RE.sub("", str(exc))
             return PushResult(
-                Outcome.RETRY, None, f"cannot reach {self.url}: {type(exc).__name__}: {message}"
-            )
+                Outcome.RETRY, None, f"cannot reach {url}: {type(exc).__name__}: {message}"
+            ), None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             message = _ADDRESS_RE.sub("", str(exc))  # object addresses would make every message distinct
             return PushResult(
-                Outcome.RETRY, None, f"cannot reach {self.url}: {type(exc).__name__}: {message}"
-            )
+                Outcome.RETRY, None, f"cannot reach {url}: {type(exc).__name__}: {message}"
+            ), None
         status = response.status
         outcome = classify(status)
         retry_after = None
         if status in RETRY_AFTER_STATUSES:
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
         if outcome is Outcome.OK:
-            return PushResult(outcome, status, "stored")
+            try:
+                answer = json.loads(response.data or b"null")
+            except ValueError:
+                answer = None
+            return PushResult(outcome, status, "stored"), answer
         config_problem = status in _CONFIG_STATUSES or 300 <= status < 400
-        return PushResult(outcome, status, self._explain(status, response), retry_after, config_problem)
+        return PushResult(
+            outcome, status, self._explain(url, status, response), retry_after, config_problem
+        ), None
 
-    def _explain(self, status: int, response: urllib3.BaseHTTPResponse) -> str:
+    def _explain(self, url: str, status: int, response: urllib3.BaseHTTPResponse) -> str:
         detail = _detail(response)
         if status == 401:
             hint = "the daemon refused the agent's token; check agent.token / agent.token_file"
@@ -214,7 +285,7 @@ class Pusher:
             hint = f"daemon_url redirects to {response.headers.get('Location')!r}; set it to the final URL"
         else:
             hint = ""
-        parts = [f"HTTP {status} from {self.url}"]
+        parts = [f"HTTP {status} from {url}"]
         if hint:
             parts.append(hint)
         if detail:

@@ -25,7 +25,7 @@ from datetime import datetime
 
 from gpuwatch import __version__
 from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult
-from gpuwatch.agent.spool import Spool
+from gpuwatch.agent.spool import Spool, SpooledBatch
 from gpuwatch.collectors.base import Collector, run_collector
 from gpuwatch.config import AgentConfig, Settings
 from gpuwatch.wire import AgentSample, Batch, utcnow
@@ -87,6 +87,10 @@ class Agent:
         self.sent_batches = 0
         self.rejected_batches = 0
         self.retried_sends = 0
+        self.bundles_sent = 0
+        #: bundles go until a daemon refuses them (an older one); then one batch per request
+        self._bundles = self.config.bundle_max_batches > 1
+        self._bundle_limit = self.config.bundle_max_batches
         self.last_push: PushResult | None = None
         #: an AgentMetrics (Prometheus exporter) fed each batch; None when /metrics is off
         self.metrics = None
@@ -201,13 +205,62 @@ class Agent:
         self._sender.start()
 
     def send_one(self) -> PushResult | None:
-        """Send the oldest spooled batch and ack/reject it; None when the spool is empty."""
+        """Send the oldest spooled batches and ack/reject each; None when the spool is empty.
+
+        One batch goes alone; a backlog goes as a bundle of up to ``agent.bundle_max_batches``.
+        The result says what the sender does next: RETRY (back off) if any batch must be
+        kept for another try, else OK or REJECTED.
+        """
         assert self.spool is not None and self.pusher is not None
-        item = self.spool.peek_oldest()
-        if item is None:
+        limit = self._bundle_limit if self._bundles else 1
+        items = self.spool.peek_oldest_many(limit, self.config.bundle_max_bytes)
+        if not items:
             return None
+        if len(items) == 1 or any(b"\n" in item.data for item in items):
+            return self._send_alone(items[0])
+        bundle = self.pusher.send_bundle([item.data for item in items])
+        if bundle.items is None:
+            return self._bundle_refused(bundle.request, items)
+        self.last_push = bundle.request
+        self.bundles_sent += 1
+        retry = None
+        for item, result in zip(items, bundle.items, strict=True):
+            self._settle(item, result)
+            if result.outcome is Outcome.RETRY and retry is None:
+                retry = result
+        return retry or bundle.request
+
+    def _send_alone(self, item: SpooledBatch) -> PushResult:
         result = self.pusher.send(item.data)
         self.last_push = result
+        self._settle(item, result)
+        return result
+
+    def _bundle_refused(self, result: PushResult, items: list[SpooledBatch]) -> PushResult:
+        """The daemon refused the bundle as a request: an older daemon without the bundle
+        endpoint (404/405) or a smaller size limit (413) makes the agent send smaller
+        bundles or single batches from now on; the oldest batch goes alone at once."""
+        if result.outcome is Outcome.RETRY and result.status not in (404, 405):
+            self.last_push = result
+            self.retried_sends += 1
+            return result
+        if result.status == 413:
+            self._bundle_limit = max(1, len(items) // 2)
+            log.warning(
+                "daemon refused a bundle of %d batches as too large; bundles of at most %d from now on",
+                len(items),
+                self._bundle_limit,
+            )
+        else:
+            self._bundles = False
+            log.warning(
+                "daemon refused bundles (%s); sending one batch per request from now on", result.reason
+            )
+        return self._send_alone(items[0])
+
+    def _settle(self, item: SpooledBatch, result: PushResult) -> None:
+        """Ack, reject or keep one spooled batch after the daemon's answer for it."""
+        assert self.spool is not None
         if result.outcome is Outcome.OK:
             self.spool.ack(item.path)
             self.sent_batches += 1
@@ -224,7 +277,6 @@ class Agent:
             )
         else:
             self.retried_sends += 1
-        return result
 
     def retry_delay(self, result: PushResult) -> float:
         """The next backoff delay, but at least the daemon's Retry-After (capped at backoff_max_s)."""
@@ -237,6 +289,9 @@ class Agent:
         stop = self._stop_sender
         while not stop.is_set():
             self._wake.clear()  # cleared before peeking, so a put() after this wakes the wait below
+            if self._waiting_for_more():
+                self._wake.wait(self._idle_poll_s)
+                continue
             try:
                 result = self.send_one()
             except Exception as exc:  # e.g. an unreadable spool file; keep the thread alive
@@ -248,6 +303,17 @@ class Agent:
                 self._wake.wait(self._idle_poll_s)
             elif result.outcome is Outcome.RETRY and self._sleep(stop, self.retry_delay(result)):
                 return
+
+    def _waiting_for_more(self) -> bool:
+        """With ``agent.push_every`` = N > 1, the sender holds back until N batches wait.
+
+        Only while the last push went through: batches kept after a failed one go as soon as
+        the back-off allows, as before.
+        """
+        assert self.spool is not None
+        every = self.config.push_every
+        last_ok = self.last_push is None or self.last_push.outcome is not Outcome.RETRY
+        return every > 1 and last_ok and len(self.spool) < every
 
     def drain(self, timeout_s: float) -> bool:
         """Wait (real time) until the spool is empty; True if it emptied within ``timeout_s``."""

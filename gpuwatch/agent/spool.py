@@ -60,6 +60,7 @@ import threading
 import time
 from contextlib import suppress
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 from gpuwatch.wire import utcnow
@@ -412,19 +413,35 @@ class Spool:
 
     def peek_oldest(self) -> SpooledBatch | None:
         """The oldest pending batch without removing it; None when the spool is empty."""
+        oldest = self.peek_oldest_many(1, 0)
+        return oldest[0] if oldest else None
+
+    def peek_oldest_many(self, max_batches: int, max_bytes: int) -> list[SpooledBatch]:
+        """The oldest pending batches, oldest first, without removing them: at most
+        ``max_batches``, and no more than ``max_bytes`` together (but always the oldest one)."""
         with self._lock:
-            while self._pending:
-                name = next(iter(self._pending))
-                path = self.dir / name
-                try:
-                    data = path.read_bytes()
-                except FileNotFoundError:  # deleted behind our back: forget it
-                    self._bytes -= self._pending.pop(name)
-                    continue
-                match = _NAME_RE.match(name)
-                assert match is not None  # only matching names enter the index
-                return SpooledBatch(path, int(match.group(1)), match.group(2), data)
-            return None
+            while True:  # starts again only if a file vanished behind our back
+                out = self._read_oldest(max_batches, max_bytes)
+                if out is not None:
+                    return out
+
+    def _read_oldest(self, max_batches: int, max_bytes: int) -> list[SpooledBatch] | None:
+        out: list[SpooledBatch] = []
+        size = 0
+        for name in list(islice(self._pending, max_batches)):
+            if out and size + self._pending[name] > max_bytes:
+                break
+            path = self.dir / name
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # deleted behind our back: forget it
+                self._bytes -= self._pending.pop(name)
+                return None
+            match = _NAME_RE.match(name)
+            assert match is not None  # only matching names enter the index
+            out.append(SpooledBatch(path, int(match.group(1)), match.group(2), data))
+            size += len(data)
+        return out
 
     def ack(self, path: Path) -> None:
         """Delete a batch the daemon stored. Unknown or already-dropped paths are ignored."""

@@ -46,7 +46,13 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
     app.state.writer = writer
     app.router.lifespan_context = _lifespan(writer)
     app.include_router(
-        build_router(engine, writer, settings.daemon.max_batch_bytes, settings.daemon.max_future_skew_s)
+        build_router(
+            engine,
+            writer,
+            settings.daemon.max_batch_bytes,
+            settings.daemon.max_future_skew_s,
+            settings.daemon.max_bundle_batches,
+        )
     )
 
     from gpuwatch.web.routes import build_web_router

@@ -1,4 +1,4 @@
-"""``POST /api/v1/ingest/{node}``: the one way samples get in.
+"""``POST /api/v1/ingest/{node}`` (one batch) and ``.../bundle`` (several): how samples get in.
 
 Checks, in order, each with its own status so an agent (and an admin reading its log)
 knows what to do:
@@ -18,12 +18,22 @@ code   when                                                        agent does
 =====  ==========================================================  ==================
 
 Nothing is stored unless every check passes, and then all of the batch is stored at once.
+
+A bundle is an agent's spool backlog in one request: one batch per line (NDJSON), at most
+``daemon.max_bundle_batches`` of them within ``daemon.max_batch_bytes``. 401/403 (token,
+node), 413 (size) and 503 apply to the whole request; each line is then checked as above and
+answered on its own (``stored``, ``duplicate``, or ``refused`` with the code it would have
+had alone), and the valid lines are stored in one transaction. After a 30-minute outage an
+agent replays 180 batches; as bundles that is a few requests instead of 180, and the daemon's
+fixed cost per request (HTTP, auth, transaction) is paid once per bundle.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +53,11 @@ INGEST_REQUESTS = Counter(
     "gpuwatch_daemon_ingest_requests_total", "Ingest requests by HTTP status.", ["status"]
 )
 INGEST_SAMPLES = Counter("gpuwatch_daemon_ingest_samples_total", "Samples stored.")
+INGEST_BUNDLE_LINES = Counter(
+    "gpuwatch_daemon_ingest_bundle_batches_total",
+    "Batches received in bundles, by whether they passed the checks.",
+    ["outcome"],
+)
 INGEST_SECONDS = Histogram("gpuwatch_daemon_ingest_seconds", "Time to validate and store one batch.")
 
 _MAX_ERRORS_SHOWN = 20
@@ -105,13 +120,15 @@ def authenticate(engine: sa.Engine, node: str, token: str) -> int:
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _fail(413, f"batch of {declared} bytes exceeds the limit of {limit} bytes")
+        raise _fail(
+            413, f"body of {declared} bytes exceeds the limit of {limit} bytes (daemon.max_batch_bytes)"
+        )
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _fail(413, f"batch exceeds the limit of {limit} bytes")
+            raise _fail(413, f"body exceeds the limit of {limit} bytes (daemon.max_batch_bytes)")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -153,12 +170,43 @@ def check_clock(batch: Batch, max_future_skew_s: float) -> None:
         )
 
 
+def checked_batch(line: bytes, node: str, max_future_skew_s: float) -> Batch:
+    """One batch as the daemon accepts it: valid, of ``node``, and not from the future."""
+    batch = parse_batch(line)
+    if batch.node != node:
+        raise _fail(403, f"batch is for node {batch.node!r}; node {node!r} may only write its own samples")
+    check_clock(batch, max_future_skew_s)
+    return batch
+
+
+def bundle_lines(body: bytes, max_batches: int) -> list[bytes]:
+    """The batches of a bundle body: one JSON batch per line (NDJSON), blank lines ignored."""
+    lines = [line for line in body.split(b"\n") if line.strip()]
+    if not lines:
+        raise _fail(400, "empty bundle: expected one JSON batch per line")
+    if len(lines) > max_batches:
+        raise _fail(413, f"bundle of {len(lines)} batches exceeds the limit of {max_batches} batches")
+    return lines
+
+
 def build_router(
-    engine: sa.Engine, writer: IngestWriter, max_batch_bytes: int, max_future_skew_s: float
+    engine: sa.Engine,
+    writer: IngestWriter,
+    max_batch_bytes: int,
+    max_future_skew_s: float,
+    max_bundle_batches: int = 256,
 ) -> APIRouter:
     router = APIRouter()
     auth_cache = AuthCache()
     body_schema: dict[str, Any] = {"$ref": "#/components/schemas/Batch"}
+
+    async def node_id_of(node: str, request: Request) -> int:
+        token = _bearer(request)
+        node_id = auth_cache.get(node, token)
+        if node_id is None:
+            node_id = await _run_sync(authenticate, engine, node, token)
+            auth_cache.put(node, token, node_id)
+        return node_id
 
     @router.post(
         "/api/v1/ingest/{node}",
@@ -180,18 +228,8 @@ def build_router(
         """Store one batch from ``node``. Idempotent by ``batch_id``."""
         started = time.perf_counter()
         try:
-            token = _bearer(request)
-            node_id = auth_cache.get(node, token)
-            if node_id is None:
-                node_id = await _run_sync(authenticate, engine, node, token)
-                auth_cache.put(node, token, node_id)
-            body = await _read_body(request, max_batch_bytes)
-            batch = parse_batch(body)
-            if batch.node != node:
-                raise _fail(
-                    403, f"batch is for node {batch.node!r}; node {node!r} may only write its own samples"
-                )
-            check_clock(batch, max_future_skew_s)
+            node_id = await node_id_of(node, request)
+            batch = checked_batch(await _read_body(request, max_batch_bytes), node, max_future_skew_s)
             result = await _stored(writer, node_id, batch)
         except IngestError as exc:
             INGEST_REQUESTS.labels(str(exc.status_code)).inc()
@@ -212,6 +250,87 @@ def build_router(
         )
         return {"status": result.status.value, "samples": result.samples, "batch_id": str(batch.batch_id)}
 
+    @router.post(
+        "/api/v1/ingest/{node}/bundle",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "description": "Batches of this node, one JSON batch (the Batch schema) per line.",
+                "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+            }
+        },
+        responses={
+            200: {
+                "description": "One result per line, in order: ``stored``, ``duplicate``, or "
+                "``refused`` with the HTTP ``code`` a single batch would have had (400, 403, 422) "
+                "and its ``detail``. Refused lines do not stop the others."
+            },
+            400: {"description": "Empty bundle."},
+            401: {"description": "Missing or invalid token."},
+            403: {"description": "Unknown node, or a token of another node."},
+            413: {"description": "Body or number of batches over the limit."},
+            503: {"description": "Database unavailable; nothing or only part stored; send it all again."},
+        },
+        tags=["ingest"],
+    )
+    async def ingest_bundle(node: str, request: Request) -> dict[str, Any]:
+        """Store several batches from ``node`` in one request (an agent's spool backlog).
+
+        Each line is checked like a single batch; the valid ones go to the database together,
+        in one transaction. Idempotent by each batch's ``batch_id``.
+        """
+        started = time.perf_counter()
+        try:
+            node_id = await node_id_of(node, request)
+            lines = bundle_lines(await _read_body(request, max_batch_bytes), max_bundle_batches)
+            results: list[dict[str, Any]] = []
+            accepted: list[Batch] = []
+            for line in lines:
+                try:
+                    batch = checked_batch(line, node, max_future_skew_s)
+                except IngestError as exc:
+                    results.append({"status": "refused", "code": exc.status_code, "detail": exc.detail})
+                    continue
+                accepted.append(batch)
+                results.append({"batch_id": str(batch.batch_id)})
+            stored = await _stored_many(writer, node_id, accepted) if accepted else []
+        except IngestError as exc:
+            INGEST_REQUESTS.labels(str(exc.status_code)).inc()
+            log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
+            raise
+        outcomes = iter(stored)
+        for entry in results:
+            if "batch_id" in entry:
+                result = next(outcomes)
+                entry.update(status=result.status.value, samples=result.samples)
+        refused = len(lines) - len(accepted)
+        INGEST_REQUESTS.labels("200").inc()
+        INGEST_BUNDLE_LINES.labels("refused").inc(refused)
+        INGEST_BUNDLE_LINES.labels("accepted").inc(len(accepted))
+        samples = sum(result.samples for result in stored)
+        INGEST_SAMPLES.inc(samples)
+        INGEST_SECONDS.observe(time.perf_counter() - started)
+        if refused:
+            log.warning(
+                "bundle lines refused",
+                extra={
+                    "node": node,
+                    "refused": refused,
+                    "why": [r["detail"] for r in results if "code" in r][:3],
+                },
+            )
+        log.info(
+            "ingest bundle",
+            extra={
+                "node": node,
+                "batches": len(lines),
+                "refused": refused,
+                "samples": samples,
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+            },
+        )
+        return {"results": results, "samples": samples}
+
     return router
 
 
@@ -228,10 +347,18 @@ async def _run_sync(func: Any, *args: Any) -> Any:
 
 async def _stored(writer: IngestWriter, node_id: int, batch: Batch) -> IngestResult:
     """Hand the batch to the group-commit writer and wait for its transaction to commit."""
-    import asyncio
+    return await _committed(writer.submit(node_id, batch))
 
+
+async def _stored_many(writer: IngestWriter, node_id: int, batches: list[Batch]) -> list[IngestResult]:
+    """A bundle's valid batches, stored together; their results in order."""
+    return await _committed(writer.submit_many(node_id, batches))
+
+
+async def _committed(future: Future) -> Any:
+    """Wait for the writer's transaction; database outages become 503."""
     try:
-        return await asyncio.wrap_future(writer.submit(node_id, batch))
+        return await asyncio.wrap_future(future)
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
         log.error("database unavailable: %s", exc.__class__.__name__, exc_info=True)
         raise _fail(503, "database unavailable; retry later") from None
@@ -244,4 +371,11 @@ def openapi_components() -> dict[str, Any]:
     return {"Batch": schema, **defs}
 
 
-__all__ = ["build_router", "json_schema", "openapi_components", "parse_batch"]
+__all__ = [
+    "build_router",
+    "bundle_lines",
+    "checked_batch",
+    "json_schema",
+    "openapi_components",
+    "parse_batch",
+]

@@ -35,10 +35,22 @@ class Received:
     headers: dict[str, str]
     body: bytes
     status: int
+    answer: dict | None = None
+
+    @property
+    def bundle(self) -> bool:
+        return self.path.endswith("/bundle")
+
+    @property
+    def batches(self) -> list[dict]:
+        """The batches sent: one, or a bundle's, one per line."""
+        lines = self.body.split(b"\n") if self.bundle else [self.body]
+        return [json.loads(line) for line in lines]
 
     @property
     def batch(self) -> dict:
-        return json.loads(self.body)
+        (batch,) = self.batches
+        return batch
 
 
 class _Server(ThreadingHTTPServer):
@@ -49,12 +61,17 @@ class ScriptedDaemon:
     """A real HTTP server on 127.0.0.1 that answers from a script and records every request.
 
     Replies are taken from ``script`` in order; once it is empty every request gets 200
-    ``stored`` (or ``duplicate`` for a batch id seen before, like the real daemon).
+    ``stored`` (or ``duplicate`` for a batch id seen before, like the real daemon), a bundle
+    (``.../bundle``, one batch per line) one such result per line. ``refuse`` maps batch ids
+    to a (code, detail) that a bundle's line for that batch gets instead; ``bundles=False``
+    answers bundles 404, as a daemon from before bundles does.
     ``down()``/``up()`` close and re-open the listening socket on the same port.
     """
 
     def __init__(self) -> None:
         self.script: list[Reply] = []
+        self.refuse: dict[str, tuple[int, str]] = {}
+        self.bundles = True
         self.received: list[Received] = []
         self.lock = threading.Lock()
         self.port = 0
@@ -74,14 +91,13 @@ class ScriptedDaemon:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = self.rfile.read(length)
+                received = Received(self.path, dict(self.headers), body, 0)
                 with daemon.lock:
                     reply = daemon.script.pop(0) if daemon.script else None
                     if reply is None:
-                        seen = {r.batch["batch_id"] for r in daemon.received if r.status == 200}
-                        batch_id = json.loads(body)["batch_id"]
-                        status = "duplicate" if batch_id in seen else "stored"
-                        reply = Reply(200, {"status": status, "samples": len(json.loads(body)["samples"])})
-                    daemon.received.append(Received(self.path, dict(self.headers), body, reply.status))
+                        reply = daemon.answer(received)
+                    received.status, received.answer = reply.status, reply.body
+                    daemon.received.append(received)
                 if reply.delay_s:
                     threading.Event().wait(reply.delay_s)
                 payload = json.dumps(reply.body or {"detail": f"scripted {reply.status}"}).encode()
@@ -102,6 +118,41 @@ class ScriptedDaemon:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01})
         self._thread.start()
 
+    def answer(self, received: Received) -> Reply:
+        """What the real daemon answers when all goes well (called with the lock held)."""
+        if received.bundle and not self.bundles:
+            return Reply(404, {"detail": "Not Found"})
+        seen = set(self.stored_ids_locked())
+        results = []
+        for batch in received.batches:
+            batch_id = batch["batch_id"]
+            if batch_id in self.refuse:
+                code, detail = self.refuse[batch_id]
+                results.append({"status": "refused", "code": code, "detail": detail})
+                continue
+            results.append({"batch_id": batch_id, "status": "duplicate" if batch_id in seen else "stored"})
+            seen.add(batch_id)
+        if received.bundle:
+            return Reply(200, {"results": results, "samples": 0})
+        if "code" in results[0]:
+            return Reply(results[0]["code"], {"detail": results[0]["detail"]})
+        return Reply(200, {"status": results[0]["status"], "samples": len(received.batch["samples"])})
+
+    def stored_ids_locked(self) -> list[str]:
+        """Ids of batches answered stored or duplicate, in the order they arrived."""
+        ids = []
+        for r in self.received:
+            if r.status != 200:
+                continue
+            if not r.bundle:
+                ids.append(r.batch["batch_id"])
+                continue
+            results = (r.answer or {}).get("results", [])
+            for batch, result in zip(r.batches, results, strict=False):
+                if result.get("status") in ("stored", "duplicate"):
+                    ids.append(batch["batch_id"])
+        return ids
+
     def down(self) -> None:
         if self._httpd is None:
             return
@@ -113,7 +164,7 @@ class ScriptedDaemon:
 
     def stored_ids(self) -> list[str]:
         with self.lock:
-            return [r.batch["batch_id"] for r in self.received if r.status == 200]
+            return self.stored_ids_locked()
 
     def requests_count(self) -> int:
         with self.lock:

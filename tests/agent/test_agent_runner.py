@@ -125,11 +125,15 @@ def test_outage_loses_and_duplicates_nothing_and_replays_in_order(
         stop.set()
         thread.join(5)
         agent.close()
-    stored = [Batch.model_validate_json(r.body) for r in daemon.received]
+    stored = [Batch.model_validate(b) for r in daemon.received for b in r.batches]
     assert len(stored) == cycles  # nothing lost
     assert len({b.batch_id for b in stored}) == cycles  # nothing sent twice
     assert [b.seq for b in stored] == list(range(cycles))  # oldest first, no gaps
     assert all(r.headers["Authorization"] == f"Bearer {TOKEN}" for r in daemon.received)
+    # the backlog went back in bundles, not a request per batch
+    assert any(r.bundle and len(r.batches) > 1 for r in daemon.received)
+    assert len(daemon.received) < cycles
+    assert all(r.headers["Content-Type"] == "application/x-ndjson" for r in daemon.received if r.bundle)
 
 
 def test_backlog_from_a_previous_run_is_sent_first(daemon: ScriptedDaemon, tmp_path: Path) -> None:
@@ -143,14 +147,14 @@ def test_backlog_from_a_previous_run_is_sent_first(daemon: ScriptedDaemon, tmp_p
         assert agent.drain(5)
     finally:
         agent.close()
-    received = [Batch.model_validate_json(r.body) for r in daemon.received]
+    received = [Batch.model_validate(b) for r in daemon.received for b in r.batches]
     assert [b.batch_id for b in received[:4]] == [b.batch_id for b in old if b is not None]
     assert [b.seq for b in received] == list(range(7))  # seq continues across the restart
 
 
 def test_422_moves_batch_to_rejected_and_does_not_retry(daemon: ScriptedDaemon, tmp_path: Path) -> None:
     daemon.script = [Reply(422, {"detail": "samples.0.busy_ratio: less than or equal to 1"})]
-    config = make_config(tmp_path, daemon.url)
+    config = make_config(tmp_path, daemon.url, bundle_max_batches=1)  # one batch per request
     with make_agent(config) as agent:
         batches = [agent.cycle() for _ in range(3)]
         results = [agent.send_one() for _ in range(4)]

@@ -60,6 +60,25 @@ def test_put_peek_ack_in_order(tmp_path: Path) -> None:
         assert spool.peek_oldest() is None
 
 
+def test_peek_oldest_many_bounded_by_count_and_bytes(tmp_path: Path) -> None:
+    with Spool(tmp_path, 1 << 20) as spool:
+        ids = fill(spool, 6, pad=100)
+        size = spool.bytes_used // 6
+        assert [i.batch_id for i in spool.peek_oldest_many(4, 1 << 20)] == ids[:4]
+        assert [i.batch_id for i in spool.peek_oldest_many(10, int(size * 2.5))] == ids[:2]
+        # the oldest comes even if it alone is over the byte bound: it must be sent some day
+        assert [i.batch_id for i in spool.peek_oldest_many(10, 1)] == ids[:1]
+        assert len(spool) == 6  # peeking removes nothing
+        # a file deleted behind the spool's back is forgotten, and the next ones come instead
+        spool.peek_oldest_many(1, 0)[0].path.unlink()
+        many = spool.peek_oldest_many(3, 1 << 20)
+        assert [i.batch_id for i in many] == ids[1:4] and len(spool) == 5
+        assert all(json.loads(i.data)["batch_id"] == i.batch_id for i in many)
+        for item in many:
+            spool.ack(item.path)
+        assert drain_ids(spool) == ids[4:]
+
+
 def test_file_names_sort_in_enqueue_order(tmp_path: Path) -> None:
     with Spool(tmp_path, 1 << 20) as spool:
         paths = [spool.put(*batch(i)) for i in range(12)]

@@ -57,3 +57,25 @@ def test_one_refused_batch_fails_alone(engine):
     writer.stop()
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 3
+
+
+def test_a_bundle_is_stored_in_one_group_and_fails_only_itself(engine):
+    ids = _node_ids(engine, 2)
+    # two threads and small groups: still, a bundle is never split between transactions
+    writer = IngestWriter(BatchStore(engine), threads=2, max_group_batches=4)
+    single = writer.submit(ids[0], factories.batch(node="node000", start=factories.T0, seq=0))
+    bundle = [factories.batch(node="node001", start=factories.T0.replace(hour=h), seq=h) for h in (1, 2, 3)]
+    good = writer.submit_many(ids[1], bundle)
+    # the same shape for a node id that does not exist: the database refuses every batch of it
+    bad = writer.submit_many(987654, [factories.batch(start=factories.T0.replace(hour=h)) for h in (4, 5)])
+    writer.start()
+    assert single.result(timeout=30).status is IngestStatus.STORED
+    results = good.result(timeout=30)
+    assert [r.status for r in results] == [IngestStatus.STORED] * 3
+    with pytest.raises(sa.exc.IntegrityError):
+        bad.result(timeout=30)
+    again = writer.submit_many(ids[1], bundle)
+    assert [r.status for r in again.result(timeout=30)] == [IngestStatus.DUPLICATE] * 3
+    writer.stop()
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 4

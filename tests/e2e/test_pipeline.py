@@ -13,30 +13,15 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.agent import Agent, Pusher, Spool
-from gpuwatch.agent.push import Outcome
+from gpuwatch.agent import Agent, Spool
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
 from gpuwatch.sql.ingest import count_rows
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
-from gpuwatch.wire import Batch
+from tests.pushers import RecordingPusher
 
 pytestmark = pytest.mark.slow
-
-
-class RecordingPusher(Pusher):
-    """The real pusher, remembering every body the daemon answered 200 to."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.delivered: list[Batch] = []
-
-    def send(self, body: bytes):
-        result = super().send(body)
-        if result.outcome is Outcome.OK:
-            self.delivered.append(Batch.model_validate_json(body))
-        return result
 
 
 def _agent(daemon, engine, tmp_path, interval_s=0.25, node="sim-node01"):

@@ -20,35 +20,17 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.agent import Agent, Pusher, Spool
-from gpuwatch.agent.push import Outcome
+from gpuwatch.agent import Agent, Spool
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.schema import gpu_samples, ingested_batches
-from gpuwatch.wire import Batch, utcnow
+from gpuwatch.wire import utcnow
 from tests.conftest import free_port
+from tests.pushers import RecordingPusher
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-class RecordingPusher(Pusher):
-    """The real pusher, remembering every status and every body answered 200."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.delivered: list[Batch] = []
-        self.statuses: list[int | None] = []
-        self._lock = threading.Lock()
-
-    def send(self, body: bytes):
-        result = super().send(body)
-        with self._lock:
-            self.statuses.append(result.status)
-            if result.outcome is Outcome.OK:
-                self.delivered.append(Batch.model_validate_json(body))
-        return result
 
 
 class VirtualTime:

@@ -1,4 +1,5 @@
-"""The daemon down for 30 simulated minutes: the agent spools 180 cycles, then replays all of them once."""
+"""The daemon down for 30 simulated minutes: the agent spools 180 cycles, then replays all of
+them once, in bundles."""
 
 from __future__ import annotations
 
@@ -50,3 +51,5 @@ def test_thirty_minutes_down_then_replay_loses_and_duplicates_nothing(migrated, 
     # oldest first: the replay delivered the batches in the order they were made
     seqs = [b.seq for b in pusher.delivered]
     assert seqs == sorted(seqs)
+    # the backlog went back in bundles (agent.bundle_max_batches = 64): a few requests, not 180
+    assert sum(pusher.bundles) >= CYCLES - 1 and len(pusher.bundles) <= 4, pusher.bundles

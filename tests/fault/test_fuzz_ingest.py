@@ -70,3 +70,71 @@ def test_ingest_never_answers_a_server_error(sqlite_url, tmp_path, mode):
     print(f"{mode}: statuses {dict(sorted(seen.items()))}")
     assert sum(seen.values()) >= 50
     assert not errors, "\n\n".join(errors[:3])
+
+
+def test_bundle_never_answers_a_server_error(sqlite_url, tmp_path):
+    """Bundles of generated batches (valid and not) and raw garbage lines: no 5xx but 503,
+    and every 200 answers each line."""
+    import json
+
+    from schemathesis import GenerationMode
+
+    from gpuwatch.sql import migrate
+    from gpuwatch.sql.engine import create_engine
+
+    st = hypothesis.strategies
+    engine = create_engine(sqlite_url)
+    migrate.upgrade(engine)
+    token = create_token(engine, NODE)
+    daemon = DaemonProcess(sqlite_url, tmp_path / "daemon.log")
+    daemon.start()
+    seen: dict[int, int] = {}
+    errors: list[str] = []
+    try:
+        schema = schemathesis.openapi.from_url(f"{daemon.url}/openapi.json")
+        operation = schema[PATH]["POST"]
+        cases = st.one_of(
+            operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
+            operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
+        )
+
+        def line_of(case) -> bytes:
+            if isinstance(case.body, dict):
+                case.body["node"] = NODE
+            return json.dumps(case.body, default=str).encode()
+
+        lines = st.one_of(cases.map(line_of), st.binary(max_size=64))
+        session = requests.Session()
+
+        @hypothesis.settings(
+            max_examples=60,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(hypothesis.HealthCheck),
+            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+        )
+        @hypothesis.given(bundle=st.lists(lines, min_size=1, max_size=5))
+        def check(bundle: list[bytes]) -> None:
+            body = b"\n".join(bundle)
+            response = session.post(
+                f"{daemon.url}/api/v1/ingest/{NODE}/bundle",
+                data=body,
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+                timeout=10,
+            )
+            seen[response.status_code] = seen.get(response.status_code, 0) + 1
+            if response.status_code >= 500 and response.status_code != 503:
+                errors.append(f"{response.status_code}: {body[:300]!r}\n{response.text[:500]}")
+            if response.status_code == 200:
+                lines_sent = [line for line in body.split(b"\n") if line.strip()]
+                assert len(response.json()["results"]) == len(lines_sent)
+
+        check()
+        session.close()
+    finally:
+        daemon.stop()
+        engine.dispose()
+    print(f"bundle: statuses {dict(sorted(seen.items()))}")
+    assert seen.get(200, 0) >= 10
+    assert not errors, "\n\n".join(errors[:3])
