@@ -909,6 +909,7 @@ CATALOG: tuple[Entry, ...] = (
             ("gpuwatch_agent_sent_batches_total", "batches", "Batches the daemon stored."),
             ("gpuwatch_agent_rejected_batches_total", "batches", "Batches the daemon rejected."),
             ("gpuwatch_agent_retried_sends_total", "sends", "Sends that will be retried."),
+            ("gpuwatch_agent_bundles_sent_total", "requests", "Bundles of batches the daemon answered."),
         )
     ),
 )

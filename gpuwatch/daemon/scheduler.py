@@ -49,7 +49,7 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
     scheduler.add_job(partitions_ahead, "interval", hours=1, id="partitions", name="create partitions ahead")
     partitions_ahead()
 
-    rollup = Rollup(store.engine)
+    rollup = Rollup(store.engine, raw_days=settings.retention.raw_days)
     scheduler.add_job(
         leader_only(rollup.run_once), "interval", minutes=1, id="rollup", name="per-minute rollups"
     )

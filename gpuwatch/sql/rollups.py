@@ -13,7 +13,10 @@ The scheduled pass (:meth:`Rollup.run_once`):
    for batches in flight), in chunks;
 2. finds batches received since the previous pass whose samples reach back before
    ``done_until`` (a node replaying its spool after an outage) and re-rolls exactly those
-   (node, minute) ranges.
+   (node, minute) ranges — but never before the raw horizon (``now - retention.raw_days``):
+   raw samples older than that may be gone already, so such a minute's rollup rows, made
+   when its raw samples were all there, are kept, and the late samples in it are not added
+   (they are stored raw, until retention drops them).
 
 Rolling a range is "delete its rollup rows, insert them again from raw samples" in one
 transaction, so it is idempotent: re-rolling twice, or a pass killed half-way, leaves
@@ -218,17 +221,24 @@ class RollupReport:
     minutes_rolled: int = 0
     late_ranges: int = 0
     done_until: datetime | None = None
+    late_too_old: int = 0
 
 
 class Rollup:
     """The rollup pass; one instance per daemon (the scheduler runs it every minute)."""
 
     def __init__(
-        self, engine: sa.Engine, lag: timedelta = timedelta(minutes=2), chunk_minutes: int = 60
+        self,
+        engine: sa.Engine,
+        lag: timedelta = timedelta(minutes=2),
+        chunk_minutes: int = 60,
+        raw_days: int | None = None,
     ) -> None:
         self.engine = engine
         self.lag = lag
         self.chunk = timedelta(minutes=chunk_minutes)
+        #: late ranges are re-rolled only from ``now - raw_days`` on (None: no retention)
+        self.raw_days = raw_days
 
     # ----------------------------------------------------------------- rolling a range
     def roll(self, start: datetime, end: datetime, node_id: int | None = None) -> None:
@@ -288,9 +298,22 @@ class Rollup:
                     .where(ingested_batches.c.received_at >= since, ingested_batches.c.min_ts < done_until)
                     .group_by(ingested_batches.c.node_id)
                 ).all()
+            horizon = floor_minute(now - timedelta(days=self.raw_days)) if self.raw_days else None
             for node_id, lo, hi in late:
-                self.roll(floor_minute(lo), min(floor_minute(hi) + MINUTE, done_until), node_id)
-                report.late_ranges += 1
+                start, end = floor_minute(lo), min(floor_minute(hi) + MINUTE, done_until)
+                if horizon is not None and start < horizon:
+                    report.late_too_old += 1
+                    log.warning(
+                        "rollup: node %d sent samples from %s, older than the raw horizon %s "
+                        "(retention.raw_days); stored raw, rollups before the horizon left as they were",
+                        node_id,
+                        start.isoformat(),
+                        horizon.isoformat(),
+                    )
+                    start = horizon
+                if start < end:
+                    self.roll(start, end, node_id)
+                    report.late_ranges += 1
 
         # 2. new whole minutes
         cursor = done_until

@@ -194,7 +194,8 @@ def job_view(engine: sa.Engine, job_id: str, now: datetime) -> JobView | None:
         gpu_rows = (
             conn.execute(
                 sa.select(gpu_minutes)
-                .where(g.node_id.in_(node_ids), g.minute >= lo, g.minute <= hi)
+                # only the job's GPUs: a 1-GPU job on an 8-GPU node reads 1/8 of the node's rows
+                .where(sa.tuple_(g.node_id, g.gpu_index).in_(sorted(wanted)), g.minute >= lo, g.minute <= hi)
                 .order_by(g.minute)
             )
             .mappings()

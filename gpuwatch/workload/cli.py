@@ -17,9 +17,13 @@ from gpuwatch.workload.scenarios import SCENARIOS
 
 def throughput_line(summary: dict) -> str:
     """One line for people: the scenario's throughput and where its time went."""
+    precision = summary["precision"]
+    computed = summary.get("compute_precision", precision)
+    if computed != precision:
+        precision = f"{precision}, computed in {computed}: this CPU has no native {precision}"
     return (
         f"{summary['scenario']} on {summary['device']}: {summary['samples_per_s']:.1f} samples/s "
-        f"({summary['steps']} steps, batch {summary['batch_size']}, {summary['precision']}; "
+        f"({summary['steps']} steps, batch {summary['batch_size']}, {precision}; "
         f"busy {summary['busy_share']:.0%}, wait {summary['wait_share']:.0%}, "
         f"comm {summary['comm_share']:.0%}, copy {summary['copy_share']:.0%}, "
         f"host {summary['host_share']:.0%})"

@@ -182,3 +182,4 @@ class AgentCounters:
     sent_batches = 40
     rejected_batches = 0
     retried_sends = 5
+    bundles_sent = 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -47,3 +48,34 @@ def test_old_raw_data_goes_rollups_and_recent_data_stay(engine):
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(gpu_minutes)).scalar() == 0
         assert count_rows(conn, [gpu_samples])["gpu_samples"] == 6
+
+
+def test_late_batches_older_than_raw_retention_leave_rollups_alone(engine):
+    """A spool copy restored weeks later: its samples are older than the raw horizon, so the
+    minutes they touch (and every minute between them) no longer have their raw samples. The
+    late re-roll must not delete rollups it cannot rebuild."""
+    create_token(engine, "node001")
+    with engine.connect() as conn:
+        node_id = get_node(conn, "node001").id
+    store = BatchStore(engine)
+    old = factories.T0.replace(hour=6)
+    now = old + timedelta(days=30)
+    on_time = [factories.batch(start=old + timedelta(minutes=m), cycles=6) for m in range(0, 60, 5)]
+    for b in on_time:
+        store.store(node_id, b)
+    rollup = Rollup(engine, chunk_minutes=60 * 24 * 31, raw_days=14)
+    rollup.run_once(now=old + timedelta(hours=2))
+    with engine.connect() as conn:
+        before = conn.execute(sa.select(gpu_minutes).order_by(gpu_minutes.c.minute)).all()
+    assert len(before) >= 12 * 2  # at least 12 minutes x 2 GPUs
+    rollup.run_once(now=now)  # rolled up to now, so what follows is only the late re-roll
+    apply_retention(engine, raw_days=14, rollup_days=60, batch_record_days=40, now=now)
+    # two batches of that hour come back under new batch ids (a restored copy of the spool)
+    for b in (on_time[0], on_time[-1]):
+        store.partitions.forget()
+        store.store(node_id, b.model_copy(update={"batch_id": uuid.uuid4()}))
+    report = rollup.run_once(now=now + timedelta(minutes=1))
+    assert report.late_ranges == 0 and report.late_too_old == 1
+    with engine.connect() as conn:
+        after = conn.execute(sa.select(gpu_minutes).order_by(gpu_minutes.c.minute)).all()
+    assert after == before, "rollups of minutes whose raw samples are gone are kept as they were"

@@ -49,3 +49,21 @@ def test_heat_colours_and_line_gaps():
     pts = [(t0 + timedelta(minutes=i), None if i == 5 else i / 10) for i in range(10)]
     chart = svg.line_chart("x <y>", [svg.Series("gpu0", pts)], t0, t0 + timedelta(minutes=9), y_max=1.0)
     assert chart.count("<polyline") == 2 and "x &lt;y&gt;" in chart
+
+
+def test_job_view_has_exactly_the_jobs_gpus(demo):
+    """The GPU series are read for the job's own (node, GPU) pairs only, in SQL; jobs that
+    share a node with others (the demo's 1- and 2-GPU jobs) get none of their neighbours'."""
+    from gpuwatch.web.data import job_view
+    from gpuwatch.wire import utcnow
+
+    _, engine, result = demo
+    shared = 0
+    for jid in result.expected:
+        view = job_view(engine, jid, utcnow())
+        assert view is not None
+        labels = {ref.label for ref in view.scope.gpus}
+        assert set(view.gpu_series["util"]) == labels, jid
+        assert all(len(points) > 0 for points in view.gpu_series["util"].values()), jid
+        shared += len(labels) < 4
+    assert shared >= 2

@@ -194,3 +194,23 @@ def test_cli_json_and_activity_file(tmp_path) -> None:
     assert "samples/s" in result.stderr
     stream = read_stream(path)
     assert stream.header.scenario == "idle" and stream.end_t is not None
+
+
+def test_bf16_is_computed_as_such_only_where_the_cpu_has_it(workload_run) -> None:
+    """The healthy run asks for bf16; a CPU that only emulates it computes fp32, and says so."""
+    import torch
+
+    from gpuwatch.workload.cli import throughput_line
+    from gpuwatch.workload.engine import compute_dtype, cpu_bf16_is_native
+
+    native = cpu_bf16_is_native()
+    assert compute_dtype("cpu", torch.bfloat16) is (torch.bfloat16 if native else None)
+    assert compute_dtype("cpu", None) is None
+    assert compute_dtype("cuda", torch.bfloat16) is torch.bfloat16  # GPUs are never second-guessed
+    summary = workload_run("healthy").summary
+    assert summary["precision"] == "bf16"
+    assert summary["compute_precision"] == ("bf16" if native else "fp32")
+    assert ("computed in fp32" in throughput_line(summary)) is not native
+    # whatever the CPU, the recorded steps carry the precision the job asked for
+    steps = [r for r in workload_run("healthy").stream.records if r.kind == "step"]
+    assert steps and {r.precision for r in steps} == {"bf16"}
