@@ -189,6 +189,18 @@ def bundle_lines(body: bytes, max_batches: int) -> list[bytes]:
     return lines
 
 
+_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or invalid token."},
+    403: {"description": "Unknown node, or a token of another node."},
+}
+
+
+def _count_refusal(node: str, exc: IngestError) -> None:
+    """A request refused as a whole: counted by status and logged with the reason."""
+    INGEST_REQUESTS.labels(str(exc.status_code)).inc()
+    log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
+
+
 def build_router(
     engine: sa.Engine,
     writer: IngestWriter,
@@ -214,10 +226,9 @@ def build_router(
             "requestBody": {"required": True, "content": {"application/json": {"schema": body_schema}}}
         },
         responses={
+            **_AUTH_RESPONSES,
             200: {"description": "Stored, or a duplicate of a batch already stored."},
             400: {"description": "Not JSON, or unsupported schema_version."},
-            401: {"description": "Missing or invalid token."},
-            403: {"description": "Unknown node, or a token of another node."},
             413: {"description": "Batch too large."},
             422: {"description": "Invalid batch."},
             503: {"description": "Database unavailable; retry later."},
@@ -232,8 +243,7 @@ def build_router(
             batch = checked_batch(await _read_body(request, max_batch_bytes), node, max_future_skew_s)
             result = await _stored(writer, node_id, batch)
         except IngestError as exc:
-            INGEST_REQUESTS.labels(str(exc.status_code)).inc()
-            log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
+            _count_refusal(node, exc)
             raise
         INGEST_REQUESTS.labels("200").inc()
         INGEST_SAMPLES.inc(result.samples)
@@ -265,9 +275,8 @@ def build_router(
                 "``refused`` with the HTTP ``code`` a single batch would have had (400, 403, 422) "
                 "and its ``detail``. Refused lines do not stop the others."
             },
+            **_AUTH_RESPONSES,
             400: {"description": "Empty bundle."},
-            401: {"description": "Missing or invalid token."},
-            403: {"description": "Unknown node, or a token of another node."},
             413: {"description": "Body or number of batches over the limit."},
             503: {"description": "Database unavailable; nothing or only part stored; send it all again."},
         },
@@ -295,8 +304,7 @@ def build_router(
                 results.append({"batch_id": str(batch.batch_id)})
             stored = await _stored_many(writer, node_id, accepted) if accepted else []
         except IngestError as exc:
-            INGEST_REQUESTS.labels(str(exc.status_code)).inc()
-            log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
+            _count_refusal(node, exc)
             raise
         outcomes = iter(stored)
         for entry in results:

@@ -129,6 +129,15 @@ def test_unexpected_answer_to_a_bundle_keeps_everything(daemon: ScriptedDaemon, 
         assert len(agent.spool) == 3 and agent.sent_batches == 0  # type: ignore[arg-type]
 
 
+def _run_until_sent(agent, cycles: int, sent: int) -> None:
+    """Run ``cycles`` cycles, wait until ``sent`` batches went, close the agent."""
+    try:
+        agent.run(threading.Event(), max_cycles=cycles)
+        wait_for(lambda: agent.sent_batches == sent)
+    finally:
+        agent.close()
+
+
 def test_push_every_sends_one_bundle_per_n_cycles(daemon: ScriptedDaemon, tmp_path: Path) -> None:
     # bundles of at most 4 too: a sender that wakes late still sends 4 at a time
     config = make_config(tmp_path, daemon.url, push_every=4, bundle_max_batches=4)
@@ -144,12 +153,7 @@ def test_push_every_sends_one_bundle_per_n_cycles(daemon: ScriptedDaemon, tmp_pa
     assert [len(r.batches) for r in daemon.received] == [4, 4]
     assert all(r.bundle for r in daemon.received)
     # the two kept are the next start's first bundle; nothing is lost by holding them
-    again = make_agent(config)
-    try:
-        again.run(threading.Event(), max_cycles=2)
-        wait_for(lambda: again.sent_batches == 4)
-    finally:
-        again.close()
+    _run_until_sent(make_agent(config), cycles=2, sent=4)
     assert [len(r.batches) for r in daemon.received] == [4, 4, 4]
     seqs = [b["seq"] for r in daemon.received for b in r.batches]
     assert seqs == list(range(12))
@@ -157,12 +161,6 @@ def test_push_every_sends_one_bundle_per_n_cycles(daemon: ScriptedDaemon, tmp_pa
 
 def test_push_every_does_not_hold_back_a_retry(daemon: ScriptedDaemon, tmp_path: Path) -> None:
     daemon.script = [Reply(503)]
-    config = make_config(tmp_path, daemon.url, push_every=5)
-    agent = make_agent(config)
-    try:
-        agent.run(threading.Event(), max_cycles=5)
-        wait_for(lambda: agent.sent_batches == 5)
-    finally:
-        agent.close()
+    _run_until_sent(make_agent(make_config(tmp_path, daemon.url, push_every=5)), cycles=5, sent=5)
     # the bundle of 5 refused once (503), then sent again at once, not after 5 more cycles
     assert [(r.status, len(r.batches)) for r in daemon.received] == [(503, 5), (200, 5)]

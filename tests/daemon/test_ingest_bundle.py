@@ -131,3 +131,13 @@ def test_openapi_describes_the_bundle(api):
     spec = client.get("/openapi.json").json()
     body = spec["paths"]["/api/v1/ingest/{node}/bundle"]["post"]["requestBody"]
     assert "application/x-ndjson" in body["content"]
+
+
+def test_the_same_batch_twice_in_one_bundle_is_stored_once(api):
+    client, tokens, engine, _ = api
+    line = _batch(30)
+    response = _bundle(client, "node001", tokens["node001"], [line, _batch(20), line])
+    assert [r["status"] for r in response.json()["results"]] == ["stored", "stored", "duplicate"]
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 2
+        assert count_rows(conn)["gpu_samples"] == 2 * 4

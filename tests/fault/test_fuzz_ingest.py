@@ -1,11 +1,14 @@
-"""Fuzz the ingest endpoint from the daemon's own OpenAPI document (schemathesis, bounded).
+"""Fuzz the ingest endpoints from the daemon's own OpenAPI document (schemathesis, bounded).
 
 Valid token, registered node; bodies generated from the Batch schema (positive) and against
-it (negative). The daemon may refuse anything, but never with a server error: no 5xx other
-than 503.
+it (negative), alone and as bundle lines mixed with raw garbage. The daemon may refuse
+anything, but never with a server error: no 5xx other than 503.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable
 
 import pytest
 import requests
@@ -22,10 +25,9 @@ NODE = "fuzz-node"
 PATH = "/api/v1/ingest/{node}"
 
 
-@pytest.mark.parametrize("mode", ["positive", "negative"])
-def test_ingest_never_answers_a_server_error(sqlite_url, tmp_path, mode):
-    from schemathesis import GenerationMode
-
+@pytest.fixture
+def fuzzed(sqlite_url, tmp_path):
+    """(daemon, token, the single-batch ingest operation of its OpenAPI document)."""
     from gpuwatch.sql import migrate
     from gpuwatch.sql.engine import create_engine
 
@@ -34,23 +36,35 @@ def test_ingest_never_answers_a_server_error(sqlite_url, tmp_path, mode):
     token = create_token(engine, NODE)
     daemon = DaemonProcess(sqlite_url, tmp_path / "daemon.log")
     daemon.start()
-    seen: dict[int, int] = {}
-    errors: list[str] = []
     try:
         schema = schemathesis.openapi.from_url(f"{daemon.url}/openapi.json")
-        operation = schema[PATH]["POST"]
-        strategy = operation.as_strategy(generation_mode=GenerationMode(mode))
-        session = requests.Session()
+        yield daemon, token, schema[PATH]["POST"]
+    finally:
+        daemon.stop()
+        engine.dispose()
 
-        @hypothesis.settings(
-            max_examples=100,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(hypothesis.HealthCheck),
-            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
-        )
-        @hypothesis.given(case=strategy)
+
+def _run(strategy, check: Callable, max_examples: int) -> None:
+    """``check`` over ``max_examples`` generated inputs, the same ones on every run."""
+    hypothesis.settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(hypothesis.HealthCheck),
+        phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+    )(hypothesis.given(strategy)(check))()
+
+
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_ingest_never_answers_a_server_error(fuzzed, mode):
+    from schemathesis import GenerationMode
+
+    daemon, token, operation = fuzzed
+    seen: dict[int, int] = {}
+    errors: list[str] = []
+    with requests.Session() as session:
+
         def check(case) -> None:
             case.path_parameters = {"node": NODE}
             if isinstance(case.body, dict) and mode == "positive":
@@ -62,59 +76,34 @@ def test_ingest_never_answers_a_server_error(sqlite_url, tmp_path, mode):
             if response.status_code >= 500 and response.status_code != 503:
                 errors.append(f"{response.status_code}: {case.as_curl_command()}\n{response.text[:500]}")
 
-        check()
-        session.close()
-    finally:
-        daemon.stop()
-        engine.dispose()
+        _run(operation.as_strategy(generation_mode=GenerationMode(mode)), check, 100)
     print(f"{mode}: statuses {dict(sorted(seen.items()))}")
     assert sum(seen.values()) >= 50
     assert not errors, "\n\n".join(errors[:3])
 
 
-def test_bundle_never_answers_a_server_error(sqlite_url, tmp_path):
+def test_bundle_never_answers_a_server_error(fuzzed):
     """Bundles of generated batches (valid and not) and raw garbage lines: no 5xx but 503,
     and every 200 answers each line."""
-    import json
-
     from schemathesis import GenerationMode
 
-    from gpuwatch.sql import migrate
-    from gpuwatch.sql.engine import create_engine
-
+    daemon, token, operation = fuzzed
     st = hypothesis.strategies
-    engine = create_engine(sqlite_url)
-    migrate.upgrade(engine)
-    token = create_token(engine, NODE)
-    daemon = DaemonProcess(sqlite_url, tmp_path / "daemon.log")
-    daemon.start()
+    cases = st.one_of(
+        operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
+        operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
+    )
+
+    def line_of(case) -> bytes:
+        if isinstance(case.body, dict):
+            case.body["node"] = NODE
+        return json.dumps(case.body, default=str).encode()
+
+    lines = st.one_of(cases.map(line_of), st.binary(max_size=64))
     seen: dict[int, int] = {}
     errors: list[str] = []
-    try:
-        schema = schemathesis.openapi.from_url(f"{daemon.url}/openapi.json")
-        operation = schema[PATH]["POST"]
-        cases = st.one_of(
-            operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
-            operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
-        )
+    with requests.Session() as session:
 
-        def line_of(case) -> bytes:
-            if isinstance(case.body, dict):
-                case.body["node"] = NODE
-            return json.dumps(case.body, default=str).encode()
-
-        lines = st.one_of(cases.map(line_of), st.binary(max_size=64))
-        session = requests.Session()
-
-        @hypothesis.settings(
-            max_examples=60,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(hypothesis.HealthCheck),
-            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
-        )
-        @hypothesis.given(bundle=st.lists(lines, min_size=1, max_size=5))
         def check(bundle: list[bytes]) -> None:
             body = b"\n".join(bundle)
             response = session.post(
@@ -127,14 +116,10 @@ def test_bundle_never_answers_a_server_error(sqlite_url, tmp_path):
             if response.status_code >= 500 and response.status_code != 503:
                 errors.append(f"{response.status_code}: {body[:300]!r}\n{response.text[:500]}")
             if response.status_code == 200:
-                lines_sent = [line for line in body.split(b"\n") if line.strip()]
-                assert len(response.json()["results"]) == len(lines_sent)
+                sent = [line for line in body.split(b"\n") if line.strip()]
+                assert len(response.json()["results"]) == len(sent)
 
-        check()
-        session.close()
-    finally:
-        daemon.stop()
-        engine.dispose()
+        _run(st.lists(lines, min_size=1, max_size=5), check, 60)
     print(f"bundle: statuses {dict(sorted(seen.items()))}")
     assert seen.get(200, 0) >= 10
     assert not errors, "\n\n".join(errors[:3])
