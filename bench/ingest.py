@@ -1,7 +1,7 @@
 """Ingest rate into PostgreSQL: raw COPY (the physical limit), the store path, the HTTP path.
 
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
-                                     [--clients 32] [--workers 2] [--bundle 0] [--rounds 3]
+                                     [--clients 32] [--workers 2] [--bundle 6,30] [--rounds 3]
                                      [--skip insert]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
@@ -12,8 +12,9 @@ rows, already made, COPYed in one transaction), ``insert`` and ``unnest`` (``Bat
 with that bulk mode, one batch per call), ``http`` and ``http xN`` (a real ``gpuwatch
 daemon`` process, 1 or N concurrent clients; includes JSON parsing, validation, auth and
 group commit; prints the daemon's own CPU per batch), and ``http xN wW`` (the same with
-``daemon.workers = W`` processes) and, with ``--bundle K``, ``http xN bK`` (K consecutive
-batches of a node per bundle request, as an agent replays its spool backlog).
+``daemon.workers = W`` processes) and, with ``--bundle K[,K...]``, ``http xN bK`` (K
+consecutive batches of a node per bundle request, as an agent replays its spool backlog or
+sends with ``agent.push_every = K``).
 """
 
 from __future__ import annotations
@@ -252,9 +253,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--bundle",
-        type=int,
-        default=0,
-        help="add a mode posting bundles of this many batches per request (an agent's backlog replay)",
+        default="",
+        help="comma-separated bundle sizes: a mode each, posting bundles of that many batches per "
+        "request (an agent's backlog replay, or agent.push_every)",
     )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
@@ -262,8 +263,8 @@ def main() -> None:
     modes = ["raw-copy", "insert", "unnest", "http", f"http x{args.clients}"]
     if args.workers > 1:
         modes.append(f"http x{args.clients} w{args.workers}")
-    if args.bundle > 1:
-        modes.append(f"http x{args.clients} b{args.bundle}")
+    for size in filter(None, args.bundle.split(",")):
+        modes.append(f"http x{args.clients} b{int(size)}")
     modes = [m for m in modes if m not in set(args.skip.split(","))]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
@@ -293,7 +294,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             elapsed, lat = bench_raw_copy(engine, batches)
         elif mode.startswith("http"):
             workers = args.workers if " w" in mode else 1
-            bundle = args.bundle if " b" in mode else 1
+            bundle = int(mode.rpartition(" b")[2]) if " b" in mode else 1
             clients = args.clients if "x" in mode else 1
             elapsed, lat = bench_http(url, engine, batches, clients, workers, bundle)
         else:

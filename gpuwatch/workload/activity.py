@@ -106,11 +106,13 @@ class StepRecord:
 
 @dataclass
 class Stream:
-    """One run's header, records (in file order) and end time (None while it runs)."""
+    """One run's header, records (in file order), end time (None while it runs) and
+    ``ready_t``: when its timed phase began, after start-up (imports, calibration, warm-up)."""
 
     header: StreamHeader
     records: list[StepRecord] = field(default_factory=list)
     end_t: float | None = None
+    ready_t: float | None = None
 
 
 def parse_lines(lines: Iterable[str]) -> Stream | None:
@@ -131,6 +133,8 @@ def parse_lines(lines: Iterable[str]) -> Stream | None:
             continue
         elif kind == "end":
             stream.end_t = float(obj["t"])
+        elif kind == "ready":
+            stream.ready_t = float(obj["t"]) if stream.ready_t is None else stream.ready_t
         else:
             stream.records.append(StepRecord.from_json(obj))
     return stream
@@ -168,6 +172,7 @@ class ActivityRecorder:
         self.header: StreamHeader | None = None
         self.records: list[StepRecord] = []
         self.end_t: float | None = None
+        self.ready_t: float | None = None
         self._lock = threading.Lock()
         self._fd: int | None = None
         if self.path is not None:
@@ -199,6 +204,13 @@ class ActivityRecorder:
         fields.setdefault("gpu", self.gpu)
         return self.record(StepRecord(t=t, **fields))
 
+    def ready(self) -> float:
+        """Mark the end of start-up: what follows is the scenario's own timeline."""
+        with self._lock:
+            t = self.ready_t = self.now()
+            self._write({"kind": "ready", "t": round(t, 6)})
+        return t
+
     def finish(self, t: float | None = None) -> None:
         with self._lock:
             self.end_t = self.now() if t is None else t
@@ -207,7 +219,7 @@ class ActivityRecorder:
     def stream(self) -> Stream:
         if self.header is None:
             raise RuntimeError("recorder has no header yet")
-        return Stream(self.header, list(self.records), self.end_t)
+        return Stream(self.header, list(self.records), self.end_t, self.ready_t)
 
     def close(self) -> None:
         if self._fd is not None:

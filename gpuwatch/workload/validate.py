@@ -22,9 +22,14 @@ the bridge polls at 1 s virtual, and each poll's trailing window is ``1/k`` s of
 (:mod:`gpuwatch.workload.sim_bridge`). Every busy/wait/comm/copy stretch is the workload's
 own measured step timing; the job's CPU use is measured in real seconds (a rate in cores
 does not change under compression). The agent stays :data:`LAG_S` real seconds behind the
-workload, because a step is recorded when it ends. ``V0`` lies in the past (samples ahead of
-the daemon's clock are refused), at a minute boundary. With ``--device cuda`` there is no
-compression: ``k = 1``, real time, real NVML.
+workload, because a step is recorded when it ends. The job starts at the workload's
+``ready`` mark, not at stream second 0: start-up (torch's import, calibration, the warm-up
+steps) takes 2 s on a slow CPU, which compression would turn into a minute and a half of
+idle GPU at the start of a 6-minute job, where a real job of hours spends a sliver of its
+time. The agent samples from stream second 0 all the same; those minutes lie before the
+job's start, outside its windows. The job's start lies in the past (samples ahead of the
+daemon's clock are refused), at a minute boundary; ``V0`` is that less the start-up. With
+``--device cuda`` there is no compression: ``k = 1``, real time, real NVML.
 
 The daemon's own scheduler is paused: validate rolls the job's minutes up and classifies it
 itself, with thresholds for short runs (:func:`validate_thresholds`).
@@ -317,6 +322,21 @@ def _wait_header(path: Path, proc: subprocess.Popen, timeout_s: float) -> Any:
     raise RuntimeError(f"no activity stream header within {timeout_s:g} s")
 
 
+def _wait_ready(path: Path, proc: subprocess.Popen, timeout_s: float) -> float:
+    """Stream seconds until the workload's start-up ended (its ``ready`` mark)."""
+    from gpuwatch.workload.activity import read_stream
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stream = read_stream(path)
+        if stream.ready_t is not None:
+            return stream.ready_t
+        if proc.poll() is not None:
+            raise RuntimeError(f"workload exited ({proc.returncode}) before its start-up ended")
+        time.sleep(0.05)
+    raise RuntimeError(f"the workload's start-up did not end within {timeout_s:g} s")
+
+
 def _physical_gpu(index: int) -> int:
     """torch's device index -> the NVML index, through CUDA_VISIBLE_DEVICES when it lists numbers."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -380,17 +400,21 @@ class Harness:
                 os.sched_setaffinity(proc.pid, self.cpus)  # before torch counts its cores
             header = _wait_header(activity, proc, 180.0)
             wall0 = header.wall_time
+            ready_t = _wait_ready(activity, proc, 180.0)
 
             def stream_now() -> float:
                 return time.time() - wall0
 
             if self.simulated:
                 scale = self.virtual_minutes * 60.0 / self.duration_s
-                v0 = _floor_minute(datetime.now(timezone.utc)) - timedelta(minutes=self.virtual_minutes + 4)
+                now = datetime.now(timezone.utc)
+                job_start = _floor_minute(now) - timedelta(minutes=self.virtual_minutes + 4)
                 lag = LAG_S
             else:
                 scale, lag = 1.0, 0.0
-                v0 = datetime.fromtimestamp(wall0, timezone.utc)
+                job_start = datetime.fromtimestamp(wall0 + ready_t, timezone.utc)
+            # stream second 0 in virtual time: start-up lies before the job's start
+            v0 = job_start - timedelta(seconds=ready_t * scale)
             outcome.time_scale = round(scale, 4)
 
             def stream_time(now: datetime) -> float:
@@ -434,7 +458,7 @@ class Harness:
             if stream.end_t is not None:
                 end_t = stream.end_t
             v_end = v0 + timedelta(seconds=end_t * scale)
-            outcome.virtual_start, outcome.virtual_end = v0.isoformat(), v_end.isoformat()
+            outcome.virtual_start, outcome.virtual_end = job_start.isoformat(), v_end.isoformat()
             outcome.agent_cycles = agent.cycles
             gpus = (
                 sorted({r.gpu for r in stream.records} or {0})
@@ -443,7 +467,7 @@ class Harness:
             )
             if not self.simulated:
                 gpus = [_physical_gpu(g) for g in gpus]
-            self._classify(outcome, job_id, node, gpus, v0, v_end)
+            self._classify(outcome, job_id, node, gpus, job_start, v_end)
         finally:
             if proc.poll() is None:
                 proc.kill()

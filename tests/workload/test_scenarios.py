@@ -214,3 +214,20 @@ def test_bf16_is_computed_as_such_only_where_the_cpu_has_it(workload_run) -> Non
     # whatever the CPU, the recorded steps carry the precision the job asked for
     steps = [r for r in workload_run("healthy").stream.records if r.kind == "step"]
     assert steps and {r.precision for r in steps} == {"bf16"}
+
+
+def test_page_rounds_reach_the_share_on_any_host() -> None:
+    from gpuwatch.workload.engine import page_rounds_for
+
+    assert page_rounds_for(0.0, 0.15, 0.1) == 1  # no share asked: one round, as on CUDA
+    for step_s, page_s in ((0.15, 0.10), (0.15, 0.01), (1.5, 0.10), (0.05, 0.5)):
+        rounds = page_rounds_for(0.65, step_s, page_s)
+        assert rounds * page_s / (rounds * page_s + step_s) >= 0.65
+        # and not more than one round beyond what it needs
+        assert rounds == 1 or (rounds - 1) * page_s / ((rounds - 1) * page_s + step_s) < 0.65
+
+
+def test_the_stream_marks_where_start_up_ended(workload_run) -> None:
+    stream = workload_run("healthy").stream
+    first = min(r.t for r in stream.records)
+    assert stream.ready_t is not None and 0 < stream.ready_t <= first
