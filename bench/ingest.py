@@ -225,6 +225,19 @@ def bench_http(
             daemon_cpu = tree_cpu_seconds(daemon.proc.pid) - cpu0
         finally:
             daemon.stop()
+            log_text = (Path(tmp) / "daemon.log").read_text(errors="replace")
+    # a failed group is stored again batch by batch: correct, but slow; say how often
+    fallbacks = log_text.count("storing them one by one")
+    if fallbacks:
+        reasons = sorted(
+            {
+                line.split("failed (", 1)[1].split(")", 1)[0]
+                for line in log_text.splitlines()
+                if "storing them one by one" in line
+            }
+        )
+        why = ", ".join(reasons)
+        print(f"                {fallbacks} group(s) failed and were stored batch by batch ({why})")
     with engine.connect() as conn:
         groups = conn.execute(sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))).scalar()
     samples = sum(len(b.samples) for b in batches)

@@ -294,7 +294,9 @@ class BatchStore:
         self, conn: sa.Connection, changed: dict[int, dict[int, dict]], last_batch: dict[int, Batch], now: Any
     ) -> None:
         """GPU identities that changed, and each node's last-seen mark."""
-        for node_id, node_changed in changed.items():
+        # sorted: one lock order for every writer (two groups upserting the same nodes' GPUs
+        # in opposite orders would deadlock, and fall back to a transaction per batch)
+        for node_id, node_changed in sorted(changed.items()):
             self._upsert_gpus(conn, node_id, node_changed, now)
         if last_batch:  # one executemany, not a statement per node
             conn.execute(
