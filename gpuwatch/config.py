@@ -110,7 +110,7 @@ class AgentConfig(_Section):
         description=(
             "Send when this many batches wait (one bundle), not after every cycle: fewer requests "
             "for a large cluster's daemon, data up to (push_every - 1) * interval_s later. "
-            "Every cycle is still spooled to disk at once."
+            "Every cycle is still spooled to disk at once; held batches get one try at shutdown."
         ),
     )
     collectors_disabled: list[str] = Field(default_factory=list)

@@ -91,6 +91,7 @@ class Agent:
         #: bundles go until a daemon refuses them (an older one); then one batch per request
         self._bundles = self.config.bundle_max_batches > 1
         self._bundle_limit = self.config.bundle_max_batches
+        self._flushing = False  # closing: push_every holds nothing back any more
         self.last_push: PushResult | None = None
         #: an AgentMetrics (Prometheus exporter) fed each batch; None when /metrics is off
         self.metrics = None
@@ -312,8 +313,22 @@ class Agent:
         """
         assert self.spool is not None
         every = self.config.push_every
-        last_ok = self.last_push is None or self.last_push.outcome is not Outcome.RETRY
-        return every > 1 and last_ok and len(self.spool) < every
+        return every > 1 and not self._flushing and self.last_push_ok() and len(self.spool) < every
+
+    def _flush_held(self) -> None:
+        if self.config.push_every <= 1 or self.spool is None or not len(self.spool):
+            return
+        if self._sender is None or not self._sender.is_alive():
+            return
+        self._flushing = True
+        self._wake.set()
+        deadline = time.monotonic() + self.config.push_timeout_s
+        while len(self.spool) and self.last_push_ok() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def last_push_ok(self) -> bool:
+        """No push yet, or the last one was not to be retried."""
+        return self.last_push is None or self.last_push.outcome is not Outcome.RETRY
 
     def drain(self, timeout_s: float) -> bool:
         """Wait (real time) until the spool is empty; True if it emptied within ``timeout_s``."""
@@ -329,11 +344,14 @@ class Agent:
     def close(self) -> None:
         """Stop the sender, close collectors, the pusher and the spool (idempotent).
 
-        Unsent batches stay in the spool for the next start.
+        Unsent batches stay in the spool for the next start. Batches that ``push_every`` was
+        holding back get one try first (within ``push_timeout_s``): a node shut down for
+        maintenance should not keep its last minute until it comes back.
         """
         if self._closed:
             return
         self._closed = True
+        self._flush_held()
         self._stop_sender.set()
         self._wake.set()
         if self._sender is not None:

@@ -150,13 +150,11 @@ def test_push_every_sends_one_bundle_per_n_cycles(daemon: ScriptedDaemon, tmp_pa
         assert agent.sent_batches == 8 and len(agent.spool) == 2  # type: ignore[arg-type]
     finally:
         agent.close()
-    assert [len(r.batches) for r in daemon.received] == [4, 4]
+    # the 2 held went at shutdown, as one more bundle
+    assert [len(r.batches) for r in daemon.received] == [4, 4, 2]
     assert all(r.bundle for r in daemon.received)
-    # the two kept are the next start's first bundle; nothing is lost by holding them
-    _run_until_sent(make_agent(config), cycles=2, sent=4)
-    assert [len(r.batches) for r in daemon.received] == [4, 4, 4]
     seqs = [b["seq"] for r in daemon.received for b in r.batches]
-    assert seqs == list(range(12))
+    assert seqs == list(range(10))
 
 
 def test_push_every_does_not_hold_back_a_retry(daemon: ScriptedDaemon, tmp_path: Path) -> None:
@@ -164,3 +162,31 @@ def test_push_every_does_not_hold_back_a_retry(daemon: ScriptedDaemon, tmp_path:
     _run_until_sent(make_agent(make_config(tmp_path, daemon.url, push_every=5)), cycles=5, sent=5)
     # the bundle of 5 refused once (503), then sent again at once, not after 5 more cycles
     assert [(r.status, len(r.batches)) for r in daemon.received] == [(503, 5), (200, 5)]
+
+
+def test_batches_held_by_push_every_go_out_at_shutdown(daemon: ScriptedDaemon, tmp_path: Path) -> None:
+    """A node shut down for maintenance does not keep its last minute until it is back."""
+    config = make_config(tmp_path, daemon.url, push_every=6)
+    agent = make_agent(config)
+    agent.run(threading.Event(), max_cycles=3)
+    time.sleep(0.1)
+    assert agent.sent_batches == 0  # held: fewer than 6
+    agent.close()
+    assert agent.sent_batches == 3 and [len(r.batches) for r in daemon.received] == [3]
+
+
+def test_held_batches_stay_spooled_when_the_daemon_is_down_at_shutdown(
+    daemon: ScriptedDaemon, tmp_path: Path
+) -> None:
+    daemon.down()
+    config = make_config(tmp_path, daemon.url, push_every=6)
+    agent = make_agent(config)
+    agent.run(threading.Event(), max_cycles=2)
+    started = time.monotonic()
+    agent.close()
+    assert time.monotonic() - started < config.push_timeout_s + 1  # one try, not a wait for ever
+    again = make_agent(config)  # the next start finds them
+    try:
+        assert len(again.spool) == 2  # type: ignore[arg-type]
+    finally:
+        again.close()
