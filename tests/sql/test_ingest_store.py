@@ -307,3 +307,15 @@ def test_unnest_refuses_a_string_longer_than_its_column(pg_engine):
     with pg_engine.connect() as conn:
         assert count_rows(conn)["nic_samples"] == 0
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 0
+
+
+def test_unnest_statements_are_numbered_once_for_a_raw_cursor():
+    from gpuwatch.sql.ingest import _numbered
+
+    assert (
+        _numbered("SELECT * FROM unnest(%b::INT8[], %b::TEXT[])")
+        == "SELECT * FROM unnest($1::INT8[], $2::TEXT[])"
+    )
+    assert _numbered("SAVEPOINT x") == "SAVEPOINT x"
+    with pytest.raises(ValueError, match="only %b"):
+        _numbered("SELECT %s, %b")  # anything else would reach PostgreSQL as it stands
