@@ -1,7 +1,9 @@
 """1,000 simulated agents at once against one daemon process on PostgreSQL (loopback only).
 
 Each agent has its own node and token and posts 2 small batches (2 GPUs + host samples) one
-after the other; all 1,000 start together, so up to 1,000 connections are open at once. The
+after the other; all 1,000 start together, so up to 1,000 connections are open at once. In
+the replay case each agent instead sends a one-minute backlog (6 batches) as one bundle, as
+all agents do when the daemon comes back after an outage. The
 clients are coroutines on one asyncio loop (httpx2), in this process; the daemon is its own
 process (one uvicorn worker), so on 2 cores the two share the machine.
 
@@ -35,6 +37,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 AGENTS = 1000
 BATCHES = 2
+BACKLOG = 6  # the replay case: a minute of 10 s cycles per agent
 
 
 def _register(engine: sa.Engine) -> dict[str, str]:
@@ -52,8 +55,8 @@ def _register(engine: sa.Engine) -> dict[str, str]:
     return tokens
 
 
-def _body(node: str, k: int) -> bytes:
-    ts = wire.utcnow() - timedelta(seconds=10 * (BATCHES - k))
+def _body(node: str, k: int, batches: int) -> bytes:
+    ts = wire.utcnow() - timedelta(seconds=10 * (batches - k))
     samples = [factories.gpu_sample(ts, i) for i in range(2)] + factories.host_samples(ts)
     return wire.Batch(node=node, agent_version="load", seq=k, samples=samples).model_dump_json().encode()
 
@@ -62,14 +65,20 @@ def _body(node: str, k: int) -> bytes:
 MAX_RESENDS = 5
 
 
-async def _agents(url: str, tokens: dict[str, str]) -> tuple[list[float], list[int], float, int]:
-    bodies = {n: [_body(n, k) for k in range(BATCHES)] for n in tokens}
+async def _agents(
+    url: str, tokens: dict[str, str], batches: int, bundle: bool
+) -> tuple[list[float], list[int], float, int]:
+    """Latencies per request; statuses per request, then per bundle line (200: stored or a
+    duplicate); elapsed seconds; resends."""
+    bodies = {n: [_body(n, k, batches) for k in range(batches)] for n in tokens}
+    if bundle:  # the whole backlog in one request, one batch per line
+        bodies = {n: [b"\n".join(parts)] for n, parts in bodies.items()}
+    path, content_type = ("/bundle", "application/x-ndjson") if bundle else ("", "application/json")
     latencies: list[float] = []
     statuses: list[int] = []
+    lines: list[str] = []  # a bundle's per-line results
     resends = 0
-    headers = {
-        n: {"Authorization": f"Bearer {t}", "Content-Type": "application/json"} for n, t in tokens.items()
-    }
+    headers = {n: {"Authorization": f"Bearer {t}", "Content-Type": content_type} for n, t in tokens.items()}
     limits = httpx2.Limits(max_connections=AGENTS, max_keepalive_connections=AGENTS)
     async with httpx2.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
         start = asyncio.Event()
@@ -79,7 +88,9 @@ async def _agents(url: str, tokens: dict[str, str]) -> tuple[list[float], list[i
             nonlocal resends
             for attempt in range(MAX_RESENDS + 1):
                 try:
-                    r = await client.post(f"/api/v1/ingest/{node}", content=body, headers=headers[node])
+                    r = await client.post(f"/api/v1/ingest/{node}{path}", content=body, headers=headers[node])
+                    if bundle and r.status_code == 200:  # each line's own answer
+                        lines.extend(x["status"] for x in r.json()["results"])
                     return r.status_code
                 except httpx2.TransportError:
                     if attempt == MAX_RESENDS:
@@ -101,10 +112,11 @@ async def _agents(url: str, tokens: dict[str, str]) -> tuple[list[float], list[i
         start.set()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=90)
         elapsed = time.perf_counter() - t0
-    return latencies, statuses, elapsed, resends
+    return latencies, statuses + [200 if x in ("stored", "duplicate") else 0 for x in lines], elapsed, resends
 
 
-def test_thousand_agents_at_once_all_stored(pg_url, tmp_path):
+@pytest.mark.parametrize(("batches", "bundle"), [(BATCHES, False), (BACKLOG, True)], ids=["push", "replay"])
+def test_thousand_agents_at_once_all_stored(pg_url, tmp_path, batches, bundle):
     engine = create_engine(pg_url)
     try:
         migrate.upgrade(engine)
@@ -112,7 +124,7 @@ def test_thousand_agents_at_once_all_stored(pg_url, tmp_path):
         daemon = DaemonProcess(pg_url, tmp_path / "daemon.log")
         daemon.start()
         try:
-            latencies, statuses, elapsed, resends = asyncio.run(_agents(daemon.url, tokens))
+            latencies, statuses, elapsed, resends = asyncio.run(_agents(daemon.url, tokens, batches, bundle))
         finally:
             daemon.stop()
         with engine.connect() as conn:
@@ -123,14 +135,16 @@ def test_thousand_agents_at_once_all_stored(pg_url, tmp_path):
             ).scalar()
     finally:
         engine.dispose()
-    requests_n = AGENTS * BATCHES
+    batches_n = AGENTS * batches
     p50, p99 = (statistics.quantiles(latencies, n=100)[q - 1] * 1000 for q in (50, 99))
+    shape = f"one bundle of {batches}" if bundle else f"{batches} batches one by one"
     print(
-        f"\n{AGENTS} agents x {BATCHES} batches: {requests_n} requests in {elapsed:.2f} s = "
-        f"{requests_n / elapsed:,.0f} batches/s; latency p50 {p50:.0f} ms p99 {p99:.0f} ms, "
-        f"max {max(latencies) * 1000:.0f} ms; {groups} commit groups; "
+        f"\n{AGENTS} agents x {shape}: {batches_n} batches in {len(latencies)} requests in "
+        f"{elapsed:.2f} s = {batches_n / elapsed:,.0f} batches/s; latency per request p50 {p50:.0f} ms "
+        f"p99 {p99:.0f} ms, max {max(latencies) * 1000:.0f} ms; {groups} commit groups; "
         f"{resends} resends after a broken connection"
     )
     assert sorted(set(statuses)) == [200], {s: statuses.count(s) for s in set(statuses)}
-    assert stored == requests_n
-    assert gpu_rows == requests_n * 2  # 2 GPUs per batch, each stored once
+    assert len(statuses) == len(latencies) + (batches_n if bundle else 0)  # every line answered
+    assert stored == batches_n
+    assert gpu_rows == batches_n * 2  # 2 GPUs per batch, each stored once
