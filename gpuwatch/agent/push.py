@@ -215,7 +215,11 @@ class Pusher:
         if result.outcome is not Outcome.OK:
             self._report(result)
             return BundleResult(result)
-        items = bundle_items(answer, len(bodies), self.bundle_url)
+        try:
+            parsed = json.loads(answer or b"null")
+        except ValueError:
+            parsed = None
+        items = bundle_items(parsed, len(bodies), self.bundle_url)
         if items is None:  # a daemon bug, or something else answering at that URL
             result = PushResult(
                 Outcome.RETRY, result.status, f"unexpected answer to a bundle from {self.bundle_url}"
@@ -226,8 +230,8 @@ class Pusher:
                 self._report(item)
         return BundleResult(result, items)
 
-    def _post(self, url: str, body: bytes, content_type: str) -> tuple[PushResult, object]:
-        """The POST's outcome and, for a 2xx, the JSON answer (None if it is not JSON)."""
+    def _post(self, url: str, body: bytes, content_type: str) -> tuple[PushResult, bytes | None]:
+        """The POST's outcome and, for a 2xx, the body of the answer."""
         try:
             headers = self._headers(content_type)
         except Exception as exc:  # e.g. ConfigError from an unreadable token_file
@@ -263,11 +267,7 @@ class Pusher:
         if status in RETRY_AFTER_STATUSES:
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
         if outcome is Outcome.OK:
-            try:
-                answer = json.loads(response.data or b"null")
-            except ValueError:
-                answer = None
-            return PushResult(outcome, status, "stored"), answer
+            return PushResult(outcome, status, "stored"), response.data
         config_problem = status in _CONFIG_STATUSES or 300 <= status < 400
         return PushResult(
             outcome, status, self._explain(url, status, response), retry_after, config_problem

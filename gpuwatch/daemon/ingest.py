@@ -58,7 +58,9 @@ INGEST_BUNDLE_LINES = Counter(
     "Batches received in bundles, by whether they passed the checks.",
     ["outcome"],
 )
-INGEST_SECONDS = Histogram("gpuwatch_daemon_ingest_seconds", "Time to validate and store one batch.")
+INGEST_SECONDS = Histogram(
+    "gpuwatch_daemon_ingest_seconds", "Time to validate and store one request (a batch, or a bundle of them)."
+)
 
 _MAX_ERRORS_SHOWN = 20
 
@@ -206,7 +208,7 @@ def build_router(
     writer: IngestWriter,
     max_batch_bytes: int,
     max_future_skew_s: float,
-    max_bundle_batches: int = 256,
+    max_bundle_batches: int,
 ) -> APIRouter:
     router = APIRouter()
     auth_cache = AuthCache()

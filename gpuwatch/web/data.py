@@ -230,9 +230,7 @@ def job_view(engine: sa.Engine, job_id: str, now: datetime) -> JobView | None:
     series: dict[str, dict[str, list]] = {m: defaultdict(list) for m in GPU_METRICS}
     simulated = False
     for r in gpu_rows:
-        label = wanted.get((r["node_id"], r["gpu_index"]))
-        if label is None:
-            continue
+        label = wanted[(r["node_id"], r["gpu_index"])]  # the query read only the job's GPUs
         t = _utc(r["minute"])
         simulated = simulated or bool(r["simulated"])
         series["util"][label].append((t, _mean(r["util_gpu_ratio_sum"], r["util_gpu_ratio_n"])))

@@ -306,35 +306,24 @@ def _floor_minute(ts: datetime) -> datetime:
     return ts.replace(second=0, microsecond=0)
 
 
-def _wait_header(path: Path, proc: subprocess.Popen, timeout_s: float) -> Any:
+def _wait_stream(path: Path, proc: subprocess.Popen, timeout_s: float, until: str) -> Any:
+    """The workload's activity stream once it has its header (``until="start"``) or its
+    start-up has ended (``until="ready"``); fails if the workload exits or times out first."""
     from gpuwatch.workload.activity import read_stream
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if path.exists():
             try:
-                return read_stream(path).header
-            except ValueError:
-                pass
+                stream = read_stream(path)
+            except ValueError:  # no header yet
+                stream = None
+            if stream is not None and (until == "start" or stream.ready_t is not None):
+                return stream
         if proc.poll() is not None:
-            raise RuntimeError(f"workload exited ({proc.returncode}) before it started its activity stream")
+            raise RuntimeError(f"workload exited ({proc.returncode}) before its activity stream's {until}")
         time.sleep(0.05)
-    raise RuntimeError(f"no activity stream header within {timeout_s:g} s")
-
-
-def _wait_ready(path: Path, proc: subprocess.Popen, timeout_s: float) -> float:
-    """Stream seconds until the workload's start-up ended (its ``ready`` mark)."""
-    from gpuwatch.workload.activity import read_stream
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        stream = read_stream(path)
-        if stream.ready_t is not None:
-            return stream.ready_t
-        if proc.poll() is not None:
-            raise RuntimeError(f"workload exited ({proc.returncode}) before its start-up ended")
-        time.sleep(0.05)
-    raise RuntimeError(f"the workload's start-up did not end within {timeout_s:g} s")
+    raise RuntimeError(f"no activity stream {until} within {timeout_s:g} s")
 
 
 def _physical_gpu(index: int) -> int:
@@ -398,9 +387,8 @@ class Harness:
         try:
             if hasattr(os, "sched_setaffinity"):
                 os.sched_setaffinity(proc.pid, self.cpus)  # before torch counts its cores
-            header = _wait_header(activity, proc, 180.0)
-            wall0 = header.wall_time
-            ready_t = _wait_ready(activity, proc, 180.0)
+            wall0 = _wait_stream(activity, proc, 180.0, "start").header.wall_time
+            ready_t = _wait_stream(activity, proc, 180.0, "ready").ready_t
 
             def stream_now() -> float:
                 return time.time() - wall0
