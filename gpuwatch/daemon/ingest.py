@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
-from gpuwatch.sql.ingest import IngestResult
+from gpuwatch.sql.ingest import IngestResult, IngestStatus
 from gpuwatch.wire import SUPPORTED_SCHEMA_VERSIONS, Batch, json_schema, utcnow
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ INGEST_REQUESTS = Counter(
 INGEST_SAMPLES = Counter("gpuwatch_daemon_ingest_samples_total", "Samples stored.")
 INGEST_BUNDLE_LINES = Counter(
     "gpuwatch_daemon_ingest_bundle_batches_total",
-    "Batches received in bundles, by whether they passed the checks.",
+    "Batches received in bundles: accepted (stored or duplicate) or refused (by a check or by the database).",
     ["outcome"],
 )
 INGEST_SECONDS = Histogram(
@@ -244,6 +244,8 @@ def build_router(
             node_id = await node_id_of(node, request)
             batch = checked_batch(await _read_body(request, max_batch_bytes), node, max_future_skew_s)
             result = await _stored(writer, node_id, batch)
+            if result.status is IngestStatus.REFUSED:
+                raise _fail(422, result.detail)
         except IngestError as exc:
             _count_refusal(node, exc)
             raise
@@ -312,11 +314,14 @@ def build_router(
         for entry in results:
             if "batch_id" in entry:
                 result = next(outcomes)
-                entry.update(status=result.status.value, samples=result.samples)
-        refused = len(lines) - len(accepted)
+                if result.status is IngestStatus.REFUSED:
+                    entry.update(status="refused", code=422, detail=result.detail)
+                else:
+                    entry.update(status=result.status.value, samples=result.samples)
+        refused = sum(entry["status"] == "refused" for entry in results)
         INGEST_REQUESTS.labels("200").inc()
         INGEST_BUNDLE_LINES.labels("refused").inc(refused)
-        INGEST_BUNDLE_LINES.labels("accepted").inc(len(accepted))
+        INGEST_BUNDLE_LINES.labels("accepted").inc(len(lines) - refused)
         samples = sum(result.samples for result in stored)
         INGEST_SAMPLES.inc(samples)
         INGEST_SECONDS.observe(time.perf_counter() - started)

@@ -8,8 +8,14 @@ A bundle (several spooled batches of one node in one request) is one queue item,
 batches share one transaction rather than being split between writer threads.
 
 If a group fails, its batches are retried one by one, so one batch the database refuses
-cannot fail the others; database outages reach every waiting request as the exception
-(the handler answers 503, the agents keep their batches).
+cannot fail the others. A batch that fails on its own with a constraint violation or a
+value the database cannot hold (``IntegrityError``, ``DataError``), twice, comes back
+``REFUSED`` with the reason (the handler answers that batch 422 and the agent moves it to
+``rejected/``): sending it again cannot help, and answering 500 made the agent retry it
+forever, in front of its newer batches. The second try is there for the rare transient
+integrity error (two daemons creating the same day's partition at once). Database outages
+reach every waiting request as the exception (the handler answers 503, the agents keep
+their batches).
 """
 
 from __future__ import annotations
@@ -20,10 +26,23 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from gpuwatch.sql.ingest import BatchStore, IngestResult
+import sqlalchemy as sa
+
+from gpuwatch.sql.ingest import BatchStore, IngestResult, IngestStatus
 from gpuwatch.wire import Batch
 
 log = logging.getLogger(__name__)
+
+# What the database says about a batch itself, not about its own health.
+_REFUSALS = (sa.exc.IntegrityError, sa.exc.DataError)
+_MAX_DETAIL = 300
+
+
+def refusal_detail(exc: sa.exc.DBAPIError) -> str:
+    """One line for the agent's rejected/ sidecar: the driver's error class and first line."""
+    first_line = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
+    detail = f"the database refused this batch ({type(exc.orig).__name__}): {first_line}"
+    return detail[:_MAX_DETAIL]
 
 
 @dataclass
@@ -115,43 +134,63 @@ class IngestWriter:
 
     def _store(self, group: list[_Item]) -> None:
         pairs = [(item.node_id, batch) for item in group for batch in item.batches]
+        if len(pairs) == 1:
+            try:
+                result = self._store_one(*pairs[0])
+            except Exception as exc:
+                group[0].future.set_exception(exc)
+            else:
+                group[0].done([result])
+            return
         try:
             results: list[IngestResult] = self.store.store_many(pairs)
         except Exception as exc:
-            if len(pairs) == 1:
-                group[0].future.set_exception(exc)
-                return
             log.warning(
                 "group of %d batches failed (%s); storing them one by one", len(pairs), type(exc).__name__
             )
             for item in group:
                 self._store_alone(item)
             return
-        self.groups += 1
-        self.batches += len(pairs)
+        self._count(len(pairs))
         start = 0
         for item in group:
             item.done(results[start : start + len(item.batches)])
             start += len(item.batches)
 
+    def _count(self, batches: int) -> None:
+        self.groups += 1
+        self.batches += batches
+
+    def _store_one(self, node_id: int, batch: Batch) -> IngestResult:
+        """One batch in its own transaction; ``REFUSED`` if the database refuses it twice."""
+        store = self.store.store_many
+        try:
+            result = store([(node_id, batch)])[0]
+        except _REFUSALS:
+            try:
+                result = store([(node_id, batch)])[0]  # once more: a transient race, not the batch
+            except _REFUSALS as exc:
+                detail = refusal_detail(exc)
+                log.warning(
+                    "batch refused by the database", extra={"batch_id": str(batch.batch_id), "why": detail}
+                )
+                return IngestResult(IngestStatus.REFUSED, 0, detail)
+        self._count(1)
+        return result
+
     def _store_alone(self, item: _Item) -> None:
         """Each batch of a failed group in its own transaction; a bundle's batches too.
 
-        A bundle's future then fails with the first batch's error, if any batch failed: the
-        handler answers the whole request as it would a single failed batch (503 for an
-        outage), and the agent sends the bundle again; the batches stored meanwhile come back
-        as duplicates.
+        Refused batches get their ``REFUSED`` result like any other. A bundle's future fails
+        only on an error that is not the batch's fault (an outage): the handler answers the
+        whole request 503, and the agent sends the bundle again; the batches stored
+        meanwhile come back as duplicates.
         """
         results: list[IngestResult] = []
-        error: BaseException | None = None
         for batch in item.batches:
-            alone = _Item(item.node_id, [batch], single=True)
-            self._store([alone])
             try:
-                results.append(alone.future.result())
+                results.append(self._store_one(item.node_id, batch))
             except Exception as exc:
-                error = error or exc
-        if error is not None:
-            item.future.set_exception(error)
-        else:
-            item.done(results)
+                item.future.set_exception(exc)
+                return
+        item.done(results)

@@ -56,12 +56,14 @@ from gpuwatch.wire import Batch, GpuSample, utcnow
 class IngestStatus(str, Enum):
     STORED = "stored"
     DUPLICATE = "duplicate"
+    REFUSED = "refused"  # the database itself refused the batch (daemon/writer.py), nothing stored
 
 
 @dataclass(frozen=True)
 class IngestResult:
     status: IngestStatus
     samples: int
+    detail: str = ""  # why, for REFUSED
 
 
 def _insert(conn: sa.Connection, table: sa.Table) -> Any:

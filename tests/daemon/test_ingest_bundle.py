@@ -15,7 +15,7 @@ from gpuwatch.sql.ingest import count_rows
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import ingested_batches
 from gpuwatch.wire import utcnow
-from tests import factories
+from tests import factories, refusals
 from tests.daemon.test_ingest_api import _future, _out_of_range, _stored, _with
 
 
@@ -28,8 +28,8 @@ def api(engine):
         yield client, tokens, engine, app
 
 
-def _batch(minutes_ago: int, node: str = "node001") -> bytes:
-    batch = factories.batch(node=node, start=utcnow() - timedelta(minutes=minutes_ago))
+def _batch(minutes_ago: int, node: str = "node001", seq: int = 0) -> bytes:
+    batch = factories.batch(node=node, start=utcnow() - timedelta(minutes=minutes_ago), seq=seq)
     return batch.model_dump_json().encode()
 
 
@@ -141,3 +141,23 @@ def test_the_same_batch_twice_in_one_bundle_is_stored_once(api):
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 2
         assert count_rows(conn)["gpu_samples"] == 2 * 4
+
+
+def test_a_batch_the_database_refuses_is_refused_alone_with_the_reason(api):
+    """Answered 422 (the agent moves it to rejected/), not 500 (the agent retried it forever)."""
+    client, tokens, engine, _ = api
+    refusals.refuse_seq(engine, 666)
+    auth = {"Authorization": f"Bearer {tokens['node001']}"}
+    poison = _batch(25, seq=666)
+    lines = [_batch(30, seq=1), poison, _batch(20, seq=3)]
+    for _ in range(2):  # and again: stored lines are duplicates, the poison one refused again
+        response = _bundle(client, "node001", tokens["node001"], lines)
+        assert response.status_code == 200, response.text
+        results = response.json()["results"]
+        assert [r.get("code") for r in results] == [None, 422, None]
+        assert results[1]["status"] == "refused" and "poison batch seq 666" in results[1]["detail"]
+        assert results[1]["batch_id"] == json.loads(poison)["batch_id"]
+    assert [r["status"] for r in results] == ["duplicate", "refused", "duplicate"]
+    single = client.post("/api/v1/ingest/node001", content=poison, headers=auth)
+    assert single.status_code == 422 and "the database refused this batch" in single.json()["detail"]
+    assert _ids(engine) == {json.loads(lines[0])["batch_id"], json.loads(lines[2])["batch_id"]}

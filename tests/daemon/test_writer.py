@@ -6,10 +6,12 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.daemon.writer import IngestWriter
+from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore, IngestStatus, count_rows
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import ingested_batches
-from tests import factories
+from tests import factories, refusals
 
 
 def _node_ids(engine, n: int) -> list[int]:
@@ -52,8 +54,9 @@ def test_one_refused_batch_fails_alone(engine):
     writer.start()
     for f in (*good, more):
         assert f.result(timeout=30).status is IngestStatus.STORED
-    with pytest.raises(sa.exc.IntegrityError):
-        bad.result(timeout=30)
+    refused = bad.result(timeout=30)
+    assert refused.status is IngestStatus.REFUSED and refused.samples == 0
+    assert "the database refused this batch" in refused.detail and "foreign key" in refused.detail.lower()
     writer.stop()
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 3
@@ -72,10 +75,45 @@ def test_a_bundle_is_stored_in_one_group_and_fails_only_itself(engine):
     assert single.result(timeout=30).status is IngestStatus.STORED
     results = good.result(timeout=30)
     assert [r.status for r in results] == [IngestStatus.STORED] * 3
-    with pytest.raises(sa.exc.IntegrityError):
-        bad.result(timeout=30)
+    assert [r.status for r in bad.result(timeout=30)] == [IngestStatus.REFUSED] * 2
     again = writer.submit_many(ids[1], bundle)
     assert [r.status for r in again.result(timeout=30)] == [IngestStatus.DUPLICATE] * 3
     writer.stop()
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 4
+
+
+def test_a_poison_batch_in_a_bundle_is_refused_and_the_rest_stored(engine):
+    refusals.refuse_seq(engine, 666)
+    (node_id,) = _node_ids(engine, 1)
+    writer = IngestWriter(BatchStore(engine))
+    bundle = [
+        factories.batch(node="node000", start=factories.T0.replace(hour=h), seq=seq)
+        for h, seq in ((1, 1), (2, 666), (3, 3))
+    ]
+    writer.start()
+    results = writer.submit_many(node_id, bundle).result(timeout=30)
+    assert [r.status for r in results] == [IngestStatus.STORED, IngestStatus.REFUSED, IngestStatus.STORED]
+    assert "poison batch seq 666" in results[1].detail
+    again = writer.submit_many(node_id, bundle).result(timeout=30)
+    assert [r.status for r in again] == [IngestStatus.DUPLICATE, IngestStatus.REFUSED, IngestStatus.DUPLICATE]
+    writer.stop()
+    with engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(ingested_batches.c.seq)).scalars()) == [1, 3]
+
+
+@pytest.mark.postgres
+def test_an_integrity_error_that_passes_is_not_a_refusal(pg_url):
+    """The first insert fails (as in a race between two daemons); the second try stores it."""
+    engine = create_engine(pg_url)
+    migrate.upgrade(engine)
+    refusals.refuse_first_insert(engine)
+    (node_id,) = _node_ids(engine, 1)
+    writer = IngestWriter(BatchStore(engine))
+    writer.start()
+    result = writer.submit(node_id, factories.batch(node="node000", seq=7)).result(timeout=30)
+    writer.stop()
+    assert result.status is IngestStatus.STORED
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.nextval("refusals"))).scalar() == 3  # tried twice
+    engine.dispose()
