@@ -14,7 +14,10 @@ daemon`` process, 1 or N concurrent clients; includes JSON parsing, validation, 
 group commit; prints the daemon's own CPU per batch), and ``http xN wW`` (the same with
 ``daemon.workers = W`` processes) and, with ``--bundle K[,K...]``, ``http xN bK`` (K
 consecutive batches of a node per bundle request, as an agent replays its spool backlog or
-sends with ``agent.push_every = K``).
+sends with ``agent.push_every = K``). With ``--compare-http``, each ``http`` mode also runs
+as ``... py``: the daemon on uvicorn's pure-Python stack (``daemon.http_parser = "h11"``,
+``daemon.event_loop = "asyncio"``, what it ran on before httptools and uvloop were
+dependencies), side by side.
 """
 
 from __future__ import annotations
@@ -178,6 +181,7 @@ def bench_http(
     clients: int,
     workers: int = 1,
     bundle: int = 1,
+    pure_python: bool = False,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
     like many agents (the case group commit is for); with ``bundle`` > 1, as bundles of that
@@ -194,9 +198,10 @@ def bench_http(
     requests_ = http_requests(batches, bundle)
     latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        daemon = DaemonProcess(
-            db_url, Path(tmp) / "daemon.log", env={"GPUWATCH_DAEMON__WORKERS": str(workers)}
-        )
+        env = {"GPUWATCH_DAEMON__WORKERS": str(workers)}
+        if pure_python:
+            env.update(GPUWATCH_DAEMON__HTTP_PARSER="h11", GPUWATCH_DAEMON__EVENT_LOOP="asyncio")
+        daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log", env=env)
         daemon.start()
         try:
 
@@ -272,6 +277,11 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
+    ap.add_argument(
+        "--compare-http",
+        action="store_true",
+        help="also run each http mode on uvicorn's pure-Python stack (h11, asyncio), suffix 'py'",
+    )
     args = ap.parse_args()
     modes = ["raw-copy", "insert", "unnest", "http", f"http x{args.clients}"]
     if args.workers > 1:
@@ -279,6 +289,8 @@ def main() -> None:
     for size in filter(None, args.bundle.split(",")):
         modes.append(f"http x{args.clients} b{int(size)}")
     modes = [m for m in modes if m not in set(args.skip.split(","))]
+    if args.compare_http:
+        modes = [twin for m in modes for twin in ((m, f"{m} py") if m.startswith("http") else (m,))]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
     # ratio below must compare modes measured under the same drift
@@ -289,7 +301,7 @@ def main() -> None:
     print("medians over rounds (samples/s, GPU-samples/s = half):")
     medians = {m: statistics.median(r) for m, r in results.items()}
     for mode, rates in results.items():
-        print(f"  {mode:>12}: {medians[mode]:,.0f}  (rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+        print(f"  {mode:>15}: {medians[mode]:,.0f}  (rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
     if "raw-copy" in medians:
         base = medians["raw-copy"]
         print(
@@ -307,9 +319,10 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             elapsed, lat = bench_raw_copy(engine, batches)
         elif mode.startswith("http"):
             workers = args.workers if " w" in mode else 1
-            bundle = int(mode.rpartition(" b")[2]) if " b" in mode else 1
+            bundle = int(mode.split(" b")[1].split()[0]) if " b" in mode else 1
             clients = args.clients if "x" in mode else 1
-            elapsed, lat = bench_http(url, engine, batches, clients, workers, bundle)
+            pure_python = mode.endswith(" py")
+            elapsed, lat = bench_http(url, engine, batches, clients, workers, bundle, pure_python)
         else:
             elapsed, lat = bench_store(engine, batches, mode)
     finally:

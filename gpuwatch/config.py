@@ -14,7 +14,7 @@ import os
 import socket
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -163,6 +163,16 @@ class DaemonConfig(_Section):
         ge=1,
         le=4096,
         description="Most batches in one bundle request (an agent's spool backlog); within max_batch_bytes.",
+    )
+    http_parser: Literal["auto", "httptools", "h11"] = Field(
+        "auto",
+        description=(
+            "uvicorn's HTTP implementation: auto takes httptools (C, installed with gpuwatch), "
+            "h11 is pure Python (slower; for debugging a client)."
+        ),
+    )
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto", description="auto takes uvloop where installed (Linux), else asyncio's own loop."
     )
 
     @field_validator("listen")

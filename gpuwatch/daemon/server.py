@@ -64,8 +64,18 @@ def _run_uvicorn(settings: Settings, app, **options) -> None:  # type: ignore[no
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=10,
+        **_protocol_options(settings),
         **options,
     )
+
+
+def _protocol_options(settings: Settings) -> dict[str, str]:
+    """uvicorn's HTTP parser and event loop (``daemon.http_parser``, ``daemon.event_loop``).
+
+    httptools and uvloop are C: per request they cost a fraction of h11 and asyncio's loop
+    (``bench/ingest.py --compare-http``), which matters at thousands of agents.
+    """
+    return {"http": settings.daemon.http_parser, "loop": settings.daemon.event_loop}
 
 
 #: names the file the parent wrote its settings to, for ``worker_app`` in each worker
@@ -133,7 +143,12 @@ class BackgroundServer:
         self.app = create_app(settings, self.engine)
         self.scheduler = build_scheduler(settings, self.app.state.store)
         config = uvicorn.Config(
-            self.app, host=settings.daemon.host, port=settings.daemon.port, log_config=None, access_log=False
+            self.app,
+            host=settings.daemon.host,
+            port=settings.daemon.port,
+            log_config=None,
+            access_log=False,
+            **_protocol_options(settings),
         )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, name="gpuwatch-daemon", daemon=True)
