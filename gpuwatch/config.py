@@ -174,6 +174,13 @@ class DaemonConfig(_Section):
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         "auto", description="auto takes uvloop where installed (Linux), else asyncio's own loop."
     )
+    log_each_request: bool = Field(
+        False,
+        description=(
+            "One INFO line per ingest request (debugging a node). Off: one 'ingest summary' line "
+            "a minute per process; refusals are logged either way."
+        ),
+    )
 
     @field_validator("listen")
     @classmethod

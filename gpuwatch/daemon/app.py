@@ -14,12 +14,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gpuwatch import __version__
 from gpuwatch.config import Settings
 from gpuwatch.daemon.ingest import build_router, openapi_components
+from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import queries
 from gpuwatch.sql.ingest import BatchStore
 
 
-def _lifespan(writer: IngestWriter):  # type: ignore[no-untyped-def]
+def _lifespan(writer: IngestWriter, ingest_log: IngestLog):  # type: ignore[no-untyped-def]
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
         writer.start()
@@ -27,6 +28,7 @@ def _lifespan(writer: IngestWriter):  # type: ignore[no-untyped-def]
             yield
         finally:
             writer.stop()
+            ingest_log.flush()  # the last partial minute
 
     return lifespan
 
@@ -44,7 +46,9 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
     app.state.engine = engine
     app.state.store = store
     app.state.writer = writer
-    app.router.lifespan_context = _lifespan(writer)
+    ingest_log = IngestLog(each_request=settings.daemon.log_each_request)
+    app.state.ingest_log = ingest_log
+    app.router.lifespan_context = _lifespan(writer, ingest_log)
     app.include_router(
         build_router(
             engine,
@@ -52,6 +56,7 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
             settings.daemon.max_batch_bytes,
             settings.daemon.max_future_skew_s,
             settings.daemon.max_bundle_batches,
+            ingest_log,
         )
     )
 

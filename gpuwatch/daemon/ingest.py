@@ -12,7 +12,8 @@ code   when                                                        agent does
 413    body larger than ``daemon.max_batch_bytes``                 keeps in rejected/
 400    not JSON, or an unsupported ``schema_version``              keeps in rejected/
 422    JSON that is not a valid batch; samples stamped beyond      keeps in rejected/
-       ``daemon.max_future_skew_s``
+       ``daemon.max_future_skew_s``; a batch the database
+       itself refuses, twice (``daemon/writer.py``)
 503    database unavailable                                        retries
 200    ``stored`` or ``duplicate`` (batch id seen before)          deletes from spool
 =====  ==========================================================  ==================
@@ -42,6 +43,7 @@ from fastapi import APIRouter, HTTPException, Request
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
+from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
 from gpuwatch.sql.ingest import IngestResult, IngestStatus
@@ -209,6 +211,7 @@ def build_router(
     max_batch_bytes: int,
     max_future_skew_s: float,
     max_bundle_batches: int,
+    ingest_log: IngestLog,
 ) -> APIRouter:
     router = APIRouter()
     auth_cache = AuthCache()
@@ -252,15 +255,14 @@ def build_router(
         INGEST_REQUESTS.labels("200").inc()
         INGEST_SAMPLES.inc(result.samples)
         INGEST_SECONDS.observe(time.perf_counter() - started)
-        log.info(
+        ingest_log.request(
             "ingest",
-            extra={
-                "node": node,
-                "batch_id": str(batch.batch_id),
-                "status": result.status.value,
-                "samples": result.samples,
-                "ms": round((time.perf_counter() - started) * 1000, 2),
-            },
+            node,
+            {result.status.value: 1},
+            result.samples,
+            (time.perf_counter() - started) * 1000,
+            batch_id=str(batch.batch_id),
+            status=result.status.value,
         )
         return {"status": result.status.value, "samples": result.samples, "batch_id": str(batch.batch_id)}
 
@@ -334,15 +336,17 @@ def build_router(
                     "why": [r["detail"] for r in results if "code" in r][:3],
                 },
             )
-        log.info(
+        outcomes: dict[str, int] = {}
+        for entry in results:
+            outcomes[entry["status"]] = outcomes.get(entry["status"], 0) + 1
+        ingest_log.request(
             "ingest bundle",
-            extra={
-                "node": node,
-                "batches": len(lines),
-                "refused": refused,
-                "samples": samples,
-                "ms": round((time.perf_counter() - started) * 1000, 2),
-            },
+            node,
+            outcomes,
+            samples,
+            (time.perf_counter() - started) * 1000,
+            batches=len(lines),
+            refused=refused,
         )
         return {"results": results, "samples": samples}
 

@@ -28,9 +28,13 @@ BATCHES_PER_NODE = 8
 CYCLES, GPUS = 2, 2  # factories.batch defaults
 
 
-def _pids_logging(daemon: DaemonProcess, msg: str) -> set[int]:
+def _lines(daemon: DaemonProcess, msg: str) -> list[dict]:
     lines = (json.loads(line) for line in daemon.log_path.read_text().splitlines() if line.startswith("{"))
-    return {line["pid"] for line in lines if line["msg"] == msg}
+    return [line for line in lines if line["msg"] == msg]
+
+
+def _pids_logging(daemon: DaemonProcess, msg: str) -> set[int]:
+    return {line["pid"] for line in _lines(daemon, msg)}
 
 
 def _post_batches(url: str, node: str, token: str) -> None:
@@ -64,12 +68,15 @@ def test_two_workers_share_the_port_and_elect_one_leader(pg_url, tmp_path, monke
             t.join(timeout=60)
         workers = _pids_logging(daemon, "daemon worker ready")
         assert daemon.proc.pid not in workers  # the parent only supervises
-        served = _pids_logging(daemon, "ingest")
-        assert served and served <= workers
         wait_for(lambda: _holders(engine) == ["gpuwatch-workers"], 20, "exactly one worker to lead")
     finally:
         daemon.stop()
     assert daemon.proc.returncode == 0
+    # each worker logs its last partial minute's summary as it stops: together, every request
+    summaries = _lines(daemon, "ingest summary")
+    assert {line["pid"] for line in summaries} <= workers
+    assert sum(line["requests"] for line in summaries) == NODES * BATCHES_PER_NODE
+    assert sum(line["batches"]["stored"] for line in summaries) == NODES * BATCHES_PER_NODE
     with engine.connect() as conn:
         batches = conn.execute(sa.text("SELECT count(*) FROM ingested_batches")).scalar()
         gpu_rows = conn.execute(sa.text("SELECT count(*) FROM gpu_samples")).scalar()

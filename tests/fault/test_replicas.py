@@ -46,7 +46,11 @@ def test_two_replicas_share_ingest_and_elect_one_leader(pg_url, tmp_path, monkey
     monkeypatch.setenv("GPUWATCH_ALERTS__ENABLED", "true")
     monkeypatch.setenv("GPUWATCH_ALERTS__WORKER__INTERVAL_S", "1")
     replicas = {
-        name: DaemonProcess(f"{pg_url}?application_name=gpuwatch-{name}", tmp_path / f"daemon-{name}.log")
+        name: DaemonProcess(
+            f"{pg_url}?application_name=gpuwatch-{name}",
+            tmp_path / f"daemon-{name}.log",
+            env={"GPUWATCH_DAEMON__LOG_EACH_REQUEST": "true"},  # a line per batch, to count below
+        )
         for name in ("a", "b")
     }
     agents = []

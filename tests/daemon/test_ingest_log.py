@@ -1,0 +1,80 @@
+"""The daemon's ingest log: a summary a minute by default, a line per request when asked."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuwatch.config import load_settings
+from gpuwatch.daemon.app import create_app
+from gpuwatch.daemon.ingest_log import IngestLog
+from gpuwatch.sql.nodes import create_token
+from gpuwatch.wire import utcnow
+from tests import factories
+
+LOGGER = "gpuwatch.daemon.ingest"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _records(caplog: pytest.LogCaptureFixture, msg: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == LOGGER and r.getMessage() == msg]
+
+
+def test_one_summary_a_minute_with_what_came_in(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = Clock()
+    tally = IngestLog(each_request=False, every_s=60, clock=clock)
+    tally.flush()  # nothing came: nothing to say
+    for i, ms in enumerate([5.0, 7.0, 30.0]):
+        clock.now += 10
+        tally.request("ingest", f"node{i % 2}", {"stored": 1}, 16, ms)
+    tally.request("ingest bundle", "node1", {"stored": 4, "duplicate": 1, "refused": 1}, 64, 90.0)
+    assert _records(caplog, "ingest") == [] and _records(caplog, "ingest summary") == []
+    clock.now += 30  # 60 s since the start: the next request closes the minute
+    tally.request("ingest", "node2", {"duplicate": 1}, 0, 3.0)
+    [summary] = _records(caplog, "ingest summary")
+    assert summary.requests == 5 and summary.samples == 16 * 3 + 64 and summary.nodes == 3
+    assert summary.batches == {"duplicate": 2, "refused": 1, "stored": 7}
+    assert (summary.ms_p50, summary.ms_max) == (7.0, 90.0) and summary.seconds == 60.0
+    clock.now += 5
+    tally.request("ingest", "node0", {"stored": 1}, 16, 4.0)  # a new minute starts empty
+    tally.flush()
+    last = _records(caplog, "ingest summary")[-1]
+    assert (last.requests, last.batches, last.seconds) == (1, {"stored": 1}, 5.0)
+
+
+def test_each_request_logged_when_asked(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    tally = IngestLog(each_request=True, clock=Clock())
+    tally.request("ingest", "node7", {"stored": 1}, 16, 4.257, batch_id="b1", status="stored")
+    [line] = _records(caplog, "ingest")
+    assert (line.node, line.batch_id, line.samples, line.ms) == ("node7", "b1", 16, 4.26)
+
+
+def test_the_daemon_logs_its_last_summary_as_it_stops(engine, caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    app = create_app(load_settings(None), engine)
+    token = create_token(engine, "node001")
+    headers = {"Authorization": f"Bearer {token}"}
+    bodies = [
+        factories.batch(start=utcnow() - timedelta(minutes=m)).model_dump_json().encode() for m in (9, 8)
+    ]
+    with TestClient(app) as client:
+        assert client.post("/api/v1/ingest/node001", content=bodies[0], headers=headers).status_code == 200
+        bundle = b"\n".join([bodies[0], bodies[1], b"{not json"])
+        response = client.post("/api/v1/ingest/node001/bundle", content=bundle, headers=headers)
+        assert response.status_code == 200
+        assert _records(caplog, "ingest") == [] and _records(caplog, "ingest summary") == []
+    [summary] = _records(caplog, "ingest summary")
+    assert summary.requests == 2 and summary.nodes == 1
+    assert summary.batches == {"duplicate": 1, "refused": 1, "stored": 2}
