@@ -41,6 +41,10 @@ def event_sleep(stop: threading.Event, seconds: float) -> bool:
     return stop.wait(max(0.0, seconds))
 
 
+#: how long a refused bundle size (413) or a daemon without bundles (404/405) is believed
+BUNDLE_RETRY_AFTER_S = 3600
+
+
 class Agent:
     """Sample loop + spool + sender for one node.
 
@@ -88,9 +92,11 @@ class Agent:
         self.rejected_batches = 0
         self.retried_sends = 0
         self.bundles_sent = 0
-        #: bundles go until a daemon refuses them (an older one); then one batch per request
+        #: bundles go until a daemon refuses them (an older one); then one batch per request,
+        #: or smaller bundles after a 413, until ``_full_bundles_at`` (then tried again)
         self._bundles = self.config.bundle_max_batches > 1
         self._bundle_limit = self.config.bundle_max_batches
+        self._full_bundles_at: float | None = None
         self._flushing = False  # closing: push_every holds nothing back any more
         self.last_push: PushResult | None = None
         #: an AgentMetrics (Prometheus exporter) fed each batch; None when /metrics is off
@@ -213,6 +219,7 @@ class Agent:
         kept for another try, else OK or REJECTED.
         """
         assert self.spool is not None and self.pusher is not None
+        self._maybe_restore_bundles()
         limit = self._bundle_limit if self._bundles else 1
         items = self.spool.peek_oldest_many(limit, self.config.bundle_max_bytes)
         if not items:
@@ -248,16 +255,30 @@ class Agent:
         if result.status == 413:
             self._bundle_limit = max(1, len(items) // 2)
             log.warning(
-                "daemon refused a bundle of %d batches as too large; bundles of at most %d from now on",
+                "daemon refused a bundle of %d batches as too large; bundles of at most %d for the next %d s",
                 len(items),
                 self._bundle_limit,
+                BUNDLE_RETRY_AFTER_S,
             )
         else:
             self._bundles = False
             log.warning(
-                "daemon refused bundles (%s); sending one batch per request from now on", result.reason
+                "daemon refused bundles (%s); one batch per request for the next %d s",
+                result.reason,
+                BUNDLE_RETRY_AFTER_S,
             )
+        self._full_bundles_at = self._clock() + BUNDLE_RETRY_AFTER_S
         return self._send_alone(items[0])
+
+    def _maybe_restore_bundles(self) -> None:
+        """After ``BUNDLE_RETRY_AFTER_S``, full bundles again: the daemon (or the proxy in front of
+        it) may have been upgraded or reconfigured meanwhile. Refused again, it costs one request."""
+        if self._full_bundles_at is None or self._clock() < self._full_bundles_at:
+            return
+        self._full_bundles_at = None
+        self._bundles = self.config.bundle_max_batches > 1
+        self._bundle_limit = self.config.bundle_max_batches
+        log.info("trying bundles of up to %d batches again", self._bundle_limit)
 
     def _settle(self, item: SpooledBatch, result: PushResult) -> None:
         """Ack, reject or keep one spooled batch after the daemon's answer for it."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.agent import Outcome
+from gpuwatch.agent.runner import BUNDLE_RETRY_AFTER_S
 from tests.agent.fakes import Reply, ScriptedDaemon
 from tests.agent.fakes import agent_config as make_config
 from tests.agent.test_agent_runner import make_agent, wait_for
@@ -190,3 +191,53 @@ def test_held_batches_stay_spooled_when_the_daemon_is_down_at_shutdown(
         assert len(again.spool) == 2  # type: ignore[arg-type]
     finally:
         again.close()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_full_bundles_tried_again_an_hour_after_a_413(daemon: ScriptedDaemon, tmp_path: Path) -> None:
+    daemon.script = [Reply(413, {"detail": "body of 99999 bytes exceeds the limit"})]
+    clock = _Clock()
+    config = make_config(tmp_path, daemon.url, bundle_max_batches=8)
+    with make_agent(config, clock=clock) as agent:
+        ids = _spooled(agent, 9)
+        agent.send_one()  # 413 for 8: the oldest alone, bundles of 4 from now on
+        agent.send_one()
+        clock.now += BUNDLE_RETRY_AFTER_S - 1
+        ids += _spooled(agent, 8)
+        agent.send_one()
+        clock.now += 1  # an hour since the 413 (a proxy's limit raised meanwhile): 8 again
+        while agent.send_one() is not None:
+            pass
+    assert [len(r.batches) for r in daemon.received] == [8, 1, 4, 4, 8]  # 4 + 4 before the hour
+    assert daemon.stored_ids() == ids
+
+
+def test_bundles_tried_again_an_hour_after_a_daemon_without_them(
+    daemon: ScriptedDaemon, tmp_path: Path
+) -> None:
+    daemon.bundles = False
+    clock = _Clock()
+    config = make_config(tmp_path, daemon.url)
+    with make_agent(config, clock=clock) as agent:
+        ids = _spooled(agent, 2)
+        agent.send_one()  # 404: the oldest alone, one per request from now on
+        daemon.bundles = True  # the daemon is upgraded
+        ids += _spooled(agent, 2)
+        agent.send_one()
+        clock.now += BUNDLE_RETRY_AFTER_S
+        agent.send_one()
+        assert agent.send_one() is None
+    assert [(r.bundle, len(r.batches)) for r in daemon.received] == [
+        (True, 2),
+        (False, 1),
+        (False, 1),
+        (True, 2),
+    ]
+    assert daemon.stored_ids() == ids
