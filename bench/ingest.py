@@ -333,7 +333,12 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
     print(
         f"  {mode:>12}: {len(batches)} batches, {samples} samples ({gpu} GPU) in {elapsed:.2f} s = "
         f"{samples / elapsed:,.0f} samples/s, {gpu / elapsed:,.0f} GPU-samples/s; "
-        f"per request p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
+        + (
+            f"per {'request' if mode.startswith('http') else 'store call'} "
+            f"p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
+            if mode != "raw-copy"
+            else "all rows in one COPY transaction"
+        )
     )
     return samples / elapsed
 

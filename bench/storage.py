@@ -1,7 +1,7 @@
 """Bytes on disk per GPU-sample (PostgreSQL), measured at small scale and extrapolated.
 
     .venv/bin/python bench/storage.py [--nodes 20] [--gpus 8] [--hours 1] \
-        [--target-nodes 1000] [--raw-days 14] [--rollup-days 400]
+        [--target-nodes 1000] [--raw-days 14] [--rollup-days 400] [--process-days N]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), stores
 ``hours`` of 10 s cycles of ``nodes`` nodes (each cycle: ``gpus`` GPU samples with 2
@@ -9,7 +9,8 @@ processes each + the host samples of ``tests/factories.py``: cpu, memory, nic, i
 disk, one job, one attribution, agent), rolls them up per minute, VACUUM ANALYZEs, and reads
 ``pg_total_relation_size`` (heap + indexes + TOAST) of every daily partition of each sample
 table and of the rollup tables. Prints bytes per row and extrapolates to ``target-nodes`` x
-``gpus`` GPUs kept ``raw-days`` raw and ``rollup-days`` as per-minute rollups.
+``gpus`` GPUs kept ``raw-days`` raw and ``rollup-days`` as per-minute rollups, and with
+``--process-days`` also what ``retention.process_days`` (per-process rows kept shorter) saves.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def main() -> None:
     ap.add_argument("--target-nodes", type=int, default=1000)
     ap.add_argument("--raw-days", type=int, default=14)
     ap.add_argument("--rollup-days", type=int, default=400)
+    ap.add_argument(
+        "--process-days", type=int, default=None, help="also extrapolate retention.process_days = N"
+    )
     args = ap.parse_args()
     cycles = int(args.hours * 3600 / INTERVAL_S)
     start = floor_minute(wire.utcnow() - timedelta(hours=args.hours, minutes=5))
@@ -133,6 +137,13 @@ def main() -> None:
         print(f"  {t} kept {args.rollup_days} days: {human(b)}")
     total = raw_bytes + sum(roll_bytes.values())
     print(f"  total: {human(total)} (raw {human(raw_bytes)} + rollups {human(sum(roll_bytes.values()))})")
+    if args.process_days is not None:
+        per_day_process = raw["gpu_process_samples"][0] / gpu_rows * gpu_samples_day
+        saved = per_day_process * max(args.raw_days - args.process_days, 0)
+        print(
+            f"  with retention.process_days = {args.process_days}: raw {human(raw_bytes - saved)} "
+            f"({saved / raw_bytes:.0%} less), total {human(total - saved)}"
+        )
 
 
 if __name__ == "__main__":

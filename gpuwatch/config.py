@@ -227,6 +227,14 @@ class RetentionConfig(_Section):
     """How long each kind of data is kept (``gpuwatch/sql/retention.py``)."""
 
     raw_days: int = Field(14, ge=1, description="Raw samples (PostgreSQL: whole daily partitions).")
+    process_days: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Per-process GPU rows (gpu_process_samples), if shorter than raw_days: ~40 % of raw "
+            "bytes, read by no view (forensics in SQL). None: raw_days."
+        ),
+    )
     rollup_days: int = Field(400, ge=1, description="Per-minute rollups, which the classifier and CLI read.")
     batch_record_days: int = Field(
         30,
@@ -241,6 +249,8 @@ class RetentionConfig(_Section):
             raise ValueError("batch_record_days must be >= raw_days (a re-sent batch would be stored again)")
         if self.rollup_days < self.raw_days:
             raise ValueError("rollup_days must be >= raw_days (rollups are made from raw samples)")
+        if self.process_days is not None and self.process_days > self.raw_days:
+            raise ValueError("process_days must be <= raw_days (it can only keep process rows for less)")
         return self
 
 

@@ -86,3 +86,9 @@ def test_example_config_names_every_key():
             assert re.search(rf"^#? ?{key} = ", body, re.M) or as_table, (
                 f"{section}.{key} missing from the example"
             )
+
+
+def test_process_days_cannot_outlive_raw_days():
+    with pytest.raises(Exception, match="process_days must be <= raw_days"):
+        load_settings(None, retention={"raw_days": 7, "process_days": 8})
+    assert load_settings(None, retention={"raw_days": 7, "process_days": 2}).retention.process_days == 2

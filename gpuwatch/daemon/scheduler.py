@@ -85,6 +85,7 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
             raw_days=r.raw_days,
             rollup_days=r.rollup_days,
             batch_record_days=r.batch_record_days,
+            process_days=r.process_days,
         )
         store.partitions.forget()  # dropped partitions must be re-made if an old batch arrives
 

@@ -8,6 +8,10 @@ they are small, and the CLI's history of a job needs them.
 
 A job that runs across partition boundaries keeps its history: its minutes live in the
 rollup tables, which outlive the raw partitions.
+
+Per-process GPU rows (``gpu_process_samples``, two rows per GPU sample for a typical job:
+~40 % of raw bytes) can go sooner (``process_days``): no rollup, view or rule reads them;
+they are there for "which pid held that GPU" in SQL.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from datetime import date, datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.sql.partitions import list_partitions, partition_name
-from gpuwatch.sql.schema import PARTITIONED_TABLES, ROLLUP_TABLES, ingested_batches
+from gpuwatch.sql.schema import PARTITIONED_TABLES, ROLLUP_TABLES, gpu_process_samples, ingested_batches
 from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
@@ -44,11 +48,15 @@ def apply_retention(
     raw_days: int,
     rollup_days: int,
     batch_record_days: int,
+    process_days: int | None = None,
     now: datetime | None = None,
 ) -> RetentionReport:
     """Delete what is older than each horizon; returns what went."""
     now = now or utcnow()
     raw_cut = now - timedelta(days=raw_days)
+    cuts = {table.name: raw_cut for table in PARTITIONED_TABLES}
+    if process_days is not None:
+        cuts[gpu_process_samples.name] = max(raw_cut, now - timedelta(days=process_days))
     report = RetentionReport()
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
@@ -56,13 +64,13 @@ def apply_retention(
                 for name in list_partitions(conn, table.name):
                     day = _partition_day(name)
                     # the whole day must be past the cut-off
-                    if day is not None and day + timedelta(days=1) <= raw_cut.date():
+                    if day is not None and day + timedelta(days=1) <= cuts[table.name].date():
                         assert name == partition_name(table.name, day)
                         conn.execute(sa.text(f'DROP TABLE "{name}"'))
                         report.dropped_partitions.append(name)
         else:
             for table in PARTITIONED_TABLES:
-                deleted = conn.execute(table.delete().where(table.c.ts < raw_cut)).rowcount
+                deleted = conn.execute(table.delete().where(table.c.ts < cuts[table.name])).rowcount
                 if deleted:
                     report.deleted_rows[table.name] = deleted
         rollup_cut = now - timedelta(days=rollup_days)

@@ -12,7 +12,7 @@ from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup
-from gpuwatch.sql.schema import gpu_minutes, gpu_samples, ingested_batches
+from gpuwatch.sql.schema import gpu_minutes, gpu_process_samples, gpu_samples, ingested_batches
 from tests import factories
 
 
@@ -79,3 +79,25 @@ def test_late_batches_older_than_raw_retention_leave_rollups_alone(engine):
     with engine.connect() as conn:
         after = conn.execute(sa.select(gpu_minutes).order_by(gpu_minutes.c.minute)).all()
     assert after == before, "rollups of minutes whose raw samples are gone are kept as they were"
+
+
+def test_process_rows_can_go_before_the_other_raw_samples(engine):
+    create_token(engine, "node001")
+    with engine.connect() as conn:
+        node_id = get_node(conn, "node001").id
+    now = factories.T0 + timedelta(days=20)
+    store = BatchStore(engine)
+    for days_ago in (10, 5, 1):
+        store.store(node_id, factories.batch(start=now - timedelta(days=days_ago), cycles=2))
+    report = apply_retention(
+        engine, raw_days=14, rollup_days=60, batch_record_days=40, process_days=3, now=now
+    )
+    with engine.connect() as conn:
+        gpu_ts = conn.execute(sa.select(gpu_samples.c.ts)).scalars().all()
+        process_ts = conn.execute(sa.select(gpu_process_samples.c.ts)).scalars().all()
+    assert len(gpu_ts) == 3 * 2 * 2, "GPU samples are kept for raw_days"
+    assert len(process_ts) == 2 * 2 and min(process_ts) >= now - timedelta(days=1, minutes=1)
+    if engine.dialect.name == "postgresql":
+        assert {name.rpartition("_p")[0] for name in report.dropped_partitions} == {"gpu_process_samples"}
+    else:
+        assert report.deleted_rows == {"gpu_process_samples": 2 * 2 * 2}
