@@ -12,8 +12,10 @@ cannot fail the others. A batch that fails on its own with a constraint violatio
 value the database cannot hold (``IntegrityError``, ``DataError``), twice, comes back
 ``REFUSED`` with the reason (the handler answers that batch 422 and the agent moves it to
 ``rejected/``): sending it again cannot help, and answering 500 made the agent retry it
-forever, in front of its newer batches. The second try is there for the rare transient
-integrity error (two daemons creating the same day's partition at once). Database outages
+forever, in front of its newer batches. The second try, with the partition cache emptied,
+is there for the transient ones: a day's partition dropped by retention (or by hand) after
+this process cached it fails with "no partition of relation ... found for row", a
+constraint violation too. Database outages
 reach every waiting request as the exception (the handler answers 503, the agents keep
 their batches).
 """
@@ -167,8 +169,11 @@ class IngestWriter:
         try:
             result = store([(node_id, batch)])[0]
         except _REFUSALS:
+            # once more, partitions checked afresh: the first failure may have been a race, not
+            # the batch (retention dropped the day's partition after this process cached it)
+            self.store.partitions.forget()
             try:
-                result = store([(node_id, batch)])[0]  # once more: a transient race, not the batch
+                result = store([(node_id, batch)])[0]
             except _REFUSALS as exc:
                 detail = refusal_detail(exc)
                 log.warning(

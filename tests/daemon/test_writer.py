@@ -117,3 +117,24 @@ def test_an_integrity_error_that_passes_is_not_a_refusal(pg_url):
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.nextval("refusals"))).scalar() == 3  # tried twice
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_partition_dropped_under_the_cache_is_made_again_not_a_refusal(pg_url):
+    """Retention (or an admin) drops a day's partition after the writer cached it: PostgreSQL
+    then finds no partition for the rows, an integrity error, and the retry makes it again."""
+    engine = create_engine(pg_url)
+    migrate.upgrade(engine)
+    (node_id,) = _node_ids(engine, 1)
+    start = factories.T0.replace(hour=3)
+    writer = IngestWriter(BatchStore(engine))
+    writer.start()
+    first = writer.submit(node_id, factories.batch(node="node000", start=start, seq=1)).result(timeout=30)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE gpu_samples_p{start:%Y%m%d}"))
+    again = writer.submit(node_id, factories.batch(node="node000", start=start, seq=2)).result(timeout=30)
+    writer.stop()
+    assert (first.status, again.status) == (IngestStatus.STORED, IngestStatus.STORED)
+    with engine.connect() as conn:
+        assert count_rows(conn)["gpu_samples"] == 2 * 2  # the second batch's, in the new partition
+    engine.dispose()
