@@ -164,6 +164,14 @@ class DaemonConfig(_Section):
         le=4096,
         description="Most batches in one bundle request (an agent's spool backlog); within max_batch_bytes.",
     )
+    max_inflight_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description=(
+            "Bytes of request bodies one process holds at once (read, parsed, queued, storing; "
+            "~6x that in memory); more gets 503 with Retry-After (a replay storm after an outage)."
+        ),
+    )
     http_parser: Literal["auto", "httptools", "h11"] = Field(
         "auto",
         description=(

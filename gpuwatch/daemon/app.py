@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuwatch import __version__
 from gpuwatch.config import Settings
+from gpuwatch.daemon.admission import Admission
 from gpuwatch.daemon.ingest import build_router, openapi_components
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
@@ -48,6 +49,8 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
     app.state.writer = writer
     ingest_log = IngestLog(each_request=settings.daemon.log_each_request)
     app.state.ingest_log = ingest_log
+    admission = Admission(settings.daemon.max_inflight_bytes)
+    app.state.admission = admission
     app.router.lifespan_context = _lifespan(writer, ingest_log)
     app.include_router(
         build_router(
@@ -57,6 +60,7 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
             settings.daemon.max_future_skew_s,
             settings.daemon.max_bundle_batches,
             ingest_log,
+            admission,
         )
     )
 

@@ -43,6 +43,7 @@ from fastapi import APIRouter, HTTPException, Request
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
+from gpuwatch.daemon.admission import Admission
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
@@ -121,12 +122,19 @@ def authenticate(engine: sa.Engine, node: str, token: str) -> int:
     raise _fail(401, f"invalid token for node {node!r}")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+def _declared_length(request: Request, limit: int) -> int | None:
+    """The body's Content-Length, if the client gave one; 413 at once if it is over ``limit``."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is None or not declared.isdigit():
+        return None
+    if int(declared) > limit:
         raise _fail(
             413, f"body of {declared} bytes exceeds the limit of {limit} bytes (daemon.max_batch_bytes)"
         )
+    return int(declared)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -135,6 +143,11 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise _fail(413, f"body exceeds the limit of {limit} bytes (daemon.max_batch_bytes)")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _admitted_body(request: Request, limit: int, admission: Admission):  # type: ignore[no-untyped-def]
+    """The body within ``admission`` (503 with Retry-After when the daemon holds too much)."""
+    return admission.body(_declared_length(request, limit), lambda: _read_body(request, limit))
 
 
 def parse_batch(body: bytes) -> Batch:
@@ -199,7 +212,7 @@ _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _count_refusal(node: str, exc: IngestError) -> None:
+def _count_refusal(node: str, exc: HTTPException) -> None:
     """A request refused as a whole: counted by status and logged with the reason."""
     INGEST_REQUESTS.labels(str(exc.status_code)).inc()
     log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
@@ -212,6 +225,7 @@ def build_router(
     max_future_skew_s: float,
     max_bundle_batches: int,
     ingest_log: IngestLog,
+    admission: Admission,
 ) -> APIRouter:
     router = APIRouter()
     auth_cache = AuthCache()
@@ -245,11 +259,12 @@ def build_router(
         started = time.perf_counter()
         try:
             node_id = await node_id_of(node, request)
-            batch = checked_batch(await _read_body(request, max_batch_bytes), node, max_future_skew_s)
-            result = await _stored(writer, node_id, batch)
+            async with _admitted_body(request, max_batch_bytes, admission) as body:
+                batch = checked_batch(body, node, max_future_skew_s)
+                result = await _stored(writer, node_id, batch)
             if result.status is IngestStatus.REFUSED:
                 raise _fail(422, result.detail)
-        except IngestError as exc:
+        except HTTPException as exc:
             _count_refusal(node, exc)
             raise
         INGEST_REQUESTS.labels("200").inc()
@@ -297,19 +312,20 @@ def build_router(
         started = time.perf_counter()
         try:
             node_id = await node_id_of(node, request)
-            lines = bundle_lines(await _read_body(request, max_batch_bytes), max_bundle_batches)
-            results: list[dict[str, Any]] = []
-            accepted: list[Batch] = []
-            for line in lines:
-                try:
-                    batch = checked_batch(line, node, max_future_skew_s)
-                except IngestError as exc:
-                    results.append({"status": "refused", "code": exc.status_code, "detail": exc.detail})
-                    continue
-                accepted.append(batch)
-                results.append({"batch_id": str(batch.batch_id)})
-            stored = await _stored_many(writer, node_id, accepted) if accepted else []
-        except IngestError as exc:
+            async with _admitted_body(request, max_batch_bytes, admission) as body:
+                lines = bundle_lines(body, max_bundle_batches)
+                results: list[dict[str, Any]] = []
+                accepted: list[Batch] = []
+                for line in lines:
+                    try:
+                        batch = checked_batch(line, node, max_future_skew_s)
+                    except IngestError as exc:
+                        results.append({"status": "refused", "code": exc.status_code, "detail": exc.detail})
+                        continue
+                    accepted.append(batch)
+                    results.append({"batch_id": str(batch.batch_id)})
+                stored = await _stored_many(writer, node_id, accepted) if accepted else []
+        except HTTPException as exc:
             _count_refusal(node, exc)
             raise
         outcomes = iter(stored)
