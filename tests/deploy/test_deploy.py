@@ -74,6 +74,8 @@ def test_prometheus_config_scrapes_agents_and_daemon():
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
     assert {"gpuwatch-agent", "gpuwatch-daemon"} <= set(jobs)
     assert any(f.endswith("dcgm-compat.rules.yml") for f in doc["rule_files"])
+    for rule_file in doc["rule_files"]:  # every file it loads is one deploy/ ships
+        assert (DEPLOY / "prometheus" / Path(rule_file).name).is_file(), rule_file
     targets = jobs["gpuwatch-daemon"]["static_configs"][0]["targets"]
     assert all(t.endswith(":8470") for t in targets)
 

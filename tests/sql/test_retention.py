@@ -16,10 +16,14 @@ from gpuwatch.sql.schema import gpu_minutes, gpu_process_samples, gpu_samples, i
 from tests import factories
 
 
-def test_old_raw_data_goes_rollups_and_recent_data_stay(engine):
+def _node_id(engine) -> int:
     create_token(engine, "node001")
     with engine.connect() as conn:
-        node_id = get_node(conn, "node001").id
+        return get_node(conn, "node001").id
+
+
+def test_old_raw_data_goes_rollups_and_recent_data_stay(engine):
+    node_id = _node_id(engine)
     now = factories.T0 + timedelta(days=30)
     store = BatchStore(engine)
     old = factories.T0.replace(hour=6)  # 30 days before "now"
@@ -54,9 +58,7 @@ def test_late_batches_older_than_raw_retention_leave_rollups_alone(engine):
     """A spool copy restored weeks later: its samples are older than the raw horizon, so the
     minutes they touch (and every minute between them) no longer have their raw samples. The
     late re-roll must not delete rollups it cannot rebuild."""
-    create_token(engine, "node001")
-    with engine.connect() as conn:
-        node_id = get_node(conn, "node001").id
+    node_id = _node_id(engine)
     store = BatchStore(engine)
     old = factories.T0.replace(hour=6)
     now = old + timedelta(days=30)
@@ -82,9 +84,7 @@ def test_late_batches_older_than_raw_retention_leave_rollups_alone(engine):
 
 
 def test_process_rows_can_go_before_the_other_raw_samples(engine):
-    create_token(engine, "node001")
-    with engine.connect() as conn:
-        node_id = get_node(conn, "node001").id
+    node_id = _node_id(engine)
     now = factories.T0 + timedelta(days=20)
     store = BatchStore(engine)
     for days_ago in (10, 5, 1):

@@ -1,0 +1,185 @@
+"""deploy/prometheus/gpuwatch-alerts.rules.yml: each alert fires when it should and not when it
+should not, checked by promtool's own rule evaluator on synthetic series.
+
+promtool comes with the Debian ``prometheus`` package (``tests/prometheus/install.sh``); without
+it the promtool tests skip locally and fail in CI (``CI=true``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+import gpuwatch.daemon.admission
+import gpuwatch.daemon.ingest  # noqa: F401  (registers the daemon's metrics)
+from gpuwatch import catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-alerts.rules.yml"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+DAEMON = {"job": "gpuwatch-daemon", "instance": "d1:8470"}
+AGENT = {"job": "gpuwatch-agent", "instance": "gpu017", "Hostname": "gpu017"}
+
+
+def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{name}{{{body}}}", "values": values}
+
+
+def _rules() -> dict[str, dict]:
+    return {r["alert"]: r for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]}
+
+
+def _alert(name: str, **labels: str) -> dict:
+    """What promtool must see firing: the rule's labels and its annotations with ``labels`` filled in."""
+    rule = _rules()[name]
+    fill = lambda text: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)  # noqa: E731
+    return {
+        "exp_labels": {**labels, **rule.get("labels", {})},
+        "exp_annotations": {k: fill(v) for k, v in rule.get("annotations", {}).items()},
+    }
+
+
+def _check(at: str, name: str, *firing: dict) -> dict:
+    return {"eval_time": at, "alertname": name, "exp_alerts": list(firing)}
+
+
+CASES = {
+    "daemon-down": (
+        [_series("up", DAEMON, "1 1 1 0x12")],
+        [
+            _check("6m", "GpuwatchDaemonDown"),  # down 3 minutes: pending, not yet firing
+            _check("9m", "GpuwatchDaemonDown", _alert("GpuwatchDaemonDown", **DAEMON)),
+        ],
+    ),
+    "database-unavailable": (  # 503s that are not shedding
+        [
+            _series(
+                "gpuwatch_daemon_ingest_requests_total", {**DAEMON, "status": "503"}, "0 0 0 0 0 60+60x20"
+            ),
+            _series("gpuwatch_daemon_ingest_shed_total", DAEMON, "0x25"),
+        ],
+        [
+            _check(
+                "14m",
+                "GpuwatchDatabaseUnavailable",
+                _alert("GpuwatchDatabaseUnavailable", instance="d1:8470"),
+            ),
+            _check("14m", "GpuwatchDaemonShedding"),
+        ],
+    ),
+    "shedding": (  # every 503 is a shed request: the database is fine
+        [
+            _series(
+                "gpuwatch_daemon_ingest_requests_total", {**DAEMON, "status": "503"}, "0 0 0 0 0 60+60x30"
+            ),
+            _series("gpuwatch_daemon_ingest_shed_total", DAEMON, "0 0 0 0 0 60+60x30"),
+        ],
+        [
+            _check("15m", "GpuwatchDaemonShedding"),  # minutes after an outage: expected
+            _check("24m", "GpuwatchDaemonShedding", _alert("GpuwatchDaemonShedding", instance="d1:8470")),
+            _check("24m", "GpuwatchDatabaseUnavailable"),
+        ],
+    ),
+    "refused": (
+        [_series("gpuwatch_daemon_ingest_requests_total", {**DAEMON, "status": "401"}, "0+10x40")],
+        [
+            _check(
+                "35m",
+                "GpuwatchIngestRefused",
+                _alert("GpuwatchIngestRefused", instance="d1:8470", status="401"),
+            )
+        ],
+    ),
+    "agent-not-delivering": (  # gpu017 stops delivering at minute 10; gpu018 is healthy
+        [
+            _series("gpuwatch_agent_cycles_total", AGENT, "0+6x45"),
+            _series("gpuwatch_agent_sent_batches_total", AGENT, "0+6x10 60x35"),
+            _series(
+                "gpuwatch_agent_cycles_total", {**AGENT, "instance": "gpu018", "Hostname": "gpu018"}, "0+6x45"
+            ),
+            _series(
+                "gpuwatch_agent_sent_batches_total",
+                {**AGENT, "instance": "gpu018", "Hostname": "gpu018"},
+                "0+6x45",
+            ),
+        ],
+        [
+            _check("30m", "GpuwatchAgentNotDelivering"),  # flat since 25m (the 15 m window): pending
+            _check("41m", "GpuwatchAgentNotDelivering", _alert("GpuwatchAgentNotDelivering", **AGENT)),
+        ],
+    ),
+    "spool-dropping": (
+        [_series("gpuwatch_agent_dropped_batches_total", AGENT, "0x10 3x10")],
+        [
+            _check("8m", "GpuwatchAgentSpoolDropping"),
+            _check("15m", "GpuwatchAgentSpoolDropping", _alert("GpuwatchAgentSpoolDropping", **AGENT)),
+        ],
+    ),
+}
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        message = "promtool not installed (tests/prometheus/install.sh installs it)"
+        if IN_CI:
+            pytest.fail(message + " (CI=true: the alert rule tests must run)")
+        pytest.skip(message)
+    return found
+
+
+def _run_promtool_tests(tmp_path: Path, tests: list[dict]) -> subprocess.CompletedProcess:
+    spec = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": tests}
+    path = tmp_path / "alerts.test.yml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return subprocess.run(
+        [_promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_rules_are_valid():
+    done = subprocess.run(
+        [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_alert_fires_when_it_should_and_only_then(tmp_path, case):
+    series, checks = CASES[case]
+    done = _run_promtool_tests(
+        tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": checks}]
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_wrong_expectation_fails(tmp_path):
+    """The harness can fail: promtool refuses an alert said to fire that does not."""
+    series, _ = CASES["daemon-down"]
+    wrong = [_check("4m", "GpuwatchDaemonDown", _alert("GpuwatchDaemonDown", **DAEMON))]  # only pending at 4m
+    done = _run_promtool_tests(
+        tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": wrong}]
+    )
+    assert done.returncode != 0 and "GpuwatchDaemonDown" in done.stdout + done.stderr
+
+
+def test_every_metric_in_the_rules_exists():
+    """A renamed metric would silence its alert without a word: every name must be exported."""
+    daemon = set()
+    for family in REGISTRY.collect():  # a labelled counter has no samples before its first use
+        daemon |= {family.name, f"{family.name}_total"} if family.type == "counter" else {family.name}
+    agent = set(catalog.by_prometheus_name())
+    exprs = " ".join(rule["expr"] for rule in _rules().values())
+    used = set(re.findall(r"\bgpuwatch_[a-z_]+\b", exprs))
+    assert used, "the rules name gpuwatch metrics"
+    assert used <= daemon | agent, sorted(used - daemon - agent)
+    assert all(_rules()[a].get("annotations", {}).get("summary") for a in _rules())
