@@ -512,6 +512,36 @@ class Spool:
                 self._rejected_dropped_total,
             )
 
+    def requeue_rejected(self) -> tuple[int, int]:
+        """Move rejected batches back to pending, oldest first, while they fit in ``max_bytes``.
+
+        For after the cause is fixed (a daemon upgraded to a newer wire version, a database
+        constraint lifted): the agent sends them again in seq order before newer batches, and
+        the daemon stores each once. Returns (requeued, left in rejected/).
+        """
+        moved = 0
+        with self._lock:
+            for name in list(self._rejected):
+                size = self._rejected[name]
+                if self._bytes + size > self.max_bytes:
+                    break
+                os.replace(self.rejected_dir / name, self.dir / name)
+                with suppress(FileNotFoundError):
+                    os.unlink(self.rejected_dir / (name + REASON_SUFFIX))
+                del self._rejected[name]
+                self._rejected_bytes -= size
+                self._pending[name] = size
+                self._bytes += size
+                moved += 1
+            if moved:
+                _fsync_dir(self.dir)
+                _fsync_dir(self.rejected_dir)
+                self._pending = dict(sorted(self._pending.items()))  # seq order: names sort by seq
+            left = len(self._rejected)
+        if moved:
+            log.info("spool %s: %d rejected batch(es) requeued, %d left in rejected/", self.dir, moved, left)
+        return moved, left
+
     def rejected(self) -> list[tuple[Path, str]]:
         """Rejected batches oldest first, with their recorded reason (for the CLI and tests)."""
         with self._lock:
@@ -524,3 +554,57 @@ class Spool:
                 reason = ""
             out.append((self.rejected_dir / name, reason))
         return out
+
+
+@dataclass(frozen=True)
+class SpoolStatus:
+    """What a spool holds, read without taking its lock (the agent may be running)."""
+
+    directory: Path
+    pending: int
+    pending_bytes: int
+    oldest_seq: int | None
+    newest_seq: int | None
+    dropped_batches_total: int
+    rejected: list[tuple[str, str]]  # file name, reason (the sidecar's text)
+    rejected_dropped_total: int
+
+
+def read_status(directory: Path | str) -> SpoolStatus:
+    """A snapshot of ``directory`` for ``gpuwatch spool status``; files vanishing meanwhile are skipped."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no spool at {directory}")
+
+    def batches(folder: Path) -> list[tuple[str, int]]:
+        out = []
+        for name in sorted(os.listdir(folder)) if folder.is_dir() else ():
+            if _NAME_RE.match(name):
+                with suppress(FileNotFoundError):
+                    out.append((name, (folder / name).stat().st_size))
+        return out
+
+    pending = batches(directory)
+    rejected = []
+    for name, _ in batches(directory / REJECTED_DIR):
+        try:
+            reason = (directory / REJECTED_DIR / (name + REASON_SUFFIX)).read_text().strip()
+        except OSError:
+            reason = ""
+        rejected.append((name, reason))
+    try:
+        state = json.loads((directory / STATE_FILE).read_bytes())
+    except (OSError, ValueError):
+        state = {}
+    state = state if isinstance(state, dict) else {}
+    seqs = [int(name[:20]) for name, _ in pending]
+    return SpoolStatus(
+        directory=directory,
+        pending=len(pending),
+        pending_bytes=sum(size for _, size in pending),
+        oldest_seq=min(seqs, default=None),
+        newest_seq=max(seqs, default=None),
+        dropped_batches_total=int(state.get("dropped_batches_total", 0)),
+        rejected=rejected,
+        rejected_dropped_total=int(state.get("rejected_dropped_total", 0)),
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -211,6 +212,81 @@ def agent(ctx: Context, once: bool, cycles: int | None, record: Path | None) -> 
         if server is not None:
             server.close()
         runner.close()
+
+
+# --------------------------------------------------------------------------- spool
+
+
+@cli.group()
+def spool() -> None:
+    """The agent's on-disk spool on this node: what waits, what the daemon rejected."""
+
+
+_SPOOL_DIR_OPTION = click.option(
+    "--spool-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The spool directory (default: agent.spool_dir of the configuration).",
+)
+REJECTED_COLUMNS = [("file", "rejected batch"), ("reason", "reason")]
+
+
+@spool.command("status")
+@_SPOOL_DIR_OPTION
+@FORMAT_OPTION
+@pass_ctx
+def spool_status(ctx: Context, spool_dir: Path | None, fmt: str) -> None:
+    """Pending batches, drop counters and rejected batches with their reasons (works while the agent runs)."""
+    from gpuwatch.agent.spool import read_status
+
+    directory = spool_dir or ctx.settings.agent.spool_dir
+    try:
+        status = read_status(directory)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    rows = [{"file": name, "reason": " ".join(reason.split())} for name, reason in status.rejected]
+    if OutputFormat(fmt) is OutputFormat.JSON:
+        doc = dataclasses.asdict(status) | {"directory": str(status.directory), "rejected": rows}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    seqs = f", seq {status.oldest_seq}..{status.newest_seq}" if status.pending else ""
+    click.echo(
+        f"spool {status.directory}: {status.pending} batch(es) pending "
+        f"({status.pending_bytes:,} bytes{seqs}); "
+        f"dropped when full: {status.dropped_batches_total}; {len(rows)} rejected "
+        f"(deleted from rejected/ when full: {status.rejected_dropped_total}; counters as last saved)"
+    )
+    if rows:
+        click.echo(render(rows, REJECTED_COLUMNS, OutputFormat(fmt)))
+
+
+@spool.command("requeue")
+@_SPOOL_DIR_OPTION
+@pass_ctx
+def spool_requeue(ctx: Context, spool_dir: Path | None) -> None:
+    """Send rejected batches again: move them from rejected/ back to the queue (agent stopped).
+
+    After the cause is fixed - a daemon upgraded to the agent's wire version, a database
+    constraint lifted. The agent sends them before newer batches; the daemon stores each once.
+    """
+    from gpuwatch.agent.spool import Spool, SpoolLockedError
+
+    directory = spool_dir or ctx.settings.agent.spool_dir
+    if not Path(directory).is_dir():
+        raise click.ClickException(f"no spool at {directory}")
+    try:
+        queue = Spool(directory, ctx.settings.agent.spool_max_bytes)
+    except SpoolLockedError:
+        raise click.ClickException(
+            f"spool {directory} is in use by a running agent: systemctl stop gpuwatch-agent, "
+            "run this again, then systemctl start gpuwatch-agent"
+        ) from None
+    try:
+        moved, left = queue.requeue_rejected()
+    finally:
+        queue.close()
+    note = f"; {left} left in rejected/ (the spool is full: agent.spool_max_bytes)" if left else ""
+    click.echo(f"requeued {moved} rejected batch(es) in {directory}{note}")
 
 
 # --------------------------------------------------------------------------- tokens

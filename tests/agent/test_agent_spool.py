@@ -353,3 +353,46 @@ def test_kill_9_mid_write_leaves_a_consistent_spool(tmp_path: Path) -> None:
             assert spool.next_seq > seqs[-1]
             json.loads((spool_dir / "state.json").read_bytes())
             last_seq = seqs[-1]
+
+
+def test_requeue_puts_rejected_batches_back_in_seq_order(tmp_path: Path) -> None:
+    with Spool(tmp_path, 1 << 20) as spool:
+        ids = fill(spool, 3)  # seq 0, 1, 2
+        for _ in range(2):
+            item = spool.peek_oldest()
+            assert item is not None and spool.reject(item.path, "HTTP 400: unsupported schema_version")
+        data, newest = batch(3)
+        spool.put(data, newest)
+        assert [json.loads(p.read_bytes())["batch_id"] for p, _ in spool.rejected()] == ids[:2]
+        assert spool.requeue_rejected() == (2, 0)
+        assert spool.rejected() == [] and not list((tmp_path / "rejected").iterdir())  # reasons too
+        assert len(spool) == 4
+    with Spool(tmp_path, 1 << 20) as spool:  # on disk, not only in memory
+        assert drain_ids(spool) == [*ids, newest]
+
+
+def test_requeue_stops_where_the_spool_is_full(tmp_path: Path) -> None:
+    with Spool(tmp_path, 2500, rejected_max_bytes=3000) as spool:
+        fill(spool, 2, pad=900)
+        for _ in range(2):
+            item = spool.peek_oldest()
+            assert item is not None and spool.reject(item.path, "bad")
+        data, batch_id = batch(2, pad=900)
+        spool.put(data, batch_id)  # ~1 kB of 2.5 kB used: room for one more
+        assert spool.requeue_rejected() == (1, 1)
+        assert len(spool) == 2 and spool.bytes_used <= 2500 and len(spool.rejected()) == 1
+
+
+def test_status_reads_a_spool_in_use(tmp_path: Path) -> None:
+    with Spool(tmp_path, 1 << 20) as spool:
+        fill(spool, 3)
+        item = spool.peek_oldest()
+        assert item is not None
+        spool.reject(item.path, "HTTP 422 for this batch: the database refused this batch")
+        status = spool_mod.read_status(tmp_path)  # the lock is held: read-only, no lock taken
+    assert (status.pending, status.oldest_seq, status.newest_seq) == (2, 1, 2)
+    assert status.pending_bytes == sum(p.stat().st_size for p in tmp_path.glob("0*.json"))
+    [(name, reason)] = status.rejected
+    assert name.startswith("0" * 20) and "the database refused this batch" in reason
+    with pytest.raises(FileNotFoundError):
+        spool_mod.read_status(tmp_path / "missing")
