@@ -40,6 +40,7 @@ class Busy(HTTPException):
             ),
             headers={"Retry-After": str(retry_after_s)},
         )
+        self.retry_after_s = retry_after_s
 
 
 class Admission:

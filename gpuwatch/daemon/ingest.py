@@ -32,6 +32,7 @@ fixed cost per request (HTTP, auth, transaction) is paid once per bundle.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from concurrent.futures import Future
@@ -43,7 +44,7 @@ from fastapi import APIRouter, HTTPException, Request
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
-from gpuwatch.daemon.admission import Admission
+from gpuwatch.daemon.admission import Admission, Busy
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
@@ -212,9 +213,13 @@ _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _count_refusal(node: str, exc: HTTPException) -> None:
-    """A request refused as a whole: counted by status and logged with the reason."""
+def _count_refusal(node: str, exc: HTTPException, ingest_log: IngestLog) -> None:
+    """A request refused as a whole: counted by status and logged with the reason (a request
+    turned away for load only in the minute's summary: they come by the hundred)."""
     INGEST_REQUESTS.labels(str(exc.status_code)).inc()
+    if isinstance(exc, Busy):
+        ingest_log.shed(exc.retry_after_s)
+        return
     log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
 
 
@@ -265,7 +270,7 @@ def build_router(
             if result.status is IngestStatus.REFUSED:
                 raise _fail(422, result.detail)
         except HTTPException as exc:
-            _count_refusal(node, exc)
+            _count_refusal(node, exc, ingest_log)
             raise
         INGEST_REQUESTS.labels("200").inc()
         INGEST_SAMPLES.inc(result.samples)
@@ -326,12 +331,12 @@ def build_router(
                     results.append({"batch_id": str(batch.batch_id)})
                 stored = await _stored_many(writer, node_id, accepted) if accepted else []
         except HTTPException as exc:
-            _count_refusal(node, exc)
+            _count_refusal(node, exc, ingest_log)
             raise
-        outcomes = iter(stored)
+        results_stored = iter(stored)
         for entry in results:
             if "batch_id" in entry:
-                result = next(outcomes)
+                result = next(results_stored)
                 if result.status is IngestStatus.REFUSED:
                     entry.update(status="refused", code=422, detail=result.detail)
                 else:
@@ -352,13 +357,10 @@ def build_router(
                     "why": [r["detail"] for r in results if "code" in r][:3],
                 },
             )
-        outcomes: dict[str, int] = {}
-        for entry in results:
-            outcomes[entry["status"]] = outcomes.get(entry["status"], 0) + 1
         ingest_log.request(
             "ingest bundle",
             node,
-            outcomes,
+            collections.Counter(entry["status"] for entry in results),
             samples,
             (time.perf_counter() - started) * 1000,
             batches=len(lines),

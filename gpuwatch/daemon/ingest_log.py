@@ -4,7 +4,10 @@ One INFO line per request is 100 lines/s at 1,000 nodes and 1,000 at 10,000: jou
 default rate limit (10,000 messages per 30 s per service) then drops lines, the warnings
 among them, and the line itself cost ~5 % of the daemon's CPU (py-spy, bench/ingest.py).
 So by default each process logs one ``ingest summary`` a minute (requests, batches by
-outcome, samples, nodes, latency), plus a WARNING for every refused request or line.
+outcome, samples, nodes, latency), plus a WARNING for every refused request or line. Requests
+turned away because the daemon is busy (``daemon/admission.py``) are not refusals of the
+agent's data and come in floods: they are counted in the summary (``shed``) with one WARNING
+when shedding starts in a minute.
 ``daemon.log_each_request = true`` brings back one INFO line per request (debugging one node).
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger("gpuwatch.daemon.ingest")
@@ -40,9 +43,10 @@ class IngestLog:
         self._samples = 0
         self._nodes: set[str] = set()
         self._ms: list[float] = []
+        self._shed = 0
 
     def request(
-        self, message: str, node: str, outcomes: dict[str, int], samples: int, ms: float, **extra: Any
+        self, message: str, node: str, outcomes: Mapping[str, int], samples: int, ms: float, **extra: Any
     ) -> None:
         """One answered request: ``outcomes`` counts its batches by result (stored, duplicate, refused)."""
         if self.each_request:
@@ -56,11 +60,22 @@ class IngestLog:
         if self._clock() - self._since >= self.every_s:
             self.flush()
 
+    def shed(self, retry_after_s: int) -> None:
+        """A request answered 503 for load: counted; the minute's first one is warned."""
+        if self._clock() - self._since >= self.every_s:
+            self.flush()
+        if not self._shed:
+            log.warning(
+                "daemon busy: turning agents away (503, Retry-After %d s); see daemon.max_inflight_bytes",
+                retry_after_s,
+            )
+        self._shed += 1
+
     def flush(self) -> None:
         """Log the summary of what was tallied since the last one (nothing if no request came)."""
         now = self._clock()
-        if self._requests:
-            ms = sorted(self._ms)
+        if self._requests or self._shed:
+            ms = sorted(self._ms) or [0.0]
             p99 = statistics.quantiles(ms, n=100)[98] if len(ms) > 1 else ms[0]
             log.info(
                 "ingest summary",
@@ -70,6 +85,7 @@ class IngestLog:
                     "batches": dict(sorted(self._outcomes.items())),
                     "samples": self._samples,
                     "nodes": len(self._nodes),
+                    "shed": self._shed,
                     "ms_p50": round(statistics.median(ms), 2),
                     "ms_p99": round(p99, 2),
                     "ms_max": round(ms[-1], 2),

@@ -78,3 +78,21 @@ def test_the_daemon_logs_its_last_summary_as_it_stops(engine, caplog):
     [summary] = _records(caplog, "ingest summary")
     assert summary.requests == 2 and summary.nodes == 1
     assert summary.batches == {"duplicate": 1, "refused": 1, "stored": 2}
+
+
+def test_shedding_is_counted_in_the_summary_and_warned_once_a_minute(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = Clock()
+    tally = IngestLog(each_request=False, every_s=60, clock=clock)
+    for _ in range(500):  # a storm: hundreds of 503s, one warning
+        tally.shed(5)
+    tally.request("ingest bundle", "node1", {"stored": 64}, 1024, 900.0)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "turning agents away" in warnings[0].getMessage()
+    clock.now += 60
+    tally.shed(5)  # closes the minute, then starts the next: warned again
+    [summary] = _records(caplog, "ingest summary")
+    assert (summary.shed, summary.requests) == (500, 1)
+    tally.flush()
+    assert _records(caplog, "ingest summary")[-1].shed == 1
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
