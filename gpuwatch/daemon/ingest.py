@@ -214,11 +214,15 @@ _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def _count_refusal(node: str, exc: HTTPException, ingest_log: IngestLog) -> None:
-    """A request refused as a whole: counted by status and logged with the reason (a request
-    turned away for load only in the minute's summary: they come by the hundred)."""
+    """A request refused as a whole: counted by status and logged with the reason (requests
+    turned away for load or for a database outage once a minute and in the summary: they
+    come by the hundred)."""
     INGEST_REQUESTS.labels(str(exc.status_code)).inc()
     if isinstance(exc, Busy):
         ingest_log.shed(exc.retry_after_s)
+        return
+    if isinstance(exc, Unavailable):
+        ingest_log.unavailable(exc.__cause__)
         return
     log.warning("ingest refused", extra={"node": node, "status": exc.status_code, "why": exc.detail})
 
@@ -371,6 +375,15 @@ def build_router(
     return router
 
 
+class Unavailable(IngestError):
+    """503: the database is unreachable; the agent keeps its batches and retries. Logged (with
+    the cause) once a minute by :class:`IngestLog`, not per request: in an outage every agent
+    gets one, again and again."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=503, detail="database unavailable; retry later")
+
+
 async def _run_sync(func: Any, *args: Any) -> Any:
     """Run blocking database work in the thread pool; database outages become 503."""
     from starlette.concurrency import run_in_threadpool
@@ -378,8 +391,7 @@ async def _run_sync(func: Any, *args: Any) -> Any:
     try:
         return await run_in_threadpool(func, *args)
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-        log.error("database unavailable: %s", exc.__class__.__name__, exc_info=True)
-        raise _fail(503, "database unavailable; retry later") from None
+        raise Unavailable() from exc
 
 
 async def _stored(writer: IngestWriter, node_id: int, batch: Batch) -> IngestResult:
@@ -397,8 +409,7 @@ async def _committed(future: Future) -> Any:
     try:
         return await asyncio.wrap_future(future)
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-        log.error("database unavailable: %s", exc.__class__.__name__, exc_info=True)
-        raise _fail(503, "database unavailable; retry later") from None
+        raise Unavailable() from exc
 
 
 def openapi_components() -> dict[str, Any]:

@@ -7,7 +7,8 @@ So by default each process logs one ``ingest summary`` a minute (requests, batch
 outcome, samples, nodes, latency), plus a WARNING for every refused request or line. Requests
 turned away because the daemon is busy (``daemon/admission.py``) are not refusals of the
 agent's data and come in floods: they are counted in the summary (``shed``) with one WARNING
-when shedding starts in a minute.
+when shedding starts in a minute. A database outage likewise: one ERROR (with the driver's
+traceback) a minute, and the 503s counted (``db_unavailable``).
 ``daemon.log_each_request = true`` brings back one INFO line per request (debugging one node).
 """
 
@@ -44,6 +45,7 @@ class IngestLog:
         self._nodes: set[str] = set()
         self._ms: list[float] = []
         self._shed = 0
+        self._unavailable = 0
 
     def request(
         self, message: str, node: str, outcomes: Mapping[str, int], samples: int, ms: float, **extra: Any
@@ -71,10 +73,23 @@ class IngestLog:
             )
         self._shed += 1
 
+    def unavailable(self, cause: BaseException | None) -> None:
+        """A request answered 503 for a database outage: counted; the minute's first is an
+        ERROR with the driver's exception and traceback."""
+        if self._clock() - self._since >= self.every_s:
+            self.flush()
+        if not self._unavailable:
+            log.error(
+                "database unavailable: ingest answers 503, agents keep their batches (%s)",
+                type(cause).__name__ if cause else "unknown",
+                exc_info=(type(cause), cause, cause.__traceback__) if cause else None,
+            )
+        self._unavailable += 1
+
     def flush(self) -> None:
         """Log the summary of what was tallied since the last one (nothing if no request came)."""
         now = self._clock()
-        if self._requests or self._shed:
+        if self._requests or self._shed or self._unavailable:
             ms = sorted(self._ms) or [0.0]
             p99 = statistics.quantiles(ms, n=100)[98] if len(ms) > 1 else ms[0]
             log.info(
@@ -86,6 +101,7 @@ class IngestLog:
                     "samples": self._samples,
                     "nodes": len(self._nodes),
                     "shed": self._shed,
+                    "db_unavailable": self._unavailable,
                     "ms_p50": round(statistics.median(ms), 2),
                     "ms_p99": round(p99, 2),
                     "ms_max": round(ms[-1], 2),

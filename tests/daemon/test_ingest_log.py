@@ -96,3 +96,19 @@ def test_shedding_is_counted_in_the_summary_and_warned_once_a_minute(caplog):
     tally.flush()
     assert _records(caplog, "ingest summary")[-1].shed == 1
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_a_database_outage_is_one_error_a_minute_with_its_cause(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    tally = IngestLog(each_request=False, every_s=60, clock=Clock())
+    try:
+        raise ConnectionRefusedError("connection to server at 127.0.0.1:5432 failed")
+    except ConnectionRefusedError as exc:
+        cause = exc
+    for _ in range(300):
+        tally.unavailable(cause)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "ConnectionRefusedError" in errors[0].getMessage()
+    assert errors[0].exc_info and errors[0].exc_info[1] is cause  # the traceback goes with it
+    tally.flush()
+    assert _records(caplog, "ingest summary")[-1].db_unavailable == 300

@@ -6,6 +6,7 @@ and at the end every batch is stored once.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -55,3 +56,10 @@ def test_postgres_restart_mid_ingest_answers_503_then_recovers(own_postgres, tmp
     assert agent.rejected_batches == 0
     assert_exactly_once(engine, pusher, CYCLES, GPUS)
     engine.dispose()
+    # the outage is said once a minute with the driver's error, and every 503 is counted
+    log = [json.loads(x) for x in daemon.log_path.read_text().splitlines() if x.startswith("{")]
+    errors = [x for x in log if x["msg"].startswith("database unavailable")]
+    assert 1 <= len(errors) <= 2 and "OperationalError" in errors[0]["msg"] and errors[0].get("exc")
+    assert sum(
+        x.get("db_unavailable", 0) for x in log if x["msg"] == "ingest summary"
+    ) == pusher.statuses.count(503)
