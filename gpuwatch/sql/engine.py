@@ -7,6 +7,9 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+#: seconds libpq may take to open a connection (TCP and the server's first answer)
+CONNECT_TIMEOUT_S = 10
+
 
 def create_engine(url: str, *, echo: bool = False) -> sa.Engine:
     """An engine with the settings each backend needs to be a sane place for samples.
@@ -16,7 +19,10 @@ def create_engine(url: str, *, echo: bool = False) -> sa.Engine:
     may lose the last commits, never corrupt), foreign keys on, and a busy timeout so the
     CLI reading while the daemon writes waits instead of failing.
     PostgreSQL: ``pool_pre_ping`` so a restarted server costs one failed request, not a
-    pool of dead connections.
+    pool of dead connections; and libpq's ``connect_timeout`` (:data:`CONNECT_TIMEOUT_S`, unless
+    the URL sets its own), because libpq has none: a database host that drops packets, or a
+    server that accepts and never answers, would hold a writer thread (and every request
+    waiting on it) for minutes instead of becoming a 503 the agents retry.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -35,7 +41,10 @@ def create_engine(url: str, *, echo: bool = False) -> sa.Engine:
             cursor.close()
 
         return engine
-    return sa.create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    connect_args = {} if "connect_timeout" in parsed.query else {"connect_timeout": CONNECT_TIMEOUT_S}
+    return sa.create_engine(
+        url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=connect_args
+    )
 
 
 def is_postgres(engine: sa.Engine | sa.Connection) -> bool:
