@@ -15,9 +15,9 @@ value the database cannot hold (``IntegrityError``, ``DataError``), twice, comes
 forever, in front of its newer batches. The second try, with the partition cache emptied,
 is there for the transient ones: a day's partition dropped by retention (or by hand) after
 this process cached it fails with "no partition of relation ... found for row", a
-constraint violation too. Database outages
-reach every waiting request as the exception (the handler answers 503, the agents keep
-their batches).
+constraint violation too. A database outage (:func:`is_outage`) is not retried batch by
+batch: every waiting request gets the exception at once (the handler answers 503, the
+agents keep their batches).
 """
 
 from __future__ import annotations
@@ -38,6 +38,20 @@ log = logging.getLogger(__name__)
 # What the database says about a batch itself, not about its own health.
 _REFUSALS = (sa.exc.IntegrityError, sa.exc.DataError)
 _MAX_DETAIL = 300
+
+
+def is_outage(exc: BaseException) -> bool:
+    """The database, not the batches: no connection, shut down, out of disk or connections.
+
+    A group failing so is answered 503 at once, every batch of it: storing them one by one
+    would only try again, batch after batch (each attempt up to the connect timeout), what
+    fails the same way. A deadlock or serialization failure (SQLSTATE class 40) is the group's
+    own, and the retry one by one is what resolves it.
+    """
+    if not isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(("08", "53", "57P"))
 
 
 def refusal_detail(exc: sa.exc.DBAPIError) -> str:
@@ -147,6 +161,10 @@ class IngestWriter:
         try:
             results: list[IngestResult] = self.store.store_many(pairs)
         except Exception as exc:
+            if is_outage(exc):
+                for item in group:
+                    item.future.set_exception(exc)
+                return
             log.warning(
                 "group of %d batches failed (%s); storing them one by one", len(pairs), type(exc).__name__
             )

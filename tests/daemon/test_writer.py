@@ -138,3 +138,47 @@ def test_a_partition_dropped_under_the_cache_is_made_again_not_a_refusal(pg_url)
     with engine.connect() as conn:
         assert count_rows(conn)["gpu_samples"] == 2 * 2  # the second batch's, in the new partition
     engine.dispose()
+
+
+def test_a_group_failing_for_an_outage_is_not_retried_batch_by_batch(tmp_path):
+    """No server on the port: the group's one try fails, and every batch gets the error at
+    once, instead of a connection attempt per batch (each up to the connect timeout)."""
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = create_engine(f"postgresql+psycopg://gpuwatch@127.0.0.1:{port}/gpuwatch")
+    store = BatchStore(engine)
+    calls: list[int] = []
+    real_store_many = store.store_many
+
+    def counting_store_many(items):  # the real method, counted
+        calls.append(len(items))
+        return real_store_many(items)
+
+    store.store_many = counting_store_many  # type: ignore[method-assign]
+    writer = IngestWriter(store)
+    futures = [writer.submit(node_id, factories.batch(seq=node_id)) for node_id in (1, 2, 3)]
+    writer.start()
+    for future in futures:
+        with pytest.raises(sa.exc.OperationalError):
+            future.result(timeout=30)
+    writer.stop()
+    engine.dispose()
+    assert calls == [3], "one try for the group, none per batch"
+
+
+def test_what_counts_as_an_outage():
+    import psycopg
+
+    def wrapped(orig: Exception) -> sa.exc.DBAPIError:
+        return sa.exc.OperationalError("INSERT ...", {}, orig)
+
+    from gpuwatch.daemon.writer import is_outage
+
+    assert is_outage(wrapped(psycopg.OperationalError("connection failed")))  # no SQLSTATE
+    assert is_outage(wrapped(psycopg.errors.AdminShutdown("terminating connection")))  # 57P01
+    assert is_outage(wrapped(psycopg.errors.DiskFull("could not extend file")))  # 53100
+    assert not is_outage(wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))  # 40P01
+    assert not is_outage(sa.exc.IntegrityError("INSERT ...", {}, psycopg.errors.CheckViolation("x")))
