@@ -36,6 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import requests
+import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -74,8 +75,6 @@ def parsed_factor(body: bytes, node: str) -> float:
 
 def storm(bodies: dict[str, bytes], bound: int, stall_s: float) -> tuple[float, float, int]:
     """(peak RSS MiB, seconds until all stored, 503s) of one daemon process."""
-    import sqlalchemy as sa
-
     name, url, engine = fresh_db()
     tokens = {node: create_token(engine, node) for node in bodies}
     sheds = 0

@@ -141,6 +141,41 @@ def _batch_id_of(data: bytes) -> str:
     return str(value) if value else "batch"
 
 
+def _batch_files(folder: Path) -> dict[str, int]:
+    """Spooled batch files in ``folder``, name -> size, in name (= seq) order; files that
+    vanish while listed (acked meanwhile) are skipped."""
+    out: dict[str, int] = {}
+    for name in sorted(os.listdir(folder)):
+        if _NAME_RE.match(name) is None:
+            continue
+        with suppress(FileNotFoundError):
+            out[name] = (folder / name).stat().st_size
+    return out
+
+
+def _seq_of(name: str) -> int:
+    match = _NAME_RE.match(name)
+    assert match is not None  # only matching names are listed
+    return int(match.group(1))
+
+
+def _rejected_reason(rejected_dir: Path, name: str) -> str:
+    """The reason recorded beside a rejected batch ("" if its sidecar is missing)."""
+    try:
+        return (rejected_dir / (name + REASON_SUFFIX)).read_text()
+    except OSError:
+        return ""
+
+
+def _read_state_file(directory: Path) -> dict:
+    """``state.json`` as a dict; raises OSError/ValueError when unreadable, {} when absent."""
+    try:
+        state = json.loads((directory / STATE_FILE).read_bytes())
+    except FileNotFoundError:
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
 class Spool:
     """Ordered on-disk queue of serialized batches; see the module docstring for guarantees."""
 
@@ -186,17 +221,9 @@ class Spool:
         state = self._read_state()
         self._dropped_total = int(state.get("dropped_batches_total", 0))
         self._rejected_dropped_total = int(state.get("rejected_dropped_total", 0))
-        highest = -1
-        for target, directory in ((self._pending, self.dir), (self._rejected, self.rejected_dir)):
-            for name in sorted(os.listdir(directory)):
-                match = _NAME_RE.match(name)
-                if match is None:
-                    continue
-                try:
-                    target[name] = (directory / name).stat().st_size
-                except FileNotFoundError:
-                    continue
-                highest = max(highest, int(match.group(1)))
+        self._pending = _batch_files(self.dir)
+        self._rejected = _batch_files(self.rejected_dir)
+        highest = max(map(_seq_of, [*self._pending, *self._rejected]), default=-1)
         self._bytes = sum(self._pending.values())
         self._rejected_bytes = sum(self._rejected.values())
         self._next_seq = max(int(state.get("next_seq", 0)), highest + 1)
@@ -222,17 +249,13 @@ class Spool:
         return removed
 
     def _read_state(self) -> dict:
-        path = self.dir / STATE_FILE
         try:
-            state = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return {}
+            return _read_state_file(self.dir)
         except (OSError, ValueError) as exc:
             # cannot happen with atomic writes short of disk corruption; the file names still
             # give the order, only the counters restart
             log.warning("spool %s: unreadable %s (%s); counters restart from 0", self.dir, STATE_FILE, exc)
             return {}
-        return state if isinstance(state, dict) else {}
 
     def _write_state_if_due(self) -> None:
         """The state after a plain put, at most every STATE_EVERY_S: a second durable write per
@@ -546,14 +569,7 @@ class Spool:
         """Rejected batches oldest first, with their recorded reason (for the CLI and tests)."""
         with self._lock:
             names = list(self._rejected)
-        out = []
-        for name in names:
-            try:
-                reason = (self.rejected_dir / (name + REASON_SUFFIX)).read_text()
-            except OSError:
-                reason = ""
-            out.append((self.rejected_dir / name, reason))
-        return out
+        return [(self.rejected_dir / name, _rejected_reason(self.rejected_dir, name)) for name in names]
 
 
 @dataclass(frozen=True)
@@ -576,32 +592,19 @@ def read_status(directory: Path | str) -> SpoolStatus:
     if not directory.is_dir():
         raise FileNotFoundError(f"no spool at {directory}")
 
-    def batches(folder: Path) -> list[tuple[str, int]]:
-        out = []
-        for name in sorted(os.listdir(folder)) if folder.is_dir() else ():
-            if _NAME_RE.match(name):
-                with suppress(FileNotFoundError):
-                    out.append((name, (folder / name).stat().st_size))
-        return out
-
-    pending = batches(directory)
-    rejected = []
-    for name, _ in batches(directory / REJECTED_DIR):
-        try:
-            reason = (directory / REJECTED_DIR / (name + REASON_SUFFIX)).read_text().strip()
-        except OSError:
-            reason = ""
-        rejected.append((name, reason))
+    pending = _batch_files(directory)
+    rejected_dir = directory / REJECTED_DIR
+    rejected_names = _batch_files(rejected_dir) if rejected_dir.is_dir() else {}
+    rejected = [(name, _rejected_reason(rejected_dir, name).strip()) for name in rejected_names]
     try:
-        state = json.loads((directory / STATE_FILE).read_bytes())
+        state = _read_state_file(directory)
     except (OSError, ValueError):
         state = {}
-    state = state if isinstance(state, dict) else {}
-    seqs = [int(name[:20]) for name, _ in pending]
+    seqs = [_seq_of(name) for name in pending]
     return SpoolStatus(
         directory=directory,
         pending=len(pending),
-        pending_bytes=sum(size for _, size in pending),
+        pending_bytes=sum(pending.values()),
         oldest_seq=min(seqs, default=None),
         newest_seq=max(seqs, default=None),
         dropped_batches_total=int(state.get("dropped_batches_total", 0)),

@@ -2,7 +2,8 @@
 
 One INFO line per request is 100 lines/s at 1,000 nodes and 1,000 at 10,000: journald's
 default rate limit (10,000 messages per 30 s per service) then drops lines, the warnings
-among them, and the line itself cost ~5 % of the daemon's CPU (py-spy, bench/ingest.py).
+among them, and the line itself was ~5-7 % of the daemon's samples (py-spy on the daemon
+under 32 clients posting one-cycle batches).
 So by default each process logs one ``ingest summary`` a minute (requests, batches by
 outcome, samples, nodes, latency), plus a WARNING for every refused request or line. Requests
 turned away because the daemon is busy (``daemon/admission.py``) are not refusals of the
@@ -59,12 +60,15 @@ class IngestLog:
         self._samples += samples
         self._nodes.add(node)
         self._ms.append(ms)
-        if self._clock() - self._since >= self.every_s:
+        if self._minute_over():
             self.flush()
+
+    def _minute_over(self) -> bool:
+        return self._clock() - self._since >= self.every_s
 
     def shed(self, retry_after_s: int) -> None:
         """A request answered 503 for load: counted; the minute's first one is warned."""
-        if self._clock() - self._since >= self.every_s:
+        if self._minute_over():
             self.flush()
         if not self._shed:
             log.warning(
@@ -76,13 +80,13 @@ class IngestLog:
     def unavailable(self, cause: BaseException | None) -> None:
         """A request answered 503 for a database outage: counted; the minute's first is an
         ERROR with the driver's exception and traceback."""
-        if self._clock() - self._since >= self.every_s:
+        if self._minute_over():
             self.flush()
         if not self._unavailable:
             log.error(
                 "database unavailable: ingest answers 503, agents keep their batches (%s)",
                 type(cause).__name__ if cause else "unknown",
-                exc_info=(type(cause), cause, cause.__traceback__) if cause else None,
+                exc_info=cause,
             )
         self._unavailable += 1
 

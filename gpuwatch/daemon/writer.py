@@ -56,7 +56,7 @@ def is_outage(exc: BaseException) -> bool:
 
 def refusal_detail(exc: sa.exc.DBAPIError) -> str:
     """One line for the agent's rejected/ sidecar: the driver's error class and first line."""
-    first_line = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
+    first_line = next(iter(str(exc.orig).strip().splitlines()), "")
     detail = f"the database refused this batch ({type(exc.orig).__name__}): {first_line}"
     return detail[:_MAX_DETAIL]
 

@@ -5,7 +5,8 @@
 # refuses invoke-rc.d for the duration); the tests run the binaries directly on loopback.
 set -euo pipefail
 need=()
-command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+# promtool (tests/deploy/test_alert_rules.py) comes in the same Debian package
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-node-exporter >/dev/null 2>&1 || need+=(prometheus-node-exporter)
 if [ "${#need[@]}" -eq 0 ]; then
   echo "prometheus and prometheus-node-exporter already installed"
@@ -24,5 +25,6 @@ trap cleanup EXIT
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 command -v prometheus >/dev/null
+command -v promtool >/dev/null
 command -v prometheus-node-exporter >/dev/null
 echo "installed: ${need[*]} ($(prometheus --version 2>&1 | head -1))"
