@@ -216,7 +216,7 @@ def comm_bound(ctx: RunContext) -> dict[str, Any]:
     elif ctx.cuda:
         plan = DdpPlan(width=4096, layers=4, batch_size=8)
     else:
-        plan = DdpPlan(width=1024, layers=4, batch_size=4, amp=False)
+        plan = DdpPlan(width=2048, layers=1, batch_size=1, amp=False)
     return train_ddp(ctx, plan)
 
 
