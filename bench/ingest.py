@@ -33,6 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -123,8 +124,10 @@ def bench_store(engine: sa.Engine, batches: list[wire.Batch], mode: str) -> tupl
 
 
 def json_columns(table: sa.Table) -> set[str]:
-    """Names of ``table``'s JSON columns (COPY takes their values as JSON text)."""
-    return {c.name for c in table.c if "JSON" in type(c.type).__name__ or isinstance(c.type, sa.JSON)}
+    """Names of ``table``'s JSON columns on PostgreSQL (COPY takes their values as JSON text;
+    list columns that are arrays there, as ``gpu_process_packs``' are, go as lists)."""
+    pg = postgresql.dialect()
+    return {c.name for c in table.c if "JSON" in c.type.compile(dialect=pg)}
 
 
 def copy_values(columns: list[str], json_cols: set[str], row: dict) -> list:
@@ -137,10 +140,10 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
     their tables in one transaction — no HTTP, no validation, no idempotency, no conflict check.
     Timed from the rows (building them from the batches is not counted)."""
     from gpuwatch.sql.ingest import sample_rows
-    from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_samples
+    from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_packs
 
     ids = register(engine, BatchStore(engine), batches)
-    tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_samples)}
+    tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_packs)}
     merged: dict[str, list[dict]] = {}
     for b in batches:
         for name, rows in sample_rows(ids[b.node], b).items():

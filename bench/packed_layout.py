@@ -6,7 +6,8 @@ A question for issue 7's 100k GPU-samples/s goal, not a code path of gpuwatch. M
 throwaway database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and, in interleaved rounds, loads
 the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each per cycle):
 
-* ``rows``: today's layout — the ``gpu_samples`` and ``gpu_process_samples`` rows by raw COPY
+* ``rows``: today's layout — the ``gpu_samples`` rows and the batch's ``gpu_process_packs`` row
+  (packed since the fifth session; a row per process before) by raw COPY
   in one transaction (the physical limit ``bench/ingest.py`` compares with);
 * ``packed``: a sketch table with ONE row per (node, GPU, batch) and one array per metric, the
   GPU's processes as arrays too, built from the same wire models with ``sql/pg_arrays.py`` and
@@ -38,16 +39,18 @@ from bench.ingest import copy_values, drop_db, fresh_db, json_columns, make_batc
 from gpuwatch import wire
 from gpuwatch.sql import pg_arrays
 from gpuwatch.sql.ingest import BatchStore, sample_rows
-from gpuwatch.sql.schema import gpu_process_samples, gpu_samples
+from gpuwatch.sql.process_packs import PROCESS_FIELDS as _PROCESS_NAMES
+from gpuwatch.sql.schema import gpu_process_packs, gpu_samples
 
 _PG = postgresql.dialect()
 _KEYS = ("node_id", "gpu_index", "ts")
 METRICS = [c for c in gpu_samples.c if c.name not in _KEYS]
-PROCESS_FIELDS = [c for c in gpu_process_samples.c if c.name not in _KEYS]
+PROCESS_FIELDS = [gpu_process_packs.c[name] for name in _PROCESS_NAMES]
 
 
 def _type(column: sa.Column) -> str:
-    return column.type.compile(dialect=_PG)
+    """The column's type on PostgreSQL; for the pack table's array columns, their element's."""
+    return column.type.compile(dialect=_PG).removesuffix("[]")
 
 
 def create_packed_table(conn: psycopg.Connection) -> str:
@@ -124,10 +127,10 @@ def load_rows(
     conn: psycopg.Connection, batches: list[wire.Batch], ids: dict[str, int]
 ) -> tuple[float, float]:
     """(seconds building today's GPU and process rows, seconds COPYing them in one transaction)."""
-    conn.execute("TRUNCATE gpu_samples, gpu_process_samples")
+    conn.execute("TRUNCATE gpu_samples, gpu_process_packs")
     conn.commit()
     started = time.perf_counter()
-    tables = {t.name: t for t in (gpu_samples, gpu_process_samples)}
+    tables = {t.name: t for t in (gpu_samples, gpu_process_packs)}
     rows: dict[str, list[list]] = {name: [] for name in tables}
     for batch in batches:
         for name, table_rows in sample_rows(ids[batch.node], batch).items():
@@ -184,7 +187,7 @@ def main() -> None:
                 timings["rows (raw COPY)"].append(load_rows(conn, batches, ids))
                 timings["packed"].append(load_packed(conn, insert, batches, ids))
             sizes = {
-                "rows (raw COPY)": bytes_of(conn, ["gpu_samples", "gpu_process_samples"]),
+                "rows (raw COPY)": bytes_of(conn, ["gpu_samples", "gpu_process_packs"]),
                 "packed": bytes_of(conn, ["packed_gpu"]),
             }
     finally:

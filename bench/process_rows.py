@@ -1,14 +1,15 @@
-"""What the per-process GPU rows cost the store path: the same batches with and without them.
+"""What the per-process GPU readings cost the store path: the same batches with and without them.
 
     .venv/bin/python bench/process_rows.py [--nodes 32] [--cycles 30] [--group 32] [--rounds 5]
 
-A design question, not a code path: ``gpu_process_samples`` is half the rows a cycle writes
-(2 processes per GPU in ``bench/ingest.py``'s batches) and ~40 % of raw bytes, and no view,
-rollup or rule reads it (``retention.process_days`` can drop it sooner). Stores the same
+The processes (2 per GPU in ``bench/ingest.py``'s batches) were a row each until the fifth
+session — half the rows a cycle wrote, ~40 % of raw bytes, 1.18-1.30x on this path — and are
+a packed row per batch and day since (``gpu_process_packs``, ``sql/process_packs.py``); this
+shows what they still cost. Stores the same
 one-cycle batches with ``BatchStore.store_many`` in groups of ``--group``, once as they are
 and once with every GPU sample's ``processes`` removed, in interleaved rounds on fresh
 PostgreSQL databases (127.0.0.1:5432 or $GPUWATCH_BENCH_PG); prints samples/s, medians and
-the ratio: the most that folding the processes into the GPU row could gain.
+the ratio: what storing the processes costs.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def main() -> None:
                 f"{table:<24}{rows:>12,}{human(size):>14}{per_row:>9.0f}{size / gpu_rows:>14.1f}  ({label})"
             )
     raw_total = sum(s for s, _ in raw.values())
-    gpu_only = raw["gpu_samples"][0] + raw["gpu_process_samples"][0]
+    gpu_only = raw["gpu_samples"][0] + raw["gpu_process_packs"][0]
     print(
         f"raw, all sample tables: {raw_total / gpu_rows:,.0f} B per GPU-sample "
         f"(gpu_samples + processes alone: {gpu_only / gpu_rows:,.0f} B)"
@@ -138,7 +138,7 @@ def main() -> None:
     total = raw_bytes + sum(roll_bytes.values())
     print(f"  total: {human(total)} (raw {human(raw_bytes)} + rollups {human(sum(roll_bytes.values()))})")
     if args.process_days is not None:
-        per_day_process = raw["gpu_process_samples"][0] / gpu_rows * gpu_samples_day
+        per_day_process = raw["gpu_process_packs"][0] / gpu_rows * gpu_samples_day
         saved = per_day_process * max(args.raw_days - args.process_days, 0)
         print(
             f"  with retention.process_days = {args.process_days}: raw {human(raw_bytes - saved)} "

@@ -239,8 +239,8 @@ class RetentionConfig(_Section):
         None,
         ge=1,
         description=(
-            "Per-process GPU rows (gpu_process_samples), if shorter than raw_days: ~40 % of raw "
-            "bytes, read by no view (forensics in SQL). None: raw_days."
+            "Per-process GPU readings (gpu_process_packs), if shorter than raw_days: ~22 % of raw "
+            "bytes, read by no view (forensics). None: raw_days."
         ),
     )
     rollup_days: int = Field(400, ge=1, description="Per-minute rollups, which the classifier and CLI read.")

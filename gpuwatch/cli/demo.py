@@ -217,7 +217,7 @@ def _forget_previous_demo(engine, names: Sequence[str], job_ids: Sequence[str]) 
     from gpuwatch.sql.schema import (
         ROLLUP_TABLES,
         SAMPLE_TABLES,
-        gpu_process_samples,
+        gpu_process_packs,
         job_gpus,
         nodes,
         slurm_jobs,
@@ -227,7 +227,7 @@ def _forget_previous_demo(engine, names: Sequence[str], job_ids: Sequence[str]) 
     with engine.begin() as conn:
         ids = list(conn.execute(sa.select(nodes.c.id).where(nodes.c.name.in_(names))).scalars())
         if ids:
-            for table in (*SAMPLE_TABLES.values(), gpu_process_samples, *ROLLUP_TABLES):
+            for table in (*SAMPLE_TABLES.values(), gpu_process_packs, *ROLLUP_TABLES):
                 conn.execute(table.delete().where(table.c.node_id.in_(ids)))
         conn.execute(verdicts.delete().where(verdicts.c.job_id.in_(job_ids)))
         conn.execute(job_gpus.delete().where(job_gpus.c.job_id.in_(job_ids)))

@@ -40,12 +40,12 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from gpuwatch.sql import pg_arrays
+from gpuwatch.sql import pg_arrays, process_packs
 from gpuwatch.sql.partitions import PartitionManager
 from gpuwatch.sql.schema import (
     GPU_IDENTITY_FIELDS,
     SAMPLE_TABLES,
-    gpu_process_samples,
+    gpu_process_packs,
     gpus,
     ingested_batches,
     nodes,
@@ -72,20 +72,22 @@ def _insert(conn: sa.Connection, table: sa.Table) -> Any:
 
 
 def sample_rows(node_id: int, batch: Batch) -> dict[str, list[dict]]:
-    """Rows (dicts) per table name: the ``insert`` path's rows, and the benchmarks' raw COPY."""
+    """Rows (dicts) per table name: the ``insert`` path's rows, and the benchmarks' raw COPY.
+
+    GPU processes become packed rows (``sql/process_packs.py``), one per UTC day of the batch.
+    """
     rows: dict[str, list[dict]] = defaultdict(list)
     for sample in batch.samples:
         kind = sample.kind
         if isinstance(sample, GpuSample):
             row = sample.model_dump(exclude={"kind", "processes", *GPU_IDENTITY_FIELDS})
-            for proc in sample.processes or ():
-                rows[gpu_process_samples.name].append(
-                    {"node_id": node_id, "ts": sample.ts, "gpu_index": sample.gpu_index, **proc.model_dump()}
-                )
         else:
             row = sample.model_dump(exclude={"kind"})
         row["node_id"] = node_id
         rows[SAMPLE_TABLES[kind].name].append(row)
+    packs = process_packs.pack_rows(node_id, batch)
+    if packs:
+        rows[gpu_process_packs.name] = packs
     return rows
 
 
@@ -129,7 +131,7 @@ class BatchStore:
     def __init__(self, engine: sa.Engine, bulk: BulkMode | str | None = None) -> None:
         self.engine = engine
         self.partitions = PartitionManager(engine)
-        self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_samples)}
+        self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_packs)}
         is_pg = engine.dialect.name == "postgresql"
         self.bulk = BulkMode(bulk) if bulk else (BulkMode.UNNEST if is_pg else BulkMode.INSERT)
         # (node_id, gpu_index) -> (identity, monotonic time of the last upsert): the upsert
@@ -265,10 +267,9 @@ class BatchStore:
                 then()
 
     @staticmethod
-    def _unnest_statements(stored: list[tuple[int, Batch]]) -> Iterator[tuple[_UnnestInsert, list]]:
+    def _unnest_statements(stored: list[tuple[int, Batch]]) -> Iterator[tuple[Any, list]]:
         """(insert, its column arrays) per table that has rows in ``stored``."""
         by_kind: dict[str, tuple[list[int], list[Any]]] = {}
-        procs: tuple[list[int], list[Any], list[Any]] = ([], [], [])
         for node_id, batch in stored:
             for sample in batch.samples:
                 entry = by_kind.get(sample.kind)
@@ -276,23 +277,13 @@ class BatchStore:
                     entry = by_kind[sample.kind] = ([], [])
                 entry[0].append(node_id)
                 entry[1].append(sample)
-                if isinstance(sample, GpuSample) and sample.processes:
-                    for proc in sample.processes:
-                        procs[0].append(node_id)
-                        procs[1].append(sample)
-                        procs[2].append(proc)
         for kind, (node_ids, samples) in by_kind.items():
             insert = _UnnestInsert.of(SAMPLE_TABLES[kind])
             yield insert, insert.arrays(samples, {"node_id": node_ids})
-        if procs[0]:
-            insert = _UnnestInsert.of(gpu_process_samples)
-            parents = procs[1]
-            from_parent = {
-                "node_id": procs[0],
-                "ts": [s.ts for s in parents],
-                "gpu_index": [s.gpu_index for s in parents],
-            }
-            yield insert, insert.arrays(procs[2], from_parent)
+        if "gpu" in by_kind:
+            packs = process_packs.PackInsert.of(stored)
+            if packs is not None:
+                yield packs, packs.params
 
     def _write_small(
         self, conn: sa.Connection, changed: dict[int, dict[int, dict]], last_batch: dict[int, Batch], now: Any
@@ -470,6 +461,7 @@ class _UnnestInsert:
 
 
 def count_rows(conn: sa.Connection, tables: Iterable[sa.Table] | None = None) -> dict[str, int]:
-    """Row count per table (tests and ``gpuwatch nodes``' totals)."""
-    tables = tables or (*SAMPLE_TABLES.values(), gpu_process_samples)
+    """Row count per table (tests and ``gpuwatch nodes``' totals); for ``gpu_process_packs``,
+    packs, not processes (``process_packs.count_processes``)."""
+    tables = tables or (*SAMPLE_TABLES.values(), gpu_process_packs)
     return {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for t in tables}

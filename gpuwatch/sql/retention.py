@@ -9,8 +9,8 @@ they are small, and the CLI's history of a job needs them.
 A job that runs across partition boundaries keeps its history: its minutes live in the
 rollup tables, which outlive the raw partitions.
 
-Per-process GPU rows (``gpu_process_samples``, two rows per GPU sample for a typical job:
-~40 % of raw bytes) can go sooner (``process_days``): no rollup, view or rule reads them;
+Per-process GPU readings (``gpu_process_packs``, packed per batch since the fifth session:
+see ``sql/process_packs.py``) can go sooner (``process_days``): no rollup, view or rule reads them;
 they are there for "which pid held that GPU" in SQL.
 """
 
@@ -23,7 +23,7 @@ from datetime import date, datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.sql.partitions import list_partitions, partition_name
-from gpuwatch.sql.schema import PARTITIONED_TABLES, ROLLUP_TABLES, gpu_process_samples, ingested_batches
+from gpuwatch.sql.schema import PARTITIONED_TABLES, ROLLUP_TABLES, gpu_process_packs, ingested_batches
 from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def apply_retention(
     raw_cut = now - timedelta(days=raw_days)
     cuts = {table.name: raw_cut for table in PARTITIONED_TABLES}
     if process_days is not None:
-        cuts[gpu_process_samples.name] = max(raw_cut, now - timedelta(days=process_days))
+        cuts[gpu_process_packs.name] = max(raw_cut, now - timedelta(days=process_days))
     report = RetentionReport()
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":

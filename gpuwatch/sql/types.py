@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB
 
 
@@ -42,3 +43,39 @@ Json: Any = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "p
 
 #: float8 everywhere (SQLAlchemy's Float is float4-ish on some backends)
 Double: Any = sa.Float(precision=53).with_variant(DOUBLE_PRECISION(), "postgresql")
+
+
+def array_of(item: Any) -> Any:
+    """A list column: ``item[]`` on PostgreSQL (compact, one value per element), a JSON list on
+    SQLite (which has no arrays). Elements may be None."""
+    return sa.JSON(none_as_null=True).with_variant(postgresql.ARRAY(item), "postgresql")
+
+
+class UtcDateTimeList(sa.TypeDecorator[list]):
+    """A list of aware UTC datetimes: ``timestamptz[]`` on PostgreSQL; on SQLite a JSON list of
+    the same naive-UTC text SQLite's own datetime columns hold, so SQL there can compare them."""
+
+    impl = sa.JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.ARRAY(sa.DateTime(timezone=True)))
+        return dialect.type_descriptor(sa.JSON())
+
+    def process_bind_param(self, value: list[datetime] | None, dialect: sa.Dialect) -> list | None:
+        if value is None:
+            return None
+        if any(v.tzinfo is None for v in value):
+            raise ValueError("naive datetime given to a UTC column")
+        utc = [v.astimezone(timezone.utc) for v in value]
+        if dialect.name == "postgresql":
+            return utc
+        return [v.replace(tzinfo=None).isoformat(" ", "microseconds") for v in utc]
+
+    def process_result_value(self, value: list | None, dialect: sa.Dialect) -> list[datetime] | None:
+        if value is None:
+            return None
+        if dialect.name == "postgresql":
+            return [v.astimezone(timezone.utc) for v in value]
+        return [datetime.fromisoformat(v).replace(tzinfo=timezone.utc) for v in value]

@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from gpuwatch.sql.ingest import BatchStore, IngestStatus, count_rows
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
+from gpuwatch.sql.process_packs import read_processes
 from gpuwatch.sql.schema import (
     SAMPLE_TABLES,
-    gpu_process_samples,
+    gpu_process_packs,
     gpu_samples,
     gpus,
     ingested_batches,
@@ -51,8 +52,16 @@ def test_values_round_trip(engine):
         ident = conn.execute(sa.select(gpus).order_by(gpus.c.gpu_index)).all()
         assert [g.name for g in ident] == ["NVIDIA H200", "NVIDIA H200"]
         assert ident[1].pci_bus_id == "00000000:19:00.0"
-        procs = conn.execute(sa.select(gpu_process_samples)).all()
+        procs = read_processes(conn, factories.T0, factories.T0 + timedelta(days=1), node_id)
+        assert [(p.ts, p.gpu_index, p.pid, p.job_id) for p in procs] == [
+            (s.ts, s.gpu_index, p.pid, p.job_id) for s in sent for p in s.processes
+        ]
         assert {(p.gpu_index, p.pid, p.job_id) for p in procs} == {(0, 4242, "123"), (1, 4243, "123")}
+        packs = conn.execute(sa.select(gpu_process_packs).order_by(gpu_process_packs.c.ts)).all()
+        # T0 is ten seconds before midnight: the batch's two cycles fall on two UTC days
+        assert [(p.ts, p.ts_last, p.ts.date()) for p in packs] == [
+            (t, t, t.date()) for t in sorted({s.ts for s in sent})
+        ], "one pack per UTC day of the batch"
         job = conn.execute(sa.select(job_samples)).first()
         assert job.cpu_used_cores == 3.5 and job.cgroup_version == 2
         counts = count_rows(conn)
@@ -183,11 +192,20 @@ def _odd_samples(ts) -> list:
 
 def _all_rows(conn, start, end) -> dict[str, list[dict]]:
     out = {}
-    for table in (*SAMPLE_TABLES.values(), gpu_process_samples):
+    for table in (*SAMPLE_TABLES.values(), gpu_process_packs):
         query = (
             sa.select(table).where(table.c.ts >= start, table.c.ts < end).order_by(*table.primary_key.columns)
         )
-        out[table.name] = [{k: v for k, v in r._asdict().items() if k != "ts"} for r in conn.execute(query)]
+        out[table.name] = [_relative(r._asdict(), start) for r in conn.execute(query)]
+    return out
+
+
+def _relative(row: dict, start) -> dict:
+    """A row without its absolute time: stamps as offsets from ``start``."""
+    out = {k: v for k, v in row.items() if k not in ("ts", "ts_last", "sample_ts")}
+    if "sample_ts" in row:
+        out["sample_ts"] = [t - start for t in row["sample_ts"]]
+        out["span"] = (row["ts"] - start, row["ts_last"] - start)
     return out
 
 
@@ -226,7 +244,10 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine):
         fast = _all_rows(conn, factories.T0, factories.T0 + day)
         portable = _all_rows(conn, factories.T0 + shift, factories.T0 + shift + day)
     assert fast == portable
-    assert len(fast["gpu_samples"]) == 40 * 8 + 2 and len(fast["gpu_process_samples"]) == 40 * 8 + 2
+    assert len(fast["gpu_samples"]) == 40 * 8 + 2
+    # one batch over two UTC days (T0 is just before midnight): a pack per day, every reading in one
+    assert len(fast["gpu_process_packs"]) == 2
+    assert sum(len(pack["pid"]) for pack in fast["gpu_process_packs"]) == 40 * 8 + 2
     assert all(fast[name] for name in fast), "every table got rows"
     lost = next(r for r in fast["gpu_samples"] if r["gpu_index"] == 11)
     assert lost["state"] == "lost" and lost["util_gpu_ratio"] is None and lost["throttle_reasons"] is None

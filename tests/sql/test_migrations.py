@@ -9,7 +9,8 @@ from alembic.runtime.migration import MigrationContext
 from gpuwatch import wire
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.schema import GPU_IDENTITY_FIELDS, SAMPLE_TABLES, gpu_process_samples, metadata
+from gpuwatch.sql.process_packs import ELEMENT_FIELDS, PROCESS_FIELDS
+from gpuwatch.sql.schema import GPU_IDENTITY_FIELDS, SAMPLE_TABLES, gpu_process_packs, metadata
 
 
 def _diff(engine: sa.Engine) -> list:
@@ -42,5 +43,5 @@ def test_every_wire_field_has_a_column():
         if kind == "gpu":
             fields -= {"processes", *GPU_IDENTITY_FIELDS}
         assert fields == set(table.c.keys()) - {"node_id"}, kind
-    proc_fields = set(wire.GpuProcess.model_fields) | {"node_id", "ts", "gpu_index"}
-    assert proc_fields == set(gpu_process_samples.c.keys())
+    assert set(PROCESS_FIELDS) == set(wire.GpuProcess.model_fields)
+    assert set(ELEMENT_FIELDS) | {"node_id", "ts", "ts_last"} == set(gpu_process_packs.c.keys())

@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from gpuwatch.sql.ingest import BatchStore, count_rows
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
+from gpuwatch.sql.process_packs import read_processes
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup
-from gpuwatch.sql.schema import gpu_minutes, gpu_process_samples, gpu_samples, ingested_batches
+from gpuwatch.sql.schema import gpu_minutes, gpu_process_packs, gpu_samples, ingested_batches
 from tests import factories
 
 
@@ -94,10 +95,12 @@ def test_process_rows_can_go_before_the_other_raw_samples(engine):
     )
     with engine.connect() as conn:
         gpu_ts = conn.execute(sa.select(gpu_samples.c.ts)).scalars().all()
-        process_ts = conn.execute(sa.select(gpu_process_samples.c.ts)).scalars().all()
+        process_ts = [p.ts for p in read_processes(conn, now - timedelta(days=30), now)]
+        packs = conn.execute(sa.select(gpu_process_packs.c.ts)).scalars().all()
     assert len(gpu_ts) == 3 * 2 * 2, "GPU samples are kept for raw_days"
     assert len(process_ts) == 2 * 2 and min(process_ts) >= now - timedelta(days=1, minutes=1)
+    assert len(packs) == 2, "the last batch's pack per UTC day (it starts 10 s before midnight)"
     if engine.dialect.name == "postgresql":
-        assert {name.rpartition("_p")[0] for name in report.dropped_partitions} == {"gpu_process_samples"}
+        assert {name.rpartition("_p")[0] for name in report.dropped_partitions} == {"gpu_process_packs"}
     else:
-        assert report.deleted_rows == {"gpu_process_samples": 2 * 2 * 2}
+        assert report.deleted_rows == {"gpu_process_packs": 2 * 2}

@@ -1,0 +1,163 @@
+"""Per-process GPU readings, packed: one row per node, batch and UTC day, an array per field.
+
+Why packed: the wire sends, for every GPU sample, the compute processes on that GPU
+(``wire.GpuProcess``: two for a typical job). Stored as a row each, they were half the rows
+a cycle wrote (two per GPU sample), 273 of 671 bytes per GPU-sample on disk
+(``bench/storage.py``) and 1.18-1.30x on the store path (``bench/process_rows.py``), for data
+no view, rollup or rule reads; readers want them by node and time range, never one by one.
+Packed, a batch's processes are one row (one per UTC day it spans, so a day's partition
+holds exactly that day's readings), and element ``i`` of every array is one process on one
+GPU at one stamp.
+
+Writing: PostgreSQL gets the same flat arrays the row layout sent (one element per process)
+plus a pack number per element, and packs them itself (``GROUP BY`` pack and day,
+``array_agg`` in the batch's order): the Python side costs what it did, the server inserts
+one row instead of dozens. The portable path (SQLite) builds the packed rows in Python
+(:func:`pack_rows`), which the benchmarks' raw COPY also uses.
+
+Duplicates: a pack's key is (node, first stamp), so a batch stored again under a new id
+adds nothing (``ON CONFLICT DO NOTHING``, as for every sample table). Two packs of the same
+node that overlap without starting at the same stamp (a spool copy re-batched differently)
+would both be kept; :func:`read_processes` returns each (node, GPU, pid, stamp) once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from operator import itemgetter
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch.sql import pg_arrays
+from gpuwatch.sql.schema import gpu_process_packs
+from gpuwatch.wire import Batch, GpuSample
+
+#: per-element fields of a pack, in column order (``sample_ts`` is the element's stamp)
+ELEMENT_FIELDS = (
+    "sample_ts",
+    "gpu_index",
+    "pid",
+    "used_memory_bytes",
+    "sm_util_ratio",
+    "memory_util_ratio",
+    "job_id",
+)
+#: fields read off each ``wire.GpuProcess``
+PROCESS_FIELDS = ("pid", "used_memory_bytes", "sm_util_ratio", "memory_util_ratio", "job_id")
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """One compute process on one GPU at one stamp, as the agent sent it."""
+
+    node_id: int
+    ts: datetime
+    gpu_index: int
+    pid: int
+    used_memory_bytes: int | None
+    sm_util_ratio: float | None
+    memory_util_ratio: float | None
+    job_id: str | None
+
+
+def _utc_day(ts: datetime) -> date:
+    return (ts if not ts.utcoffset() else ts.astimezone(timezone.utc)).date()
+
+
+def pack_rows(node_id: int, batch: Batch) -> list[dict[str, Any]]:
+    """The batch's processes as packed rows (dicts), one per UTC day they fall on."""
+    by_day: dict[date, list[GpuSample]] = {}
+    day_of: dict[datetime, date] = {}  # a batch has one stamp per cycle: a day per stamp, once
+    for sample in batch.samples:
+        if isinstance(sample, GpuSample) and sample.processes:
+            day = day_of.get(sample.ts)
+            if day is None:
+                day = day_of[sample.ts] = _utc_day(sample.ts)
+            by_day.setdefault(day, []).append(sample)
+    return [_pack(node_id, samples) for samples in by_day.values()]
+
+
+_read_process = itemgetter(*PROCESS_FIELDS)
+
+
+def _pack(node_id: int, samples: list[GpuSample]) -> dict[str, Any]:
+    """One packed row: the processes of ``samples``, in order, a list per field."""
+    owners = [s for s in samples for _ in s.processes or ()]
+    rows = list(map(_read_process, map(vars, [p for s in samples for p in s.processes or ()])))
+    stamps = [s.ts for s in owners]
+    return {
+        "node_id": node_id,
+        "ts": min(stamps),
+        "ts_last": max(stamps),
+        "sample_ts": stamps,
+        "gpu_index": [s.gpu_index for s in owners],
+        **dict(zip(PROCESS_FIELDS, map(list, zip(*rows, strict=True)), strict=True)),
+    }
+
+
+#: the list class that sends each packed column in binary (``sql/pg_arrays.py``), by name
+_ARRAY_TYPES = {
+    "sample_ts": pg_arrays.TimestamptzArray,
+    "gpu_index": pg_arrays.Int2Array,
+    "pid": pg_arrays.Int8Array,
+    "used_memory_bytes": pg_arrays.Int8Array,
+    "sm_util_ratio": pg_arrays.Float8Array,
+    "memory_util_ratio": pg_arrays.Float8Array,
+    "job_id": pg_arrays.TextArray,  # the column's VARCHAR(64)[] refuses a longer one on assignment
+}
+_COLUMNS = ", ".join(f'"{c.name}"' for c in gpu_process_packs.c)
+_ROW = "(" + ", ".join(["%b"] * len(gpu_process_packs.c)) + ")"
+
+
+@dataclass(frozen=True)
+class PackInsert:
+    """PostgreSQL: ONE ``INSERT ... VALUES`` of the packs of a whole group of batches, each
+    array in binary; shaped like ``sql.ingest._UnnestInsert`` so the store runs it with the
+    other tables' inserts in one statement."""
+
+    sql: str
+    params: list[Any]
+
+    @property
+    def sql_on_conflict(self) -> str:
+        return f"{self.sql} ON CONFLICT DO NOTHING"
+
+    @classmethod
+    def of(cls, stored: Iterable[tuple[int, Batch]]) -> PackInsert | None:
+        """The insert of ``stored`` (node id, batch) pairs' packs; None when no process."""
+        params: list[Any] = []
+        for node_id, batch in stored:
+            for pack in pack_rows(node_id, batch):
+                params += [node_id, pack["ts"], pack["ts_last"]]
+                params += [array_type(pack[name]) for name, array_type in _ARRAY_TYPES.items()]
+        if not params:
+            return None
+        rows = len(params) // len(gpu_process_packs.c)
+        sql = f'INSERT INTO "{gpu_process_packs.name}" ({_COLUMNS}) VALUES {", ".join([_ROW] * rows)}'
+        return cls(sql, params)
+
+
+def read_processes(
+    conn: sa.Connection, start: datetime, end: datetime, node_id: int | None = None
+) -> list[ProcessReading]:
+    """Every process reading with ``start <= ts < end`` (of one node, or all), each
+    (node, GPU, pid, stamp) once, ordered by node, stamp, GPU and pid."""
+    p = gpu_process_packs.c
+    query = sa.select(gpu_process_packs).where(p.ts < end, p.ts_last >= start)
+    if node_id is not None:
+        query = query.where(p.node_id == node_id)
+    readings: dict[tuple[int, int, int, datetime], ProcessReading] = {}
+    for row in conn.execute(query):
+        for values in zip(*(getattr(row, name) for name in ELEMENT_FIELDS), strict=True):
+            reading = ProcessReading(row.node_id, *values)
+            if start <= reading.ts < end:
+                readings.setdefault((reading.node_id, reading.gpu_index, reading.pid, reading.ts), reading)
+    return sorted(readings.values(), key=lambda r: (r.node_id, r.ts, r.gpu_index, r.pid))
+
+
+def count_processes(conn: sa.Connection) -> int:
+    """How many process readings are stored (elements over all packs; tests and demos)."""
+    return sum(len(pids) for pids in conn.execute(sa.select(gpu_process_packs.c.pid)).scalars())
