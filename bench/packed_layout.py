@@ -1,6 +1,7 @@
 """How far today's row layout is from a packed one: load rate and bytes per GPU-sample.
 
     .venv/bin/python bench/packed_layout.py [--nodes 40] [--batches-per-node 4] [--cycles 30] [--rounds 3]
+    .venv/bin/python bench/packed_layout.py --cycles 1 --batches-per-node 60 --group 32  # what agents send
 
 A question for issue 7's 100k GPU-samples/s goal, not a code path of gpuwatch. Makes a
 throwaway database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and, in interleaved rounds, loads
@@ -11,12 +12,17 @@ the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each 
   in one transaction (the physical limit ``bench/ingest.py`` compares with);
 * ``packed``: a sketch table with ONE row per (node, GPU, batch) and one array per metric, the
   GPU's processes as arrays too, built from the same wire models with ``sql/pg_arrays.py`` and
-  inserted with a transaction per batch (as a daemon would).
+  inserted with a transaction per batch (as a daemon would; ``--group G``: per G batches,
+  as the daemon's group commit does);
+* ``node-cycle``: one row per (node, cycle) whatever the batching, every GPU metric an array
+  over the node's GPUs and the processes arrays with their GPU index: the unit that still
+  packs when agents send one-cycle batches (they do, bundled), where a row per
+  (node, GPU, batch) is a row per sample again.
 
-Prints, for both, the load rate in GPU-samples/s (each with its processes; the rows built
+Prints, for each, the load rate in GPU-samples/s (each with its processes; the rows built
 beforehand, so this is the database's side), the Python time to build the rows from the
 wire models per batch, and bytes per GPU-sample (heap + indexes + TOAST after VACUUM). Host
-samples are left out of both.
+samples are left out of all three.
 """
 
 from __future__ import annotations
@@ -106,10 +112,76 @@ def packed_rows(node_id: int, batch: wire.Batch) -> list[list]:
     return rows
 
 
-def load_packed(
-    conn: psycopg.Connection, insert: str, batches: list[wire.Batch], ids: dict[str, int]
+def create_node_cycle_table(conn: psycopg.Connection) -> str:
+    """The node-cycle sketch table; returns its INSERT statement."""
+    columns = [
+        ("node_id", "INTEGER"),
+        ("ts", "TIMESTAMP WITH TIME ZONE"),
+        ("gpu_index", "SMALLINT[]"),
+        *((c.name, _type(c) + "[]") for c in METRICS),
+        ("proc_gpu_index", "SMALLINT[]"),
+        *((f"proc_{c.name}", _type(c) + "[]") for c in PROCESS_FIELDS),
+    ]
+    body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
+    conn.execute(f"CREATE TABLE node_cycle ({body}, PRIMARY KEY (node_id, ts))")
+    names = ", ".join(f'"{name}"' for name, _ in columns)
+    return f"INSERT INTO node_cycle ({names}) VALUES ({', '.join(['%b'] * len(columns))})"
+
+
+def node_cycle_rows(node_id: int, batch: wire.Batch) -> list[list]:
+    """One row per stamp of the batch: its GPUs' metrics and processes as arrays over GPUs."""
+    per_ts: dict[object, list[wire.GpuSample]] = {}
+    for sample in batch.samples:
+        if isinstance(sample, wire.GpuSample):
+            per_ts.setdefault(sample.ts, []).append(sample)
+    read_metrics = itemgetter(*(c.name for c in METRICS))
+    read_process = itemgetter(*(c.name for c in PROCESS_FIELDS))
+    metric_types = [pg_arrays.array_type(_type(c)) for c in METRICS]
+    process_types = [pg_arrays.array_type(_type(c)) for c in PROCESS_FIELDS]
+    rows = []
+    for ts, samples in per_ts.items():
+        metric_columns = zip(*map(read_metrics, map(vars, samples)), strict=True)
+        procs = [(s.gpu_index, p) for s in samples for p in s.processes or ()]
+        process_columns = (
+            zip(*(read_process(vars(p)) for _, p in procs), strict=True)
+            if procs
+            else [()] * len(PROCESS_FIELDS)
+        )
+        rows.append(
+            [
+                node_id,
+                ts,
+                pg_arrays.Int2Array(s.gpu_index for s in samples),
+                *(t(v) for t, v in zip(metric_types, metric_columns, strict=True)),
+                pg_arrays.Int2Array(i for i, _ in procs),
+                *(t(v) for t, v in zip(process_types, process_columns, strict=True)),
+            ]
+        )
+    return rows
+
+
+def load_node_cycle(
+    conn: psycopg.Connection, insert: str, batches: list[wire.Batch], ids: dict[str, int], group: int
 ) -> tuple[float, float]:
-    """(seconds building the rows from the wire models, seconds inserting them, a commit per batch)."""
+    """(seconds building the node-cycle rows, seconds inserting them, a commit per ``group`` batches)."""
+    conn.execute("TRUNCATE node_cycle")
+    conn.commit()
+    started = time.perf_counter()
+    per_batch = [node_cycle_rows(ids[batch.node], batch) for batch in batches]
+    built = time.perf_counter()
+    with conn.cursor() as cur:
+        pg_arrays.register(cur)
+        for i in range(0, len(per_batch), group):
+            cur.executemany(insert, [row for rows in per_batch[i : i + group] for row in rows])
+            conn.commit()
+    return built - started, time.perf_counter() - built
+
+
+def load_packed(
+    conn: psycopg.Connection, insert: str, batches: list[wire.Batch], ids: dict[str, int], group: int
+) -> tuple[float, float]:
+    """(seconds building the rows from the wire models, seconds inserting them, a commit per
+    ``group`` batches)."""
     conn.execute("TRUNCATE packed_gpu")
     conn.commit()
     started = time.perf_counter()
@@ -117,8 +189,8 @@ def load_packed(
     built = time.perf_counter()
     with conn.cursor() as cur:
         pg_arrays.register(cur)
-        for rows in per_batch:
-            cur.executemany(insert, rows)
+        for i in range(0, len(per_batch), group):
+            cur.executemany(insert, [row for rows in per_batch[i : i + group] for row in rows])
             conn.commit()
     return built - started, time.perf_counter() - built
 
@@ -171,6 +243,7 @@ def main() -> None:
     ap.add_argument("--batches-per-node", type=int, default=4)
     ap.add_argument("--cycles", type=int, default=30, help="cycles per batch")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--group", type=int, default=1, help="batches per commit for the packed layouts")
     args = ap.parse_args()
     batches = make_batches(
         args.nodes, args.batches_per_node * args.cycles, 8, timedelta(0), per_batch=args.cycles
@@ -181,14 +254,23 @@ def main() -> None:
         ids = register(engine, BatchStore(engine), batches)
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
             insert = create_packed_table(conn)
+            node_cycle_insert = create_node_cycle_table(conn)
             conn.commit()
-            timings: dict[str, list[tuple[float, float]]] = {"rows (raw COPY)": [], "packed": []}
+            timings: dict[str, list[tuple[float, float]]] = {
+                "rows (raw COPY)": [],
+                "packed": [],
+                "node-cycle": [],
+            }
             for _ in range(args.rounds):
                 timings["rows (raw COPY)"].append(load_rows(conn, batches, ids))
-                timings["packed"].append(load_packed(conn, insert, batches, ids))
+                timings["packed"].append(load_packed(conn, insert, batches, ids, args.group))
+                timings["node-cycle"].append(
+                    load_node_cycle(conn, node_cycle_insert, batches, ids, args.group)
+                )
             sizes = {
                 "rows (raw COPY)": bytes_of(conn, ["gpu_samples", "gpu_process_packs"]),
                 "packed": bytes_of(conn, ["packed_gpu"]),
+                "node-cycle": bytes_of(conn, ["node_cycle"]),
             }
     finally:
         engine.dispose()
@@ -204,9 +286,10 @@ def main() -> None:
             f"rounds {rounds}); building them {build_ms:.2f} ms per batch in Python; "
             f"{sizes[layout] / gpu_samples_n:,.0f} B per GPU-sample"
         )
-    ratio = load_rate["packed"] / load_rate["rows (raw COPY)"]
-    shrink = sizes["rows (raw COPY)"] / sizes["packed"]
-    print(f"packed / rows: {ratio:.2f}x the load rate, {shrink:.1f}x less disk")
+    for layout in ("packed", "node-cycle"):
+        ratio = load_rate[layout] / load_rate["rows (raw COPY)"]
+        shrink = sizes["rows (raw COPY)"] / sizes[layout]
+        print(f"{layout} / rows: {ratio:.2f}x the load rate, {shrink:.1f}x less disk")
 
 
 if __name__ == "__main__":

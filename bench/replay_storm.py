@@ -7,8 +7,10 @@ After an outage every agent sends its spool backlog at once, as a bundle of up t
 batches (``agent.bundle_max_batches``). This starts a real ``gpuwatch daemon`` process on a
 throwaway PostgreSQL database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and lets ``--agents``
 client threads post one such bundle each (one-cycle batches of ``--gpus`` GPUs, as
-``bench/ingest.py`` makes them), all released together. A client answered 503 waits the
-daemon's ``Retry-After`` plus up to 1 s of jitter and sends again, as the agent does. For the
+``bench/ingest.py`` makes them), all released together. A client answered 503 waits as the
+agent does (``Agent.retry_delay``: its backoff, but at least uniform(1x, 1.5x) the daemon's
+``Retry-After``) and sends again; with ``--compare-retry``, also as agents did before the
+fifth session (the backoff, but at least exactly ``Retry-After``: in lockstep). For the
 first ``--stall-s`` seconds the database is stalled (another session holds an exclusive lock
 on ``ingested_batches``, as a failover, a restart or a long lock would): without a bound,
 every request that arrives meanwhile is read, parsed and queued in memory. With a healthy
@@ -17,7 +19,8 @@ stops reading a connection whose body the app has not taken (64 KiB), so bodies 
 up: the bound is for when storage stalls.
 
 Modes, interleaved over ``--rounds``: ``bounded`` (the default bound, 64 MiB of bodies per
-process) and ``unbounded`` (a bound no storm reaches). Prints, for each, the daemon's peak
+process), ``unbounded`` (a bound no storm reaches) and, with ``--compare-retry``, ``lockstep``
+(bounded, clients retrying exactly after ``Retry-After``). Prints, for each, the daemon's peak
 RSS (``VmHWM``), the time until every bundle was stored, and the 503s. Also measures once
 what a parsed body costs in memory against its size (the factor the bound's docs quote).
 """
@@ -41,6 +44,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import drop_db, fresh_db, make_batches
+from gpuwatch.agent.push import Backoff
 from gpuwatch.daemon.ingest import checked_batch
 from gpuwatch.sql.nodes import create_token
 from tests.daemon_process import DaemonProcess
@@ -73,7 +77,14 @@ def parsed_factor(body: bytes, node: str) -> float:
     return size / len(body)
 
 
-def storm(bodies: dict[str, bytes], bound: int, stall_s: float) -> tuple[float, float, int]:
+def retry_wait(backoff: Backoff, retry_after_s: float, spread: bool) -> float:
+    """The agent's wait after a 503 with ``Retry-After`` (``Agent.retry_delay``, default config:
+    backoff 1 s .. 300 s); ``spread=False``: as agents waited before the fifth session."""
+    floor = backoff.after(retry_after_s) if spread else retry_after_s
+    return max(backoff.next_delay(), floor)
+
+
+def storm(bodies: dict[str, bytes], bound: int, stall_s: float, spread: bool) -> tuple[float, float, int]:
     """(peak RSS MiB, seconds until all stored, 503s) of one daemon process."""
     name, url, engine = fresh_db()
     tokens = {node: create_token(engine, node) for node in bodies}
@@ -90,6 +101,7 @@ def storm(bodies: dict[str, bytes], bound: int, stall_s: float) -> tuple[float, 
 
                 def agent(node: str) -> None:
                     nonlocal sheds
+                    backoff = Backoff(1.0, 300.0, random.Random(node))
                     start.wait()
                     with requests.Session() as http:
                         while True:
@@ -107,7 +119,7 @@ def storm(bodies: dict[str, bytes], bound: int, stall_s: float) -> tuple[float, 
                                 return
                             with lock:
                                 sheds += 1
-                            time.sleep(float(r.headers.get("Retry-After", 5)) + random.random())
+                            time.sleep(retry_wait(backoff, float(r.headers.get("Retry-After", 5)), spread))
 
                 threads = [threading.Thread(target=agent, args=(n,)) for n in bodies]
                 for t in threads:
@@ -140,6 +152,9 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--stall-s", type=float, default=10.0, help="database stalled this long at the start")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--compare-retry", action="store_true", help="also clients retrying exactly after Retry-After"
+    )
     args = ap.parse_args()
     bodies = bundles(args.agents, args.backlog, args.gpus)
     total = sum(map(len, bodies.values()))
@@ -149,11 +164,13 @@ def main() -> None:
         f"{len(body) / 2**20:.2f} MiB each, {total / 2**20:.0f} MiB in all; a parsed bundle takes "
         f"{parsed_factor(body, node):.1f}x its bytes; the database stalled for the first {args.stall_s:g} s"
     )
-    modes = {"bounded": 64 * 2**20, "unbounded": UNBOUNDED}
+    modes = {"bounded": (64 * 2**20, True), "unbounded": (UNBOUNDED, True)}
+    if args.compare_retry:
+        modes["lockstep"] = (64 * 2**20, False)
     results: dict[str, list[tuple[float, float, int]]] = {m: [] for m in modes}
     for round_no in range(1, args.rounds + 1):
-        for mode, bound in modes.items():
-            peak, elapsed, sheds = storm(bodies, bound, args.stall_s)
+        for mode, (bound, spread) in modes.items():
+            peak, elapsed, sheds = storm(bodies, bound, args.stall_s, spread)
             results[mode].append((peak, elapsed, sheds))
             print(
                 f"  round {round_no} {mode:>9}: peak RSS {peak:,.0f} MiB, all stored in {elapsed:.1f} s, ",
@@ -167,6 +184,13 @@ def main() -> None:
         f"bounded / unbounded: peak RSS {med['bounded'][0] / med['unbounded'][0]:.2f}x, "
         f"time {med['bounded'][1] / med['unbounded'][1]:.2f}x"
     )
+    if "lockstep" in med:
+        lock_peak, lock_time, lock_sheds = med["lockstep"]
+        peak, elapsed, sheds = med["bounded"]
+        print(
+            f"lockstep / bounded (spread retries): 503s {lock_sheds / max(sheds, 1):.2f}x, "
+            f"time {lock_time / elapsed:.2f}x, peak RSS {lock_peak / peak:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -345,3 +345,11 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempts = 0
+
+    def after(self, retry_after_s: float) -> float:
+        """A wait honouring the daemon's ``Retry-After``: uniform(1x, 1.5x) of it, never less.
+
+        Every agent a daemon sheds in one burst gets the same header; waiting exactly that
+        long would bring them back in the same burst, again and again.
+        """
+        return self._rng.uniform(retry_after_s, 1.5 * retry_after_s)

@@ -7,7 +7,7 @@ Two threads, joined only through the on-disk :class:`~gpuwatch.agent.spool.Spool
   after it (missed ticks are skipped and counted), builds one :class:`~gpuwatch.wire.Batch`
   and writes it to the spool before anything else happens to it;
 * the sender thread sends the oldest spooled batch, one per request, and acks, rejects or
-  backs off (exponential, full jitter, at least ``Retry-After``), never blocking sampling.
+  backs off (exponential, full jitter; after a ``Retry-After``, 1-1.5x it), never blocking sampling.
 
 So a crash at any point loses at most the cycle still in memory, and an outage of the
 daemon costs only spool space.
@@ -301,10 +301,11 @@ class Agent:
             self.retried_sends += 1
 
     def retry_delay(self, result: PushResult) -> float:
-        """The next backoff delay, but at least the daemon's Retry-After (capped at backoff_max_s)."""
+        """The next backoff delay; after a ``Retry-After``, 1-1.5x it (spread so
+        that agents shed together do not come back together), all capped at backoff_max_s."""
         delay = self.backoff.next_delay()
         if result.retry_after_s is not None:
-            delay = max(delay, min(result.retry_after_s, self.config.backoff_max_s))
+            delay = max(delay, min(self.backoff.after(result.retry_after_s), self.config.backoff_max_s))
         return delay
 
     def _send_loop(self) -> None:

@@ -48,12 +48,12 @@ class RecordingSleep:
 def make_agent(config: AgentConfig, collectors: Sequence[Collector] | None = None, **kwargs: object) -> Agent:
     spool = Spool(config.spool_dir, config.spool_max_bytes)
     pusher = Pusher(config.daemon_url, config.node, config.resolve_token(), config.push_timeout_s)
+    kwargs.setdefault("rng", random.Random(0))
     return Agent(
         config,
         collectors if collectors is not None else [CpuCollector()],
         spool,
         pusher,
-        rng=random.Random(0),
         idle_poll_s=0.05,
         **kwargs,  # type: ignore[arg-type]
     )
@@ -203,7 +203,8 @@ def test_retry_after_is_honoured(daemon: ScriptedDaemon, tmp_path: Path) -> None
         wait_for(lambda: agent.sent_batches == 1)
     finally:
         agent.close()
-    assert sleep.calls == [7.0, 3.0]
+    first, second = sleep.calls
+    assert 7.0 <= first <= 10.5 and 3.0 <= second <= 4.5, "at least Retry-After, at most 1.5x it"
     assert daemon.requests_count() == 3
 
 
@@ -211,8 +212,23 @@ def test_retry_after_is_capped_at_backoff_max(tmp_path: Path) -> None:
     config = make_config(tmp_path, "http://127.0.0.1:9", backoff_initial_s=0.001, backoff_max_s=0.5)
     with make_agent(config) as agent:
         assert agent.retry_delay(PushResult(Outcome.RETRY, 429, "busy", retry_after_s=1000.0)) == 0.5
-        assert agent.retry_delay(PushResult(Outcome.RETRY, 503, "busy", retry_after_s=0.2)) == 0.2
+        assert 0.2 <= agent.retry_delay(PushResult(Outcome.RETRY, 503, "busy", retry_after_s=0.2)) <= 0.3
         assert agent.retry_delay(PushResult(Outcome.RETRY, None, "down")) <= 0.5
+
+
+def test_agents_shed_together_do_not_come_back_together(tmp_path: Path) -> None:
+    """A daemon shedding load sends every agent the same Retry-After; exactly that wait would
+    bring them all back in the same second. Each waits 1-1.5x it, spread out."""
+    delays = []
+    for i in range(200):
+        config = make_config(
+            tmp_path / str(i), "http://127.0.0.1:9", backoff_initial_s=1.0, backoff_max_s=300.0
+        )
+        with make_agent(config, rng=random.Random(i)) as agent:
+            delays.append(agent.retry_delay(PushResult(Outcome.RETRY, 503, "shed", retry_after_s=5.0)))
+    assert all(5.0 <= d <= 7.5 for d in delays)
+    per_half_second = [sum(1 for d in delays if 5 + k / 2 <= d < 5.5 + k / 2) for k in range(5)]
+    assert max(per_half_second) < 0.3 * len(delays), f"clumped: {per_half_second}"
 
 
 def test_sampling_is_aligned_to_the_monotonic_clock(daemon: ScriptedDaemon, tmp_path: Path) -> None:
