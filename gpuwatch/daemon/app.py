@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -25,9 +26,11 @@ def _lifespan(writer: IngestWriter, ingest_log: IngestLog):  # type: ignore[no-u
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
         writer.start()
+        summaries = asyncio.create_task(ingest_log.summarize_forever())
         try:
             yield
         finally:
+            summaries.cancel()
             writer.stop()
             ingest_log.flush()  # the last partial minute
 

@@ -11,10 +11,14 @@ agent's data and come in floods: they are counted in the summary (``shed``) with
 when shedding starts in a minute. A database outage likewise: one ERROR (with the driver's
 traceback) a minute, and the 503s counted (``db_unavailable``).
 ``daemon.log_each_request = true`` brings back one INFO line per request (debugging one node).
+The summary is written by the next request after the minute, or by :meth:`IngestLog.summarize_forever`
+(a task of the app's lifespan) when no request comes: a daemon whose agents all went quiet
+still logs the minute in which they did.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import statistics
 import time
@@ -25,7 +29,7 @@ log = logging.getLogger("gpuwatch.daemon.ingest")
 
 
 class IngestLog:
-    """Per-process tally of accepted requests, logged every ``every_s`` (checked per request).
+    """Per-process tally of accepted requests, logged every ``every_s``.
 
     Handlers run on the event loop's one thread, so the tally needs no lock.
     """
@@ -65,6 +69,14 @@ class IngestLog:
 
     def _minute_over(self) -> bool:
         return self._clock() - self._since >= self.every_s
+
+    async def summarize_forever(self) -> None:
+        """Write the summary when its minute is over even if no request comes to do it; runs on
+        the event loop (as the handlers do, so the tally still needs no lock) until cancelled."""
+        while True:
+            await asyncio.sleep(max(0.0, self.every_s - (self._clock() - self._since)) + 0.01)
+            if self._minute_over():
+                self.flush()
 
     def shed(self, retry_after_s: int) -> None:
         """A request answered 503 for load: counted; the minute's first one is warned."""

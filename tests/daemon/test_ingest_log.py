@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from datetime import timedelta
 
 import pytest
@@ -53,6 +55,25 @@ def test_one_summary_a_minute_with_what_came_in(caplog):
     assert (last.requests, last.batches, last.seconds) == (1, {"stored": 1}, 5.0)
 
 
+def test_the_summary_comes_without_a_next_request(caplog):
+    """Agents that all stop sending (a network cut, the cluster drained) must not leave their
+    last minute unlogged until the daemon stops: the lifespan's timer writes it."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    async def scenario() -> None:
+        tally = IngestLog(each_request=False, every_s=0.2)
+        timer = asyncio.create_task(tally.summarize_forever())
+        tally.request("ingest", "node1", {"stored": 1}, 16, 4.0)
+        await asyncio.sleep(0.6)  # no other request comes
+        timer.cancel()
+
+    asyncio.run(scenario())
+    summaries = _records(caplog, "ingest summary")
+    assert [(s.requests, s.samples) for s in summaries] == [(1, 16)], (
+        "one, and only while there was something"
+    )
+
+
 def test_each_request_logged_when_asked(caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
     tally = IngestLog(each_request=True, clock=Clock())
@@ -78,6 +99,22 @@ def test_the_daemon_logs_its_last_summary_as_it_stops(engine, caplog):
     [summary] = _records(caplog, "ingest summary")
     assert summary.requests == 2 and summary.nodes == 1
     assert summary.batches == {"duplicate": 1, "refused": 1, "stored": 2}
+
+
+def test_the_running_daemon_logs_a_quiet_minute_without_being_asked(engine, caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    app = create_app(load_settings(None), engine)
+    app.state.ingest_log.every_s = 0.3  # a short "minute"
+    token = create_token(engine, "node001")
+    body = factories.batch(start=utcnow() - timedelta(minutes=5)).model_dump_json().encode()
+    with TestClient(app) as client:
+        response = client.post(
+            "/api/v1/ingest/node001", content=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert response.status_code == 200
+        time.sleep(1.0)  # no request after it
+        [summary] = _records(caplog, "ingest summary")  # written while the daemon runs
+        assert summary.requests == 1
 
 
 def test_shedding_is_counted_in_the_summary_and_warned_once_a_minute(caplog):
