@@ -1,7 +1,7 @@
 """How far today's row layout is from a packed one: load rate and bytes per GPU-sample.
 
     .venv/bin/python bench/packed_layout.py [--nodes 40] [--batches-per-node 4] [--cycles 30] [--rounds 3]
-    .venv/bin/python bench/packed_layout.py --cycles 1 --batches-per-node 60 --group 32  # what agents send
+    .venv/bin/python bench/packed_layout.py --cycles 1 --batches-per-node 60   # what agents send
 
 A question for issue 7's 100k GPU-samples/s goal, not a code path of gpuwatch. Makes a
 throwaway database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and, in interleaved rounds, loads
@@ -12,8 +12,8 @@ the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each 
   in one transaction (the physical limit ``bench/ingest.py`` compares with);
 * ``packed``: a sketch table with ONE row per (node, GPU, batch) and one array per metric, the
   GPU's processes as arrays too, built from the same wire models with ``sql/pg_arrays.py`` and
-  inserted with a transaction per batch (as a daemon would; ``--group G``: per G batches,
-  as the daemon's group commit does);
+  loaded the same way (binary COPY, one transaction: each layout's physical limit; until the
+  fifth session a transaction per batch, and text COPY for the rows);
 * ``node-cycle``: one row per (node, cycle) whatever the batching, every GPU metric an array
   over the node's GPUs and the processes arrays with their GPU index: the unit that still
   packs when agents send one-cycle batches (they do, bundled), where a row per
@@ -31,6 +31,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from operator import itemgetter
 from pathlib import Path
@@ -41,7 +42,16 @@ from sqlalchemy.dialects import postgresql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import copy_values, drop_db, fresh_db, json_columns, make_batches, register
+from bench.ingest import (
+    copy_into,
+    copy_table,
+    copy_type,
+    copy_values,
+    drop_db,
+    fresh_db,
+    make_batches,
+    register,
+)
 from gpuwatch import wire
 from gpuwatch.sql import pg_arrays
 from gpuwatch.sql.ingest import BatchStore, sample_rows
@@ -59,8 +69,12 @@ def _type(column: sa.Column) -> str:
     return column.type.compile(dialect=_PG).removesuffix("[]")
 
 
-def create_packed_table(conn: psycopg.Connection) -> str:
-    """The sketch table; returns its INSERT statement."""
+#: a sketch table: (name, [(column, PostgreSQL type)])
+Sketch = tuple[str, list[tuple[str, str]]]
+
+
+def create_packed_table(conn: psycopg.Connection) -> Sketch:
+    """The (node, GPU, batch) sketch table."""
     columns = [
         ("node_id", "INTEGER"),
         ("gpu_index", "SMALLINT"),
@@ -68,13 +82,14 @@ def create_packed_table(conn: psycopg.Connection) -> str:
         *((c.name, _type(c) + "[]") for c in METRICS),
         ("proc_sample", "INTEGER[]"),  # index into ts of each process row
         *((f"proc_{c.name}", _type(c) + "[]") for c in PROCESS_FIELDS),
+        ("first_ts", "TIMESTAMP WITH TIME ZONE"),
     ]
-    body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
-    key = "first_ts timestamptz NOT NULL, PRIMARY KEY (node_id, gpu_index, first_ts)"
-    conn.execute(f"CREATE TABLE packed_gpu ({body}, {key})")
-    names = ", ".join(f'"{name}"' for name, _ in columns)
-    marks = ", ".join(["%b"] * (len(columns) + 1))
-    return f"INSERT INTO packed_gpu ({names}, first_ts) VALUES ({marks})"
+    body = ", ".join(
+        f'"{name}" {sql_type} NOT NULL' if name == "first_ts" else f'"{name}" {sql_type}'
+        for name, sql_type in columns
+    )
+    conn.execute(f"CREATE TABLE packed_gpu ({body}, PRIMARY KEY (node_id, gpu_index, first_ts))")
+    return "packed_gpu", columns
 
 
 def packed_rows(node_id: int, batch: wire.Batch) -> list[list]:
@@ -112,8 +127,8 @@ def packed_rows(node_id: int, batch: wire.Batch) -> list[list]:
     return rows
 
 
-def create_node_cycle_table(conn: psycopg.Connection) -> str:
-    """The node-cycle sketch table; returns its INSERT statement."""
+def create_node_cycle_table(conn: psycopg.Connection) -> Sketch:
+    """The (node, cycle) sketch table."""
     columns = [
         ("node_id", "INTEGER"),
         ("ts", "TIMESTAMP WITH TIME ZONE"),
@@ -124,8 +139,7 @@ def create_node_cycle_table(conn: psycopg.Connection) -> str:
     ]
     body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
     conn.execute(f"CREATE TABLE node_cycle ({body}, PRIMARY KEY (node_id, ts))")
-    names = ", ".join(f'"{name}"' for name, _ in columns)
-    return f"INSERT INTO node_cycle ({names}) VALUES ({', '.join(['%b'] * len(columns))})"
+    return "node_cycle", columns
 
 
 def node_cycle_rows(node_id: int, batch: wire.Batch) -> list[list]:
@@ -160,45 +174,31 @@ def node_cycle_rows(node_id: int, batch: wire.Batch) -> list[list]:
     return rows
 
 
-def load_node_cycle(
-    conn: psycopg.Connection, insert: str, batches: list[wire.Batch], ids: dict[str, int], group: int
+def load_sketch(
+    conn: psycopg.Connection,
+    sketch: Sketch,
+    make_rows: Callable[[int, wire.Batch], list[list]],
+    batches: list[wire.Batch],
+    ids: dict[str, int],
 ) -> tuple[float, float]:
-    """(seconds building the node-cycle rows, seconds inserting them, a commit per ``group`` batches)."""
-    conn.execute("TRUNCATE node_cycle")
+    """(seconds building a sketch table's rows from the wire models, seconds loading them by
+    binary COPY in one transaction: the same loader as today's rows get)."""
+    name, columns = sketch
+    conn.execute(f"TRUNCATE {name}")
     conn.commit()
     started = time.perf_counter()
-    per_batch = [node_cycle_rows(ids[batch.node], batch) for batch in batches]
+    rows = [row for batch in batches for row in make_rows(ids[batch.node], batch)]
     built = time.perf_counter()
     with conn.cursor() as cur:
-        pg_arrays.register(cur)
-        for i in range(0, len(per_batch), group):
-            cur.executemany(insert, [row for rows in per_batch[i : i + group] for row in rows])
-            conn.commit()
-    return built - started, time.perf_counter() - built
-
-
-def load_packed(
-    conn: psycopg.Connection, insert: str, batches: list[wire.Batch], ids: dict[str, int], group: int
-) -> tuple[float, float]:
-    """(seconds building the rows from the wire models, seconds inserting them, a commit per
-    ``group`` batches)."""
-    conn.execute("TRUNCATE packed_gpu")
+        copy_into(cur, name, [c for c, _ in columns], [copy_type(t) for _, t in columns], rows)
     conn.commit()
-    started = time.perf_counter()
-    per_batch = [packed_rows(ids[batch.node], batch) for batch in batches]
-    built = time.perf_counter()
-    with conn.cursor() as cur:
-        pg_arrays.register(cur)
-        for i in range(0, len(per_batch), group):
-            cur.executemany(insert, [row for rows in per_batch[i : i + group] for row in rows])
-            conn.commit()
     return built - started, time.perf_counter() - built
 
 
 def load_rows(
     conn: psycopg.Connection, batches: list[wire.Batch], ids: dict[str, int]
 ) -> tuple[float, float]:
-    """(seconds building today's GPU and process rows, seconds COPYing them in one transaction)."""
+    """(seconds building today's GPU and process rows, seconds COPYing them (binary) in one transaction)."""
     conn.execute("TRUNCATE gpu_samples, gpu_process_packs")
     conn.commit()
     started = time.perf_counter()
@@ -207,15 +207,11 @@ def load_rows(
     for batch in batches:
         for name, table_rows in sample_rows(ids[batch.node], batch).items():
             if name in tables:
-                columns, json_cols = list(tables[name].c.keys()), json_columns(tables[name])
-                rows[name] += [copy_values(columns, json_cols, r) for r in table_rows]
+                rows[name] += [copy_values(tables[name], r) for r in table_rows]
     built = time.perf_counter()
     with conn.cursor() as cur:
         for name, table_rows in rows.items():
-            quoted = ", ".join(f'"{c.name}"' for c in tables[name].c)
-            with cur.copy(f'COPY "{name}" ({quoted}) FROM STDIN') as copy:
-                for row in table_rows:
-                    copy.write_row(row)
+            copy_table(cur, tables[name], table_rows)
     conn.commit()
     return built - started, time.perf_counter() - built
 
@@ -243,7 +239,6 @@ def main() -> None:
     ap.add_argument("--batches-per-node", type=int, default=4)
     ap.add_argument("--cycles", type=int, default=30, help="cycles per batch")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--group", type=int, default=1, help="batches per commit for the packed layouts")
     args = ap.parse_args()
     batches = make_batches(
         args.nodes, args.batches_per_node * args.cycles, 8, timedelta(0), per_batch=args.cycles
@@ -253,8 +248,8 @@ def main() -> None:
     try:
         ids = register(engine, BatchStore(engine), batches)
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
-            insert = create_packed_table(conn)
-            node_cycle_insert = create_node_cycle_table(conn)
+            packed = create_packed_table(conn)
+            node_cycle = create_node_cycle_table(conn)
             conn.commit()
             timings: dict[str, list[tuple[float, float]]] = {
                 "rows (raw COPY)": [],
@@ -263,10 +258,8 @@ def main() -> None:
             }
             for _ in range(args.rounds):
                 timings["rows (raw COPY)"].append(load_rows(conn, batches, ids))
-                timings["packed"].append(load_packed(conn, insert, batches, ids, args.group))
-                timings["node-cycle"].append(
-                    load_node_cycle(conn, node_cycle_insert, batches, ids, args.group)
-                )
+                timings["packed"].append(load_sketch(conn, packed, packed_rows, batches, ids))
+                timings["node-cycle"].append(load_sketch(conn, node_cycle, node_cycle_rows, batches, ids))
             sizes = {
                 "rows (raw COPY)": bytes_of(conn, ["gpu_samples", "gpu_process_packs"]),
                 "packed": bytes_of(conn, ["packed_gpu"]),
