@@ -417,6 +417,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "gpuwatch.cli.job_detail",
     "gpuwatch.cli.trace_import",
     "gpuwatch.cli.demo",
+    "gpuwatch.cli.processes",
 )
 
 

@@ -1,0 +1,137 @@
+"""``gpuwatch processes NODE``: which processes held a node's GPUs, when, and how much memory.
+
+The per-process readings are stored packed (``gpuwatch/sql/process_packs.py``: a row per
+batch with an array per field), so SQL by hand needs an ``unnest`` of seven arrays; this
+answers the usual forensics question ("which pid, of which job, held GPU 3 last night?")
+directly. By default one line per (GPU, pid, job) with first and last stamp, readings, the
+most GPU memory it held and its mean SM utilization; ``--each`` lists every reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from gpuwatch.cli.main import FORMAT_OPTION
+from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.wire import utcnow
+
+if TYPE_CHECKING:
+    from gpuwatch.cli.main import Context
+    from gpuwatch.sql.process_packs import ProcessReading
+
+SUMMARY_COLUMNS = [
+    ("gpu_index", "GPU"),
+    ("pid", "pid"),
+    ("job_id", "job"),
+    ("first_ts", "first seen (UTC)"),
+    ("last_ts", "last seen (UTC)"),
+    ("readings", "readings"),
+    ("max_used_memory_gib", "max GPU memory (GiB)"),
+    ("mean_sm_util_ratio", "mean SM util"),
+]
+EACH_COLUMNS = [
+    ("ts", "time (UTC)"),
+    ("gpu_index", "GPU"),
+    ("pid", "pid"),
+    ("job_id", "job"),
+    ("used_memory_gib", "GPU memory (GiB)"),
+    ("sm_util_ratio", "SM util"),
+    ("memory_util_ratio", "memory util"),
+]
+GIB = 2**30
+
+
+def _gib(value: int | None) -> float | None:
+    return None if value is None else round(value / GIB, 3)
+
+
+def summarize(readings: Iterable[ProcessReading]) -> list[dict[str, Any]]:
+    """One row per (GPU, pid, job), in order of GPU then first stamp."""
+    groups: dict[tuple[int, int, str | None], list[ProcessReading]] = {}
+    for r in readings:
+        groups.setdefault((r.gpu_index, r.pid, r.job_id), []).append(r)
+    rows = []
+    for (gpu_index, pid, job_id), group in groups.items():
+        memory = [r.used_memory_bytes for r in group if r.used_memory_bytes is not None]
+        sm = [r.sm_util_ratio for r in group if r.sm_util_ratio is not None]
+        rows.append(
+            {
+                "gpu_index": gpu_index,
+                "pid": pid,
+                "job_id": job_id,
+                "first_ts": min(r.ts for r in group),
+                "last_ts": max(r.ts for r in group),
+                "readings": len(group),
+                "max_used_memory_gib": _gib(max(memory)) if memory else None,
+                "mean_sm_util_ratio": round(sum(sm) / len(sm), 4) if sm else None,
+            }
+        )
+    return sorted(rows, key=lambda row: (row["gpu_index"], row["first_ts"], row["pid"]))
+
+
+def _each(readings: Iterable[ProcessReading]) -> list[dict[str, Any]]:
+    return [
+        {
+            "ts": r.ts,
+            "gpu_index": r.gpu_index,
+            "pid": r.pid,
+            "job_id": r.job_id,
+            "used_memory_gib": _gib(r.used_memory_bytes),
+            "sm_util_ratio": r.sm_util_ratio,
+            "memory_util_ratio": r.memory_util_ratio,
+        }
+        for r in readings
+    ]
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"not an ISO 8601 time: {text!r}") from None
+    if value.tzinfo is None:
+        raise click.BadParameter(f"give a zone (e.g. {text}Z or {text}+00:00): {text!r}")
+    return value
+
+
+@click.command("processes")
+@click.argument("node")
+@click.option("--gpu", "gpu_index", type=click.IntRange(min=0), help="Only this GPU (NVML index).")
+@click.option(
+    "--since", type=click.IntRange(min=1), default=60, show_default=True, help="Minutes back from --end."
+)
+@click.option("--end", "end_text", help="End of the window, ISO 8601 with a zone (default: now).")
+@click.option("--each", is_flag=True, help="Every reading instead of one line per (GPU, pid, job).")
+@FORMAT_OPTION
+@click.pass_obj
+def processes(
+    ctx: Context, node: str, gpu_index: int | None, since: int, end_text: str | None, each: bool, fmt: str
+) -> None:
+    """Compute processes seen on NODE's GPUs: pid, job, when, GPU memory, SM utilization."""
+    from gpuwatch.sql.nodes import get_node
+    from gpuwatch.sql.process_packs import read_processes
+
+    end = _parse_time(end_text) if end_text else utcnow()
+    start = end - timedelta(minutes=since)
+    with ctx.engine().connect() as conn:
+        found = get_node(conn, node)
+        if found is None:
+            raise click.ClickException(f"no node {node!r} (gpuwatch nodes lists them)")
+        readings = read_processes(conn, start, end, node_id=found.id)
+    if gpu_index is not None:
+        readings = [r for r in readings if r.gpu_index == gpu_index]
+    rows, columns = (_each(readings), EACH_COLUMNS) if each else (summarize(readings), SUMMARY_COLUMNS)
+    title = f"processes on {node}" + (f" GPU {gpu_index}" if gpu_index is not None else "")
+    title += f", {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"
+    if not rows and OutputFormat(fmt) is OutputFormat.TABLE:
+        click.echo(f"No compute process seen ({title}).")
+        return
+    click.echo(render(rows, columns, OutputFormat(fmt), title=title))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(processes)
