@@ -243,15 +243,15 @@ class BatchStore:
         one group) is a unique violation, and then all of it runs again from the savepoint
         with ``ON CONFLICT DO NOTHING``.
         """
-        statements = list(self._unnest_statements(stored))
-        params = [array for _, arrays in statements for array in arrays]
+        chunks = list(_by_parameter_limit(list(self._unnest_statements(stored))))
         with psycopg.RawCursor(_dbapi(conn)) as cur:
             pg_arrays.register(cur)
             try:
                 with _pipelined(conn):
                     cur.execute("SAVEPOINT gpuwatch_rows")
-                    if statements:
-                        cur.execute(_numbered(_as_one([insert.sql for insert, _ in statements])), params)
+                    for chunk in chunks:
+                        params = [value for _, values in chunk for value in values]
+                        cur.execute(_numbered(_as_one([insert.sql for insert, _ in chunk])), params)
                     then()
                     cur.execute("RELEASE SAVEPOINT gpuwatch_rows")
                 return
@@ -262,8 +262,9 @@ class BatchStore:
                 cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
             self.conflict_retries += 1
             with _pipelined(conn):
-                if statements:
-                    cur.execute(_numbered(_as_one([i.sql_on_conflict for i, _ in statements])), params)
+                for chunk in chunks:
+                    params = [value for _, values in chunk for value in values]
+                    cur.execute(_numbered(_as_one([i.sql_on_conflict for i, _ in chunk])), params)
                 then()
 
     @staticmethod
@@ -281,8 +282,7 @@ class BatchStore:
             insert = _UnnestInsert.of(SAMPLE_TABLES[kind])
             yield insert, insert.arrays(samples, {"node_id": node_ids})
         if "gpu" in by_kind:
-            packs = process_packs.PackInsert.of(stored)
-            if packs is not None:
+            for packs in process_packs.PackInsert.of(stored):
                 yield packs, packs.params
 
     def _write_small(
@@ -368,6 +368,27 @@ def _sa_errors() -> Iterator[None]:
         yield
     except psycopg.Error as exc:
         raise sa.exc.DBAPIError.instance(None, None, exc, psycopg.Error) from exc
+
+
+#: most parameters one PostgreSQL statement can carry (the protocol's 16-bit count)
+MAX_STATEMENT_PARAMETERS = 65_535
+
+
+def _by_parameter_limit(statements: list[tuple[Any, list]]) -> Iterator[list[tuple[Any, list]]]:
+    """The group's inserts in as few statements as the parameter limit allows: one, unless a
+    huge group's packs (``PackInsert``, a parameter per value) need more. psycopg fails a
+    statement over the limit with an error without SQLSTATE, which the writer would take for
+    a database outage and answer 503 forever."""
+    chunk: list[tuple[Any, list]] = []
+    count = 0
+    for insert, values in statements:
+        if chunk and count + len(values) > MAX_STATEMENT_PARAMETERS:
+            yield chunk
+            chunk, count = [], 0
+        chunk.append((insert, values))
+        count += len(values)
+    if chunk:
+        yield chunk
 
 
 def _as_one(inserts: list[str]) -> str:

@@ -150,3 +150,33 @@ def test_the_migration_packs_existing_rows_and_unpacks_them_on_downgrade(db_url)
         (e.gpu_index, e.pid, e.used_memory_bytes, e.sm_util_ratio, e.job_id) for e in expected
     ]
     engine.dispose()
+
+
+def test_a_group_too_big_for_one_statement_is_stored_whole(pg_url):
+    """PostgreSQL takes at most 65,535 parameters per statement and a pack costs 10: a group
+    of 7,000 batches (one pack each) goes as several statements of one transaction. Over the
+    limit, psycopg fails without a SQLSTATE, which the writer takes for an outage (503 forever)."""
+    engine = create_engine(pg_url)
+    migrate.upgrade(engine)
+    node_id = _node(engine, "node001")
+    batches = [
+        wire.Batch(
+            node="node001",
+            agent_version="t",
+            samples=[
+                factories.gpu_sample(NOON + timedelta(seconds=i), 0, processes=[wire.GpuProcess(pid=i + 1)])
+            ],
+        )
+        for i in range(7000)
+    ]
+    store = BatchStore(engine)
+    results = store.store_many([(node_id, b) for b in batches])
+    assert {r.status.value for r in results} == {"stored"}
+    # the same readings again under new ids: the ON CONFLICT pass runs in several statements too
+    again = [b.model_copy(update={"batch_id": uuid.uuid4()}) for b in batches[:10]]
+    store.store_many([(node_id, b) for b in again])
+    assert store.conflict_retries == 1
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(gpu_process_packs)).scalar_one() == 7000
+        assert count_processes(conn) == 7000
+    engine.dispose()
