@@ -8,7 +8,8 @@ Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_P
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
 one node: 8 GPU samples with 2 processes each + host samples) and prints samples/s. Modes
 run in interleaved rounds; the medians are compared with raw COPY. Modes: ``raw-copy`` (the
-rows, already made, COPYed in one transaction), ``insert`` and ``unnest`` (``BatchStore``
+rows, already made, binary-COPYed in one transaction), ``raw-copy gpu`` (the same, GPU and
+process rows only: what the eight host rows per node-cycle cost), ``insert`` and ``unnest`` (``BatchStore``
 with that bulk mode, one batch per call), ``http`` and ``http xN`` (a real ``gpuwatch
 daemon`` process, 1 or N concurrent clients; includes JSON parsing, validation, auth and
 group commit; prints the daemon's own CPU per batch), and ``http xN wW`` (the same with
@@ -173,10 +174,13 @@ def copy_table(cur: psycopg.Cursor, table: sa.Table, value_rows: list[list]) -> 
     copy_into(cur, table.name, list(table.c.keys()), copy_types(table), value_rows)
 
 
-def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float, list[float]]:
+def bench_raw_copy(
+    engine: sa.Engine, batches: list[wire.Batch], gpu_only: bool = False
+) -> tuple[float, list[float]]:
     """The physical limit: the same rows, already made, streamed by PostgreSQL binary COPY
     straight into their tables in one transaction — no HTTP, no validation, no idempotency, no
-    conflict check. Timed from the rows (building them from the batches is not counted)."""
+    conflict check. Timed from the rows (building them from the batches is not counted).
+    ``gpu_only``: only the GPU and process rows, to see what the host rows cost."""
     from gpuwatch.sql.ingest import sample_rows
     from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_packs
 
@@ -185,6 +189,8 @@ def bench_raw_copy(engine: sa.Engine, batches: list[wire.Batch]) -> tuple[float,
     merged: dict[str, list[list]] = {}
     for b in batches:
         for name, rows in sample_rows(ids[b.node], b).items():
+            if gpu_only and name not in ("gpu_samples", gpu_process_packs.name):
+                continue
             merged.setdefault(name, []).extend(copy_values(tables[name], row) for row in rows)
     t0 = time.perf_counter()
     with engine.begin() as conn:
@@ -319,7 +325,7 @@ def main() -> None:
         help="also run each http mode on uvicorn's pure-Python stack (h11, asyncio), suffix 'py'",
     )
     args = ap.parse_args()
-    modes = ["raw-copy", "insert", "unnest", "http", f"http x{args.clients}"]
+    modes = ["raw-copy", "raw-copy gpu", "insert", "unnest", "http", f"http x{args.clients}"]
     if args.workers > 1:
         modes.append(f"http x{args.clients} w{args.workers}")
     for size in filter(None, args.bundle.split(",")):
@@ -351,8 +357,8 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
     batches = make_batches(args.nodes, args.cycles, args.gpus, timedelta(minutes=0), args.per_batch)
     name, url, engine = fresh_db()
     try:
-        if mode == "raw-copy":
-            elapsed, lat = bench_raw_copy(engine, batches)
+        if mode.startswith("raw-copy"):
+            elapsed, lat = bench_raw_copy(engine, batches, gpu_only=mode == "raw-copy gpu")
         elif mode.startswith("http"):
             workers = args.workers if " w" in mode else 1
             bundle = int(mode.split(" b")[1].split()[0]) if " b" in mode else 1
@@ -372,8 +378,13 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
         + (
             f"per {'request' if mode.startswith('http') else 'store call'} "
             f"p50 {p(lat, 50):.1f} ms p99 {p(lat, 99):.1f} ms"
-            if mode != "raw-copy"
+            if not mode.startswith("raw-copy")
             else "all rows in one COPY transaction"
+            + (
+                " (GPU and process rows only: samples/s as if the host rows cost nothing)"
+                if "gpu" in mode
+                else ""
+            )
         )
     )
     return samples / elapsed
