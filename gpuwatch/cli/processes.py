@@ -4,7 +4,8 @@ The per-process readings are stored packed (``gpuwatch/sql/process_packs.py``: a
 batch with an array per field), so SQL by hand needs an ``unnest`` of seven arrays; this
 answers the usual forensics question ("which pid, of which job, held GPU 3 last night?")
 directly. By default one line per (GPU, pid, job) with first and last stamp, readings, the
-most GPU memory it held and its mean SM utilization; ``--each`` lists every reading.
+most GPU memory it held and its mean SM utilization (aggregated in SQL on PostgreSQL:
+``sql.process_packs.summarize_processes``); ``--each`` lists every reading.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gpuwatch.wire import utcnow
 
 if TYPE_CHECKING:
     from gpuwatch.cli.main import Context
-    from gpuwatch.sql.process_packs import ProcessReading
+    from gpuwatch.sql.process_packs import ProcessReading, ProcessSummary
 
 SUMMARY_COLUMNS = [
     ("gpu_index", "GPU"),
@@ -49,28 +50,20 @@ def _gib(value: int | None) -> float | None:
     return None if value is None else round(value / GIB, 3)
 
 
-def summarize(readings: Iterable[ProcessReading]) -> list[dict[str, Any]]:
-    """One row per (GPU, pid, job), in order of GPU then first stamp."""
-    groups: dict[tuple[int, int, str | None], list[ProcessReading]] = {}
-    for r in readings:
-        groups.setdefault((r.gpu_index, r.pid, r.job_id), []).append(r)
-    rows = []
-    for (gpu_index, pid, job_id), group in groups.items():
-        memory = [r.used_memory_bytes for r in group if r.used_memory_bytes is not None]
-        sm = [r.sm_util_ratio for r in group if r.sm_util_ratio is not None]
-        rows.append(
-            {
-                "gpu_index": gpu_index,
-                "pid": pid,
-                "job_id": job_id,
-                "first_ts": min(r.ts for r in group),
-                "last_ts": max(r.ts for r in group),
-                "readings": len(group),
-                "max_used_memory_gib": _gib(max(memory)) if memory else None,
-                "mean_sm_util_ratio": round(sum(sm) / len(sm), 4) if sm else None,
-            }
-        )
-    return sorted(rows, key=lambda row: (row["gpu_index"], row["first_ts"], row["pid"]))
+def _summary_rows(summaries: Iterable[ProcessSummary]) -> list[dict[str, Any]]:
+    return [
+        {
+            "gpu_index": x.gpu_index,
+            "pid": x.pid,
+            "job_id": x.job_id,
+            "first_ts": x.first_ts,
+            "last_ts": x.last_ts,
+            "readings": x.readings,
+            "max_used_memory_gib": _gib(x.max_used_memory_bytes),
+            "mean_sm_util_ratio": None if x.mean_sm_util_ratio is None else round(x.mean_sm_util_ratio, 4),
+        }
+        for x in summaries
+    ]
 
 
 def _each(readings: Iterable[ProcessReading]) -> list[dict[str, Any]]:
@@ -113,7 +106,7 @@ def processes(
 ) -> None:
     """Compute processes seen on NODE's GPUs: pid, job, when, GPU memory, SM utilization."""
     from gpuwatch.sql.nodes import get_node
-    from gpuwatch.sql.process_packs import read_processes
+    from gpuwatch.sql.process_packs import read_processes, summarize_processes
 
     end = _parse_time(end_text) if end_text else utcnow()
     start = end - timedelta(minutes=since)
@@ -121,10 +114,12 @@ def processes(
         found = get_node(conn, node)
         if found is None:
             raise click.ClickException(f"no node {node!r} (gpuwatch nodes lists them)")
-        readings = read_processes(conn, start, end, node_id=found.id)
-    if gpu_index is not None:
-        readings = [r for r in readings if r.gpu_index == gpu_index]
-    rows, columns = (_each(readings), EACH_COLUMNS) if each else (summarize(readings), SUMMARY_COLUMNS)
+        if each:
+            readings = read_processes(conn, start, end, node_id=found.id)
+            rows = _each(r for r in readings if gpu_index is None or r.gpu_index == gpu_index)
+        else:
+            rows = _summary_rows(summarize_processes(conn, start, end, found.id, gpu_index))
+    columns = EACH_COLUMNS if each else SUMMARY_COLUMNS
     title = f"processes on {node}" + (f" GPU {gpu_index}" if gpu_index is not None else "")
     title += f", {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"
     if not rows and OutputFormat(fmt) is OutputFormat.TABLE:

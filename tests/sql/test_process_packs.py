@@ -12,7 +12,13 @@ from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
-from gpuwatch.sql.process_packs import ProcessReading, count_processes, read_processes
+from gpuwatch.sql.process_packs import (
+    ProcessReading,
+    count_processes,
+    read_processes,
+    summarize_processes,
+    summarize_readings,
+)
 from gpuwatch.sql.schema import gpu_process_packs
 from tests import factories
 
@@ -180,3 +186,34 @@ def test_a_group_too_big_for_one_statement_is_stored_whole(pg_url):
         assert conn.execute(sa.select(sa.func.count()).select_from(gpu_process_packs)).scalar_one() == 7000
         assert count_processes(conn) == 7000
     engine.dispose()
+
+
+def test_summaries_in_sql_match_the_readings(engine):
+    """PostgreSQL sums up in SQL (unnest, GROUP BY); it must say what the readings say,
+    overlapping packs and the GPU filter included. On SQLite both are the Python path."""
+    node_id = _node(engine, "node001")
+    store = BatchStore(engine)
+    first = _two_processes(factories.batch(start=NOON, cycles=3, gpus=2))
+    overlap = _two_processes(factories.batch(start=NOON + timedelta(seconds=20), cycles=3, gpus=2))
+    for batch in (first, overlap):
+        store.store(node_id, batch)
+    with engine.connect() as conn:
+        readings = read_processes(conn, NOON - DAY, NOON + DAY, node_id)
+        for gpu in (None, 1):
+            got = summarize_processes(conn, NOON - DAY, NOON + DAY, node_id, gpu)
+            assert got == summarize_readings(readings, gpu)
+        everything = summarize_processes(conn, NOON - DAY, NOON + DAY, node_id)
+        window = summarize_processes(
+            conn, NOON + timedelta(seconds=10), NOON + timedelta(seconds=30), node_id, 0
+        )
+    assert [(x.gpu_index, x.pid, x.readings) for x in everything] == [
+        (0, 4242, 5),
+        (0, 7000, 5),
+        (1, 4243, 5),
+        (1, 7001, 5),
+    ], "five cycles each: the one both packs hold counted once"
+    assert everything[0].max_used_memory_bytes == 39 * 2**30 and everything[1].max_used_memory_bytes is None
+    assert [(x.pid, x.readings, x.first_ts) for x in window] == [
+        (4242, 2, NOON + timedelta(seconds=10)),
+        (7000, 2, NOON + timedelta(seconds=10)),
+    ]
