@@ -11,7 +11,7 @@ most GPU memory it held and its mean SM utilization (aggregated in SQL on Postgr
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -108,7 +108,7 @@ def processes(
     from gpuwatch.sql.nodes import get_node
     from gpuwatch.sql.process_packs import read_processes, summarize_processes
 
-    end = _parse_time(end_text) if end_text else utcnow()
+    end = (_parse_time(end_text) if end_text else utcnow()).astimezone(timezone.utc)
     start = end - timedelta(minutes=since)
     with ctx.engine().connect() as conn:
         found = get_node(conn, node)

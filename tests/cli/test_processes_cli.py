@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 from click.testing import CliRunner
 
@@ -89,6 +89,14 @@ def test_each_reading_and_the_window(db_url):
     assert len(rows) == 3 * 2, "two GPUs, one process each, three cycles"
     late = _run("--db", db_url, "processes", "node001", "--end", (T - timedelta(hours=2)).isoformat())
     assert late.exit_code == 0 and "No compute process seen" in late.output
+    # another zone, the same instant: the same readings, the window shown in UTC
+    berlin = (T + timedelta(seconds=25)).astimezone(timezone(timedelta(hours=1))).isoformat()
+    same = _run(
+        "--db", db_url, "processes", "node001", "--end", berlin, "--since", "1", "--each", "--format", "csv"
+    )
+    assert same.output == out.output
+    table = _run("--db", db_url, "processes", "node001", "--end", berlin, "--since", "1").output
+    assert f"{T + timedelta(seconds=25):%H:%M} UTC" in table
 
 
 def test_unknown_node_and_naive_time_are_clear_errors(db_url):
