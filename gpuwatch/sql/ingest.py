@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import date, timezone
+from datetime import date
 from enum import Enum
 from operator import itemgetter
 from typing import Any, ClassVar
@@ -41,7 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuwatch.sql import pg_arrays, process_packs
-from gpuwatch.sql.partitions import PartitionManager
+from gpuwatch.sql.partitions import PartitionManager, utc_day
 from gpuwatch.sql.schema import (
     GPU_IDENTITY_FIELDS,
     SAMPLE_TABLES,
@@ -102,8 +102,7 @@ def gpu_identities(batch: Batch) -> dict[int, dict]:
 
 def days_of(batch: Batch) -> set[date]:
     """The UTC days (daily partitions) the batch's samples fall on, whatever zone they came in."""
-    stamps = {s.ts for s in batch.samples}
-    return {(t if not t.utcoffset() else t.astimezone(timezone.utc)).date() for t in stamps}
+    return {utc_day(t) for t in {s.ts for s in batch.samples}}
 
 
 class BulkMode(str, Enum):
@@ -243,15 +242,18 @@ class BatchStore:
         one group) is a unique violation, and then all of it runs again from the savepoint
         with ``ON CONFLICT DO NOTHING``.
         """
-        chunks = list(_by_parameter_limit(list(self._unnest_statements(stored))))
+        # (inserts, their parameters) per statement: one, unless the parameter limit splits it
+        chunks = [
+            (inserts, [value for _, values in inserts for value in values])
+            for inserts in _by_parameter_limit(list(self._unnest_statements(stored)))
+        ]
         with psycopg.RawCursor(_dbapi(conn)) as cur:
             pg_arrays.register(cur)
             try:
                 with _pipelined(conn):
                     cur.execute("SAVEPOINT gpuwatch_rows")
-                    for chunk in chunks:
-                        params = [value for _, values in chunk for value in values]
-                        cur.execute(_numbered(_as_one([insert.sql for insert, _ in chunk])), params)
+                    for inserts, params in chunks:
+                        cur.execute(_numbered(_as_one([insert.sql for insert, _ in inserts])), params)
                     then()
                     cur.execute("RELEASE SAVEPOINT gpuwatch_rows")
                 return
@@ -262,9 +264,8 @@ class BatchStore:
                 cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
             self.conflict_retries += 1
             with _pipelined(conn):
-                for chunk in chunks:
-                    params = [value for _, values in chunk for value in values]
-                    cur.execute(_numbered(_as_one([i.sql_on_conflict for i, _ in chunk])), params)
+                for inserts, params in chunks:
+                    cur.execute(_numbered(_as_one([i.sql_on_conflict for i, _ in inserts])), params)
                 then()
 
     @staticmethod

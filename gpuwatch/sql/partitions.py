@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 _PARTITION_LOCK_KEY = 0x67707770
 
 
+def utc_day(ts: datetime) -> date:
+    """The UTC day (the daily partition) of an aware stamp, whatever zone it came in."""
+    return (ts if not ts.utcoffset() else ts.astimezone(timezone.utc)).date()
+
+
 def partition_name(table: str, day: date) -> str:
     return f"{table}_p{day:%Y%m%d}"
 

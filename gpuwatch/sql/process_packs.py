@@ -33,6 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.sql import pg_arrays
+from gpuwatch.sql.partitions import utc_day
 from gpuwatch.sql.schema import gpu_process_packs
 from gpuwatch.wire import Batch, GpuSample
 
@@ -64,10 +65,6 @@ class ProcessReading:
     job_id: str | None
 
 
-def _utc_day(ts: datetime) -> date:
-    return (ts if not ts.utcoffset() else ts.astimezone(timezone.utc)).date()
-
-
 def pack_rows(node_id: int, batch: Batch) -> list[dict[str, Any]]:
     """The batch's processes as packed rows (dicts), one per UTC day they fall on."""
     by_day: dict[date, list[GpuSample]] = {}
@@ -76,7 +73,7 @@ def pack_rows(node_id: int, batch: Batch) -> list[dict[str, Any]]:
         if isinstance(sample, GpuSample) and sample.processes:
             day = day_of.get(sample.ts)
             if day is None:
-                day = day_of[sample.ts] = _utc_day(sample.ts)
+                day = day_of[sample.ts] = utc_day(sample.ts)
             by_day.setdefault(day, []).append(sample)
     return [_pack(node_id, samples) for samples in by_day.values()]
 
@@ -215,7 +212,7 @@ def summarize_processes(
             )
             for r in conn.execute(_SUMMARY_SQL, params)
         ]
-        return sorted(found, key=lambda x: (x.gpu_index, x.first_ts, x.pid))
+        return sorted(found, key=_by_gpu_then_time)
     return summarize_readings(read_processes(conn, start, end, node_id), gpu_index)
 
 
@@ -227,8 +224,11 @@ def summarize_readings(
     for reading in readings:
         if gpu_index is None or reading.gpu_index == gpu_index:
             groups.setdefault((reading.gpu_index, reading.pid, reading.job_id), []).append(reading)
-    found = [_summary(key, group) for key, group in groups.items()]
-    return sorted(found, key=lambda x: (x.gpu_index, x.first_ts, x.pid))
+    return sorted((_summary(key, group) for key, group in groups.items()), key=_by_gpu_then_time)
+
+
+def _by_gpu_then_time(summary: ProcessSummary) -> tuple[int, datetime, int]:
+    return summary.gpu_index, summary.first_ts, summary.pid
 
 
 def _summary(key: tuple[int, int, str | None], group: list[ProcessReading]) -> ProcessSummary:

@@ -63,19 +63,20 @@ class UtcDateTimeList(sa.TypeDecorator[list]):
             return dialect.type_descriptor(postgresql.ARRAY(sa.DateTime(timezone=True)))
         return dialect.type_descriptor(sa.JSON())
 
+    # each element by UtcDateTime's own rule: aware in (naive refused), UTC out
+    _element = UtcDateTime()
+
     def process_bind_param(self, value: list[datetime] | None, dialect: sa.Dialect) -> list | None:
         if value is None:
             return None
-        if any(v.tzinfo is None for v in value):
-            raise ValueError("naive datetime given to a UTC column")
-        utc = [v.astimezone(timezone.utc) for v in value]
+        stamps = [self._element.process_bind_param(v, dialect) for v in value]
         if dialect.name == "postgresql":
-            return utc
-        return [v.replace(tzinfo=None).isoformat(" ", "microseconds") for v in utc]
+            return stamps
+        return [v.isoformat(" ", "microseconds") for v in stamps]
 
     def process_result_value(self, value: list | None, dialect: sa.Dialect) -> list[datetime] | None:
         if value is None:
             return None
-        if dialect.name == "postgresql":
-            return [v.astimezone(timezone.utc) for v in value]
-        return [datetime.fromisoformat(v).replace(tzinfo=timezone.utc) for v in value]
+        if dialect.name != "postgresql":
+            value = [datetime.fromisoformat(v) for v in value]
+        return [self._element.process_result_value(v, dialect) for v in value]

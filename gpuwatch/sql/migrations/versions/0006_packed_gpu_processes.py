@@ -75,10 +75,9 @@ def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         _copy_partitions("gpu_process_samples", "gpu_process_packs")
         aggregated = ", ".join(f"array_agg({f} ORDER BY gpu_index, pid)" for f in ("ts", *_FIELDS))
+        source = "gpu_process_samples"
     else:  # rows go into json_group_array in the subquery's order
         aggregated = ", ".join(f"json_group_array({f})" for f in ("ts", *_FIELDS))
-    source = "gpu_process_samples"
-    if op.get_bind().dialect.name == "sqlite":
         source = "(SELECT * FROM gpu_process_samples ORDER BY node_id, ts, gpu_index, pid)"
     op.execute(
         f"INSERT INTO gpu_process_packs (node_id, ts, ts_last, sample_ts, {', '.join(_FIELDS)}) "
