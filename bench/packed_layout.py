@@ -92,35 +92,45 @@ def create_packed_table(conn: psycopg.Connection) -> Sketch:
     return "packed_gpu", columns
 
 
+_read_metrics = itemgetter(*(c.name for c in METRICS))
+_read_process = itemgetter(*(c.name for c in PROCESS_FIELDS))
+
+
+def _arrays(
+    samples: list[wire.GpuSample], owner: Callable[[int, wire.GpuSample], int]
+) -> tuple[list[list], list[int], list[list]]:
+    """``samples``' metrics as one binary array per column; their processes likewise, with
+    ``owner(i, sample)`` for each process (which sample, or which GPU, it belongs to)."""
+    metric_columns = zip(*map(_read_metrics, map(vars, samples)), strict=True)
+    procs = [(owner(i, s), p) for i, s in enumerate(samples) for p in s.processes or ()]
+    process_columns = (
+        zip(*(_read_process(vars(p)) for _, p in procs), strict=True) if procs else [()] * len(PROCESS_FIELDS)
+    )
+    return (
+        [pg_arrays.array_type(_type(c))(v) for c, v in zip(METRICS, metric_columns, strict=True)],
+        [o for o, _ in procs],
+        [pg_arrays.array_type(_type(c))(v) for c, v in zip(PROCESS_FIELDS, process_columns, strict=True)],
+    )
+
+
 def packed_rows(node_id: int, batch: wire.Batch) -> list[list]:
     """One row per GPU of the batch: its samples' metrics and processes as arrays."""
     per_gpu: dict[int, list[wire.GpuSample]] = {}
     for sample in batch.samples:
         if isinstance(sample, wire.GpuSample):
             per_gpu.setdefault(sample.gpu_index, []).append(sample)
-    read_metrics = itemgetter(*(c.name for c in METRICS))
-    read_process = itemgetter(*(c.name for c in PROCESS_FIELDS))
     rows = []
     for gpu_index, samples in per_gpu.items():
-        metric_columns = list(zip(*map(read_metrics, map(vars, samples)), strict=True))
-        procs = [(i, p) for i, s in enumerate(samples) for p in s.processes or ()]
-        process_columns = (
-            list(zip(*(read_process(vars(p)) for _, p in procs), strict=True))
-            if procs
-            else [()] * len(PROCESS_FIELDS)
-        )
+        metrics, proc_sample, processes = _arrays(samples, lambda i, _: i)
         stamps = [s.ts for s in samples]
         rows.append(
             [
                 node_id,
                 gpu_index,
                 pg_arrays.TimestamptzArray(stamps),
-                *(pg_arrays.array_type(_type(c))(v) for c, v in zip(METRICS, metric_columns, strict=True)),
-                pg_arrays.Int4Array(i for i, _ in procs),
-                *(
-                    pg_arrays.array_type(_type(c))(v)
-                    for c, v in zip(PROCESS_FIELDS, process_columns, strict=True)
-                ),
+                *metrics,
+                pg_arrays.Int4Array(proc_sample),
+                *processes,
                 min(stamps),
             ]
         )
@@ -148,29 +158,11 @@ def node_cycle_rows(node_id: int, batch: wire.Batch) -> list[list]:
     for sample in batch.samples:
         if isinstance(sample, wire.GpuSample):
             per_ts.setdefault(sample.ts, []).append(sample)
-    read_metrics = itemgetter(*(c.name for c in METRICS))
-    read_process = itemgetter(*(c.name for c in PROCESS_FIELDS))
-    metric_types = [pg_arrays.array_type(_type(c)) for c in METRICS]
-    process_types = [pg_arrays.array_type(_type(c)) for c in PROCESS_FIELDS]
     rows = []
     for ts, samples in per_ts.items():
-        metric_columns = zip(*map(read_metrics, map(vars, samples)), strict=True)
-        procs = [(s.gpu_index, p) for s in samples for p in s.processes or ()]
-        process_columns = (
-            zip(*(read_process(vars(p)) for _, p in procs), strict=True)
-            if procs
-            else [()] * len(PROCESS_FIELDS)
-        )
-        rows.append(
-            [
-                node_id,
-                ts,
-                pg_arrays.Int2Array(s.gpu_index for s in samples),
-                *(t(v) for t, v in zip(metric_types, metric_columns, strict=True)),
-                pg_arrays.Int2Array(i for i, _ in procs),
-                *(t(v) for t, v in zip(process_types, process_columns, strict=True)),
-            ]
-        )
+        metrics, proc_gpu, processes = _arrays(samples, lambda _, s: s.gpu_index)
+        gpus = pg_arrays.Int2Array(s.gpu_index for s in samples)
+        rows.append([node_id, ts, gpus, *metrics, pg_arrays.Int2Array(proc_gpu), *processes])
     return rows
 
 
