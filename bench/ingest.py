@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
                                      [--clients 32] [--workers 2] [--bundle 6,30] [--rounds 3]
-                                     [--skip insert]
+                                     [--skip insert] [--wire 1,2]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
@@ -18,7 +18,8 @@ consecutive batches of a node per bundle request, as an agent replays its spool 
 sends with ``agent.push_every = K``). With ``--compare-http``, each ``http`` mode also runs
 as ``... py``: the daemon on uvicorn's pure-Python stack (``daemon.http_parser = "h11"``,
 ``daemon.event_loop = "asyncio"``, what it ran on before httptools and uvloop were
-dependencies), side by side.
+dependencies), side by side. With ``--wire 1,2`` each ``http`` mode also runs as ``... v2``:
+the same batches in wire format v2 (columns, ``gpuwatch/wire_v2.py``) to ``/api/v2/ingest``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from sqlalchemy.dialects import postgresql
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.agent_vs_node_exporter import tree_cpu_seconds
-from gpuwatch import wire
+from gpuwatch import wire, wire_v2
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore
@@ -201,18 +202,23 @@ def bench_raw_copy(
     return elapsed, [elapsed / max(len(batches), 1)] * len(batches)
 
 
-def http_requests(batches: list[wire.Batch], bundle: int) -> list[tuple[str, str, bytes, str]]:
+def http_requests(
+    batches: list[wire.Batch], bundle: int, version: int = 1
+) -> list[tuple[str, str, bytes, str]]:
     """(node, path, body, content type) per request: each batch alone, or ``bundle`` consecutive
-    batches of one node per bundle request, one per line, as an agent replays its spool."""
+    batches of one node per bundle request, one per line, as an agent replays its spool; the
+    bodies in wire format ``version``, as the agent writes them (``wire_v2.encode``)."""
+    prefix = f"/api/v{version}/ingest/"
     if bundle <= 1:
-        return [(b.node, "", b.model_dump_json().encode(), "application/json") for b in batches]
+        return [(b.node, prefix + b.node, wire_v2.encode(b, version), "application/json") for b in batches]
     per_node: dict[str, list[bytes]] = {}
     for b in batches:
-        per_node.setdefault(b.node, []).append(b.model_dump_json().encode())
+        per_node.setdefault(b.node, []).append(wire_v2.encode(b, version))
     out = []
     for node, bodies in per_node.items():
         for i in range(0, len(bodies), bundle):
-            out.append((node, "/bundle", b"\n".join(bodies[i : i + bundle]), "application/x-ndjson"))
+            path = f"{prefix}{node}/bundle"
+            out.append((node, path, b"\n".join(bodies[i : i + bundle]), "application/x-ndjson"))
     return out
 
 
@@ -224,6 +230,7 @@ def bench_http(
     workers: int = 1,
     bundle: int = 1,
     pure_python: bool = False,
+    version: int = 1,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
     like many agents (the case group commit is for); with ``bundle`` > 1, as bundles of that
@@ -237,7 +244,7 @@ def bench_http(
     from tests.daemon_process import DaemonProcess
 
     tokens = {b.node: create_token(engine, b.node) for b in batches}
-    requests_ = http_requests(batches, bundle)
+    requests_ = http_requests(batches, bundle, version)
     latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GPUWATCH_DAEMON__WORKERS": str(workers)}
@@ -252,12 +259,14 @@ def bench_http(
                     for node, path, body, content_type in part:
                         t = time.perf_counter()
                         r = http.post(
-                            f"{daemon.url}/api/v1/ingest/{node}{path}",
+                            f"{daemon.url}{path}",
                             data=body,
                             headers={"Authorization": f"Bearer {tokens[node]}", "Content-Type": content_type},
                         )
                         r.raise_for_status()
-                        if path and any(x["status"] != "stored" for x in r.json()["results"]):
+                        if path.endswith("/bundle") and any(
+                            x["status"] != "stored" for x in r.json()["results"]
+                        ):
                             raise RuntimeError(f"bundle not stored: {r.text[:300]}")
                         latencies.append(time.perf_counter() - t)
 
@@ -317,6 +326,12 @@ def main() -> None:
         help="comma-separated bundle sizes: a mode each, posting bundles of that many batches per "
         "request (an agent's backlog replay, or agent.push_every)",
     )
+    ap.add_argument(
+        "--wire",
+        default="1",
+        help="comma-separated wire formats the http modes post in (1, 2): with 1,2 each http mode "
+        "also runs as '... v2', side by side",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
     ap.add_argument(
@@ -333,6 +348,8 @@ def main() -> None:
     modes = [m for m in modes if m not in set(args.skip.split(","))]
     if args.compare_http:
         modes = [twin for m in modes for twin in ((m, f"{m} py") if m.startswith("http") else (m,))]
+    wires = [int(v) for v in args.wire.split(",")]
+    modes = [f"{m} v{v}" if v != 1 else m for m in modes for v in (wires if m.startswith("http") else [1])]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
     # ratio below must compare modes measured under the same drift
@@ -363,8 +380,9 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             workers = args.workers if " w" in mode else 1
             bundle = int(mode.split(" b")[1].split()[0]) if " b" in mode else 1
             clients = args.clients if "x" in mode else 1
-            pure_python = mode.endswith(" py")
-            elapsed, lat = bench_http(url, engine, batches, clients, workers, bundle, pure_python)
+            pure_python = " py" in mode
+            version = 2 if mode.endswith(" v2") else 1
+            elapsed, lat = bench_http(url, engine, batches, clients, workers, bundle, pure_python, version)
         else:
             elapsed, lat = bench_store(engine, batches, mode)
     finally:

@@ -113,6 +113,14 @@ class AgentConfig(_Section):
             "Every cycle is still spooled to disk at once; held batches get one try at shutdown."
         ),
     )
+    wire_format: Literal[1, 2] = Field(
+        2,
+        description=(
+            "Wire format of the batches this agent writes: 2 (columnar, a third of v1's bytes, "
+            "cheaper for the daemon) or 1. Spooled batches go in the format they were written "
+            "in; a daemon without v2 (404) gets v2 batches converted to v1."
+        ),
+    )
     collectors_disabled: list[str] = Field(default_factory=list)
     metrics_listen: str | None = Field(None, description="host:port for Prometheus /metrics.")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from gpuwatch import wire_v2
 from gpuwatch.agent.push import Outcome, Pusher
 from gpuwatch.wire import Batch
 
@@ -27,7 +28,7 @@ class RecordingPusher(Pusher):
                 self.bundles.append(len(bodies))
                 for body, item in zip(bodies, result.items, strict=True):
                     if item.outcome is Outcome.OK:
-                        self.delivered.append(Batch.model_validate_json(body))
+                        self.delivered.append(wire_v2.decode(body))
         return result
 
     def send(self, body: bytes):
@@ -35,5 +36,5 @@ class RecordingPusher(Pusher):
         with self._lock:
             self.statuses.append(result.status)
             if result.outcome is Outcome.OK:
-                self.delivered.append(Batch.model_validate_json(body))
+                self.delivered.append(wire_v2.decode(body))
         return result

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpuwatch import wire
+from gpuwatch import wire, wire_v2
 from tests import factories
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -51,6 +51,9 @@ def test_schema_version_is_checked():
 def test_committed_json_schema_and_field_reference_are_current():
     assert json.loads((DOCS / "wire-schema-v1.json").read_text()) == wire.json_schema(), (
         "regenerate: gpuwatch wire-schema > docs/wire-schema-v1.json"
+    )
+    assert json.loads((DOCS / "wire-schema-v2.json").read_text()) == wire_v2.json_schema(), (
+        "regenerate: gpuwatch wire-schema --format-version 2 > docs/wire-schema-v2.json"
     )
     assert (DOCS / "wire-fields.md").read_text().strip() == wire.fields_markdown().strip(), (
         "regenerate: gpuwatch wire-schema --markdown > docs/wire-fields.md"

@@ -1,10 +1,12 @@
 """HTTP push of serialized batches to the daemon, and the retry backoff.
 
-The daemon's ingest endpoint is ``POST {daemon_url}/api/v1/ingest/{node}`` with a bearer
-token; a spool backlog goes to ``.../bundle``, several batches one per line, each answered
-on its own. A re-sent batch is stored once, so retrying anything that is not known to be
-the batch's own fault is safe. The outcome of a send (for a bundle: of each batch) is one of
-three:
+The daemon's ingest endpoint is ``POST {daemon_url}/api/v{N}/ingest/{node}`` with a bearer
+token, N the wire format of the batch (``wire.py`` v1, ``wire_v2.py`` v2, told apart by
+their first bytes); a spool backlog goes to ``.../bundle``, several batches one per line,
+each answered on its own. A daemon older than v2 answers 404 there: the agent then sends its
+v2 batches converted to v1 for :data:`V1_FALLBACK_S`, and tries v2 again after that. A
+re-sent batch is stored once, so retrying anything that is not known to be the batch's own
+fault is safe. The outcome of a send (for a bundle: of each batch) is one of three:
 
 * ``OK`` (2xx): stored (or already stored); the batch leaves the spool.
 * ``REJECTED`` (400, 413, 422): the batch itself is bad; sending it again cannot help.
@@ -22,6 +24,7 @@ import math
 import os
 import random
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,7 +35,7 @@ from urllib.parse import quote, urlsplit
 import requests
 import urllib3
 
-from gpuwatch import __version__
+from gpuwatch import __version__, wire_v2
 from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,8 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 _CONFIG_STATUSES = frozenset({401, 403, 404})
 _MAX_LOGGED_MESSAGES = 256
 _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+#: how long v2 batches go as v1 after a daemon answered 404 to v2 (then v2 is tried again)
+V1_FALLBACK_S = 600
 
 TokenSource = str | Callable[[], str | None] | None
 
@@ -181,14 +186,22 @@ class Pusher:
         timeout_s: float,
         *,
         pool: urllib3.PoolManager | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.url = f"{daemon_url.rstrip('/')}/api/v1/ingest/{quote(node, safe='')}"
+        base, node_part = daemon_url.rstrip("/"), quote(node, safe="")
+        #: wire format -> its single-batch endpoint; ``url`` is v1's, for logs and older callers
+        self.urls = {version: f"{base}/api/v{version}/ingest/{node_part}" for version in (1, 2)}
+        self.url = self.urls[1]
         self.bundle_url = f"{self.url}/bundle"
         self.timeout_s = timeout_s
         self._token = token
         self._pool = pool or _pool_for(self.url)
         self._logged: set[str] = set()
         self._failures = 0
+        self._clock = clock
+        #: until when v2 batches go as v1 (the daemon answered 404 to v2); None: send v2
+        self._v1_until: float | None = None
+        self.downgraded = 0  # batches sent as v1 because the daemon did not take v2
 
     def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Content-Type": content_type, "User-Agent": f"gpuwatch-agent/{__version__}"}
@@ -199,9 +212,35 @@ class Pusher:
 
     def send(self, body: bytes) -> PushResult:
         """POST one batch and classify the outcome; never raises."""
-        result, _ = self._post(self.url, body, "application/json")
+        version, (body,) = self._as_daemon_takes([body])
+        result, _ = self._post(self.urls[version], body, "application/json")
+        if self._fall_back(version, result):
+            return self.send(body)
         self._report(result)
         return result
+
+    def _as_daemon_takes(self, bodies: list[bytes]) -> tuple[int, list[bytes]]:
+        """The wire format to send ``bodies`` in (all of one format) and the bodies in it."""
+        version = wire_v2.version_of(bodies[0])
+        if version == 2 and self._v1_until is not None:
+            if self._clock() < self._v1_until:
+                self.downgraded += len(bodies)
+                return 1, [wire_v2.downgraded(body) for body in bodies]
+            self._v1_until = None
+            log.info("trying wire format v2 again at %s", self.urls[2])
+        return version, bodies
+
+    def _fall_back(self, version: int, result: PushResult) -> bool:
+        """Whether a v2 send found no v2 endpoint (an older daemon): then v1 for a while."""
+        if version != 2 or result.status != 404:
+            return False
+        self._v1_until = self._clock() + V1_FALLBACK_S
+        log.warning(
+            "daemon has no wire format v2 endpoint (%s); sending v1 for the next %d s",
+            result.reason,
+            V1_FALLBACK_S,
+        )
+        return True
 
     def send_bundle(self, bodies: list[bytes]) -> BundleResult:
         """POST several batches as one bundle (one per line); never raises.
@@ -211,7 +250,13 @@ class Pusher:
         """
         if any(b"\n" in body for body in bodies):
             raise ValueError("a bundle line may not contain a newline")
-        result, answer = self._post(self.bundle_url, b"\n".join(bodies), "application/x-ndjson")
+        if len({wire_v2.version_of(body) for body in bodies}) > 1:
+            raise ValueError("a bundle holds batches of one wire format")
+        version, bodies = self._as_daemon_takes(bodies)
+        bundle_url = f"{self.urls[version]}/bundle"
+        result, answer = self._post(bundle_url, b"\n".join(bodies), "application/x-ndjson")
+        if self._fall_back(version, result):
+            return self.send_bundle(bodies)
         if result.outcome is not Outcome.OK:
             self._report(result)
             return BundleResult(result)
@@ -219,10 +264,10 @@ class Pusher:
             parsed = json.loads(answer or b"null")
         except ValueError:
             parsed = None
-        items = bundle_items(parsed, len(bodies), self.bundle_url)
+        items = bundle_items(parsed, len(bodies), bundle_url)
         if items is None:  # a daemon bug, or something else answering at that URL
             result = PushResult(
-                Outcome.RETRY, result.status, f"unexpected answer to a bundle from {self.bundle_url}"
+                Outcome.RETRY, result.status, f"unexpected answer to a bundle from {bundle_url}"
             )
         self._report(result)
         for item in items or ():

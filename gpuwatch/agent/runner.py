@@ -15,6 +15,7 @@ daemon costs only spool space.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from gpuwatch import __version__
+from gpuwatch import __version__, wire_v2
 from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult
 from gpuwatch.agent.spool import Spool, SpooledBatch
 from gpuwatch.collectors.base import Collector, run_collector
@@ -148,7 +149,8 @@ class Agent:
             if self.metrics is not None:
                 self.metrics.update(batch)
             if self.spool is not None:
-                self.spool.put(batch.model_dump_json().encode(), batch_id=str(batch.batch_id))
+                body = wire_v2.encode(batch, self.config.wire_format)
+                self.spool.put(body, batch_id=str(batch.batch_id))
                 self._wake.set()
             return batch
         except Exception as exc:  # one bad cycle must not end the agent
@@ -224,6 +226,10 @@ class Agent:
         items = self.spool.peek_oldest_many(limit, self.config.bundle_max_bytes)
         if not items:
             return None
+        # a bundle holds one wire format: the oldest batches up to the first of another format
+        # (only after an upgrade or a change of agent.wire_format do two formats wait at once)
+        version = wire_v2.version_of(items[0].data)
+        items = list(itertools.takewhile(lambda item: wire_v2.version_of(item.data) == version, items))
         if len(items) == 1 or any(b"\n" in item.data for item in items):
             return self._send_alone(items[0])
         bundle = self.pusher.send_bundle([item.data for item in items])

@@ -401,12 +401,23 @@ def nodes(ctx: Context, fmt: str, window: int) -> None:
 
 
 @cli.command("wire-schema")
-@click.option("--markdown", is_flag=True, help="Print the field reference as Markdown instead.")
-def wire_schema(markdown: bool) -> None:
+@click.option("--markdown", is_flag=True, help="Print the field reference (v1's fields) as Markdown instead.")
+@click.option(
+    "--format-version",
+    "version",
+    type=click.Choice(["1", "2"]),
+    default="1",
+    show_default=True,
+    help="Wire format: 1 (a list of samples) or 2 (columns per sample kind).",
+)
+def wire_schema(markdown: bool, version: str) -> None:
     """Print the JSON Schema of wire-format batches."""
-    from gpuwatch.wire import fields_markdown, json_schema
+    from gpuwatch import wire, wire_v2
 
-    click.echo(fields_markdown() if markdown else json.dumps(json_schema(), indent=2))
+    if markdown:
+        click.echo(wire.fields_markdown())
+        return
+    click.echo(json.dumps(wire.json_schema() if version == "1" else wire_v2.json_schema(), indent=2))
 
 
 #: modules adding their own commands with ``register(cli)``: each feature keeps its CLI beside it

@@ -36,7 +36,7 @@ import collections
 import logging
 import time
 from concurrent.futures import Future
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -44,12 +44,17 @@ from fastapi import APIRouter, HTTPException, Request
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
+from gpuwatch import wire_v2
 from gpuwatch.daemon.admission import Admission, Busy
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
 from gpuwatch.sql.ingest import IngestResult, IngestStatus
-from gpuwatch.wire import SUPPORTED_SCHEMA_VERSIONS, Batch, json_schema, utcnow
+from gpuwatch.wire import Batch, json_schema, utcnow
+from gpuwatch.wire_v2 import ColumnarBatch
+
+#: a batch in either wire format
+AnyBatch = Batch | ColumnarBatch
 
 log = logging.getLogger(__name__)
 
@@ -151,17 +156,25 @@ def _admitted_body(request: Request, limit: int, admission: Admission):  # type:
     return admission.body(_declared_length(request, limit), lambda: _read_body(request, limit))
 
 
-def parse_batch(body: bytes) -> Batch:
-    """Validate the body as a wire batch, mapping pydantic errors to 400 or 422."""
+#: wire format version -> its batch model; each has its own endpoints, /api/v{version}/ingest
+WIRE_FORMATS: dict[int, type[Any]] = {1: Batch, 2: ColumnarBatch}
+
+
+def parse_batch(body: bytes, version: int = 1) -> AnyBatch:
+    """Validate the body as a batch of wire format ``version``, mapping pydantic errors to 400
+    or 422."""
     try:
-        return Batch.model_validate_json(body)
+        return WIRE_FORMATS[version].model_validate_json(body)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         if any(e["type"] == "json_invalid" for e in errors):
             raise _fail(400, f"body is not valid JSON: {errors[0]['msg']}") from None
         if any(e["loc"] == ("schema_version",) and e["type"] == "literal_error" for e in errors):
-            accepted = ", ".join(map(str, sorted(SUPPORTED_SCHEMA_VERSIONS)))
-            raise _fail(400, f"unsupported schema_version; this daemon accepts: {accepted}") from None
+            others = ", ".join(f"v{v} at /api/v{v}/ingest" for v in sorted(WIRE_FORMATS) if v != version)
+            raise _fail(
+                400,
+                f"this endpoint takes schema_version {version}; this daemon also accepts {others}",
+            ) from None
         shown = [
             {"loc": ".".join(map(str, e["loc"])), "msg": e["msg"], "type": e["type"]}
             for e in errors[:_MAX_ERRORS_SHOWN]
@@ -172,14 +185,21 @@ def parse_batch(body: bytes) -> Batch:
         ) from None
 
 
-def check_clock(batch: Batch, max_future_skew_s: float) -> None:
+def stamps(batch: AnyBatch) -> list[datetime]:
+    """Every sample's ``ts``, in either wire format."""
+    if isinstance(batch, Batch):
+        return [s.ts for s in batch.samples]
+    return wire_v2.timestamps(batch)
+
+
+def check_clock(batch: AnyBatch, max_future_skew_s: float) -> None:
     """Refuse samples from the future: they would sort after everything real.
 
     The rule (``docs/wire-format.md``): a sample may be at most ``max_future_skew_s``
     ahead of the daemon's clock. Old samples are fine (a spool replaying after an outage).
     """
     limit = utcnow() + timedelta(seconds=max_future_skew_s)
-    ahead = [s.ts for s in batch.samples if s.ts > limit]
+    ahead = [ts for ts in stamps(batch) if ts > limit]
     if ahead:
         raise _fail(
             422,
@@ -188,9 +208,9 @@ def check_clock(batch: Batch, max_future_skew_s: float) -> None:
         )
 
 
-def checked_batch(line: bytes, node: str, max_future_skew_s: float) -> Batch:
+def checked_batch(line: bytes, node: str, max_future_skew_s: float, version: int = 1) -> AnyBatch:
     """One batch as the daemon accepts it: valid, of ``node``, and not from the future."""
-    batch = parse_batch(line)
+    batch = parse_batch(line, version)
     if batch.node != node:
         raise _fail(403, f"batch is for node {batch.node!r}; node {node!r} may only write its own samples")
     check_clock(batch, max_future_skew_s)
@@ -238,7 +258,6 @@ def build_router(
 ) -> APIRouter:
     router = APIRouter()
     auth_cache = AuthCache()
-    body_schema: dict[str, Any] = {"$ref": "#/components/schemas/Batch"}
 
     async def node_id_of(node: str, request: Request) -> int:
         token = _bearer(request)
@@ -248,130 +267,140 @@ def build_router(
             auth_cache.put(node, token, node_id)
         return node_id
 
-    @router.post(
-        "/api/v1/ingest/{node}",
-        openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": body_schema}}}
-        },
-        responses={
-            **_AUTH_RESPONSES,
-            200: {"description": "Stored, or a duplicate of a batch already stored."},
-            400: {"description": "Not JSON, or unsupported schema_version."},
-            413: {"description": "Batch too large."},
-            422: {"description": "Invalid batch."},
-            503: {"description": "Database unavailable; retry later."},
-        },
-        tags=["ingest"],
-    )
-    async def ingest(node: str, request: Request) -> dict[str, Any]:
-        """Store one batch from ``node``. Idempotent by ``batch_id``."""
-        started = time.perf_counter()
-        try:
-            node_id = await node_id_of(node, request)
-            async with _admitted_body(request, max_batch_bytes, admission) as body:
-                batch = checked_batch(body, node, max_future_skew_s)
-                result = await _stored(writer, node_id, batch)
-            if result.status is IngestStatus.REFUSED:
-                raise _fail(422, result.detail)
-        except HTTPException as exc:
-            _count_refusal(node, exc, ingest_log)
-            raise
-        INGEST_REQUESTS.labels("200").inc()
-        INGEST_SAMPLES.inc(result.samples)
-        INGEST_SECONDS.observe(time.perf_counter() - started)
-        ingest_log.request(
-            "ingest",
-            node,
-            {result.status.value: 1},
-            result.samples,
-            (time.perf_counter() - started) * 1000,
-            batch_id=str(batch.batch_id),
-            status=result.status.value,
-        )
-        return {"status": result.status.value, "samples": result.samples, "batch_id": str(batch.batch_id)}
+    def add_endpoints(version: int, model: type[Any]) -> None:
+        """``POST /api/v{version}/ingest/{node}`` and ``.../bundle`` for one wire format."""
+        body_schema: dict[str, Any] = {"$ref": f"#/components/schemas/{model.__name__}"}
 
-    @router.post(
-        "/api/v1/ingest/{node}/bundle",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "description": "Batches of this node, one JSON batch (the Batch schema) per line.",
-                "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
-            }
-        },
-        responses={
-            200: {
-                "description": "One result per line, in order: ``stored``, ``duplicate``, or "
-                "``refused`` with the HTTP ``code`` a single batch would have had (400, 403, 422) "
-                "and its ``detail``. Refused lines do not stop the others."
+        @router.post(
+            f"/api/v{version}/ingest/{{node}}",
+            openapi_extra={
+                "requestBody": {"required": True, "content": {"application/json": {"schema": body_schema}}}
             },
-            **_AUTH_RESPONSES,
-            400: {"description": "Empty bundle."},
-            413: {"description": "Body or number of batches over the limit."},
-            503: {"description": "Database unavailable; nothing or only part stored; send it all again."},
-        },
-        tags=["ingest"],
-    )
-    async def ingest_bundle(node: str, request: Request) -> dict[str, Any]:
-        """Store several batches from ``node`` in one request (an agent's spool backlog).
-
-        Each line is checked like a single batch; the valid ones go to the database together,
-        in one transaction. Idempotent by each batch's ``batch_id``.
-        """
-        started = time.perf_counter()
-        try:
-            node_id = await node_id_of(node, request)
-            async with _admitted_body(request, max_batch_bytes, admission) as body:
-                lines = bundle_lines(body, max_bundle_batches)
-                results: list[dict[str, Any]] = []
-                accepted: list[Batch] = []
-                for line in lines:
-                    try:
-                        batch = checked_batch(line, node, max_future_skew_s)
-                    except IngestError as exc:
-                        results.append({"status": "refused", "code": exc.status_code, "detail": exc.detail})
-                        continue
-                    accepted.append(batch)
-                    results.append({"batch_id": str(batch.batch_id)})
-                stored = await _stored_many(writer, node_id, accepted) if accepted else []
-        except HTTPException as exc:
-            _count_refusal(node, exc, ingest_log)
-            raise
-        results_stored = iter(stored)
-        for entry in results:
-            if "batch_id" in entry:
-                result = next(results_stored)
-                if result.status is IngestStatus.REFUSED:
-                    entry.update(status="refused", code=422, detail=result.detail)
-                else:
-                    entry.update(status=result.status.value, samples=result.samples)
-        refused = sum(entry["status"] == "refused" for entry in results)
-        INGEST_REQUESTS.labels("200").inc()
-        INGEST_BUNDLE_LINES.labels("refused").inc(refused)
-        INGEST_BUNDLE_LINES.labels("accepted").inc(len(lines) - refused)
-        samples = sum(result.samples for result in stored)
-        INGEST_SAMPLES.inc(samples)
-        INGEST_SECONDS.observe(time.perf_counter() - started)
-        if refused:
-            log.warning(
-                "bundle lines refused",
-                extra={
-                    "node": node,
-                    "refused": refused,
-                    "why": [r["detail"] for r in results if "code" in r][:3],
-                },
-            )
-        ingest_log.request(
-            "ingest bundle",
-            node,
-            collections.Counter(entry["status"] for entry in results),
-            samples,
-            (time.perf_counter() - started) * 1000,
-            batches=len(lines),
-            refused=refused,
+            responses={
+                **_AUTH_RESPONSES,
+                200: {"description": "Stored, or a duplicate of a batch already stored."},
+                400: {"description": "Not JSON, or unsupported schema_version."},
+                413: {"description": "Batch too large."},
+                422: {"description": "Invalid batch."},
+                503: {"description": "Database unavailable; retry later."},
+            },
+            tags=["ingest"],
         )
-        return {"results": results, "samples": samples}
+        async def ingest(node: str, request: Request) -> dict[str, Any]:
+            """Store one batch from ``node``. Idempotent by ``batch_id``."""
+            started = time.perf_counter()
+            try:
+                node_id = await node_id_of(node, request)
+                async with _admitted_body(request, max_batch_bytes, admission) as body:
+                    batch = checked_batch(body, node, max_future_skew_s, version)
+                    result = await _stored(writer, node_id, batch)
+                if result.status is IngestStatus.REFUSED:
+                    raise _fail(422, result.detail)
+            except HTTPException as exc:
+                _count_refusal(node, exc, ingest_log)
+                raise
+            INGEST_REQUESTS.labels("200").inc()
+            INGEST_SAMPLES.inc(result.samples)
+            INGEST_SECONDS.observe(time.perf_counter() - started)
+            ingest_log.request(
+                "ingest",
+                node,
+                {result.status.value: 1},
+                result.samples,
+                (time.perf_counter() - started) * 1000,
+                batch_id=str(batch.batch_id),
+                status=result.status.value,
+                wire=version,
+            )
+            return {"status": result.status.value, "samples": result.samples, "batch_id": str(batch.batch_id)}
 
+        @router.post(
+            f"/api/v{version}/ingest/{{node}}/bundle",
+            openapi_extra={
+                "requestBody": {
+                    "required": True,
+                    "description": f"Batches of this node, one {model.__name__} per line.",
+                    "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+                }
+            },
+            responses={
+                200: {
+                    "description": "One result per line, in order: ``stored``, ``duplicate``, or "
+                    "``refused`` with the HTTP ``code`` a single batch would have had (400, 403, 422) "
+                    "and its ``detail``. Refused lines do not stop the others."
+                },
+                **_AUTH_RESPONSES,
+                400: {"description": "Empty bundle."},
+                413: {"description": "Body or number of batches over the limit."},
+                503: {"description": "Database unavailable; nothing or only part stored; send it all again."},
+            },
+            tags=["ingest"],
+        )
+        async def ingest_bundle(node: str, request: Request) -> dict[str, Any]:
+            """Store several batches from ``node`` in one request (an agent's spool backlog).
+
+            Each line is checked like a single batch; the valid ones go to the database together,
+            in one transaction. Idempotent by each batch's ``batch_id``.
+            """
+            started = time.perf_counter()
+            try:
+                node_id = await node_id_of(node, request)
+                async with _admitted_body(request, max_batch_bytes, admission) as body:
+                    lines = bundle_lines(body, max_bundle_batches)
+                    results: list[dict[str, Any]] = []
+                    accepted: list[AnyBatch] = []
+                    for line in lines:
+                        try:
+                            batch = checked_batch(line, node, max_future_skew_s, version)
+                        except IngestError as exc:
+                            results.append(
+                                {"status": "refused", "code": exc.status_code, "detail": exc.detail}
+                            )
+                            continue
+                        accepted.append(batch)
+                        results.append({"batch_id": str(batch.batch_id)})
+                    stored = await _stored_many(writer, node_id, accepted) if accepted else []
+            except HTTPException as exc:
+                _count_refusal(node, exc, ingest_log)
+                raise
+            results_stored = iter(stored)
+            for entry in results:
+                if "batch_id" in entry:
+                    result = next(results_stored)
+                    if result.status is IngestStatus.REFUSED:
+                        entry.update(status="refused", code=422, detail=result.detail)
+                    else:
+                        entry.update(status=result.status.value, samples=result.samples)
+            refused = sum(entry["status"] == "refused" for entry in results)
+            INGEST_REQUESTS.labels("200").inc()
+            INGEST_BUNDLE_LINES.labels("refused").inc(refused)
+            INGEST_BUNDLE_LINES.labels("accepted").inc(len(lines) - refused)
+            samples = sum(result.samples for result in stored)
+            INGEST_SAMPLES.inc(samples)
+            INGEST_SECONDS.observe(time.perf_counter() - started)
+            if refused:
+                log.warning(
+                    "bundle lines refused",
+                    extra={
+                        "node": node,
+                        "refused": refused,
+                        "why": [r["detail"] for r in results if "code" in r][:3],
+                    },
+                )
+            ingest_log.request(
+                "ingest bundle",
+                node,
+                collections.Counter(entry["status"] for entry in results),
+                samples,
+                (time.perf_counter() - started) * 1000,
+                batches=len(lines),
+                refused=refused,
+                wire=version,
+            )
+            return {"results": results, "samples": samples}
+
+    for version, model in WIRE_FORMATS.items():
+        add_endpoints(version, model)
     return router
 
 
@@ -413,10 +442,14 @@ async def _committed(future: Future) -> Any:
 
 
 def openapi_components() -> dict[str, Any]:
-    """The batch schema and its definitions, for the OpenAPI document's components."""
-    schema = Batch.model_json_schema(ref_template="#/components/schemas/{model}")
-    defs = schema.pop("$defs", {})
-    return {"Batch": schema, **defs}
+    """The batch schemas (every wire format) and their definitions, for the OpenAPI
+    document's components."""
+    components: dict[str, Any] = {}
+    for model in WIRE_FORMATS.values():
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(schema.pop("$defs", {}))
+        components[model.__name__] = schema
+    return components
 
 
 __all__ = [

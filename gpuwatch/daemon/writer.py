@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.ingest import BatchStore, IngestResult, IngestStatus
-from gpuwatch.wire import Batch
+from gpuwatch.sql.ingest import AnyBatch, BatchStore, IngestResult, IngestStatus, sample_count
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ class _Item:
     (``single``: the one batch's result itself, as :meth:`IngestWriter.submit` promises)."""
 
     node_id: int
-    batches: list[Batch]
+    batches: list[AnyBatch]
     single: bool = False
     future: Future = field(default_factory=Future)
 
@@ -76,7 +75,7 @@ class _Item:
 
     @property
     def samples(self) -> int:
-        return sum(len(batch.samples) for batch in self.batches)
+        return sum(map(sample_count, self.batches))
 
 
 _STOP = object()
@@ -113,13 +112,13 @@ class IngestWriter:
         for t in self._threads:
             t.join(timeout=timeout_s)
 
-    def submit(self, node_id: int, batch: Batch) -> Future:
+    def submit(self, node_id: int, batch: AnyBatch) -> Future:
         """Queue one batch; the future's result is its :class:`IngestResult`."""
         item = _Item(node_id, [batch], single=True)
         self._queue.put(item)
         return item.future
 
-    def submit_many(self, node_id: int, batches: list[Batch]) -> Future:
+    def submit_many(self, node_id: int, batches: list[AnyBatch]) -> Future:
         """Queue a node's batches to be stored in one group; the result is their list of results."""
         item = _Item(node_id, list(batches))
         self._queue.put(item)
@@ -181,7 +180,7 @@ class IngestWriter:
         self.groups += 1
         self.batches += batches
 
-    def _store_one(self, node_id: int, batch: Batch) -> IngestResult:
+    def _store_one(self, node_id: int, batch: AnyBatch) -> IngestResult:
         """One batch in its own transaction; ``REFUSED`` if the database refuses it twice."""
         store = self.store.store_many
         try:

@@ -33,14 +33,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum
-from operator import itemgetter
+from itertools import chain
 from typing import Any, ClassVar
 
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from gpuwatch import wire_v2
 from gpuwatch.sql import pg_arrays, process_packs
+from gpuwatch.sql.batch_columns import BatchColumns, columns_of
 from gpuwatch.sql.partitions import PartitionManager, utc_day
 from gpuwatch.sql.schema import (
     GPU_IDENTITY_FIELDS,
@@ -50,7 +52,8 @@ from gpuwatch.sql.schema import (
     ingested_batches,
     nodes,
 )
-from gpuwatch.wire import Batch, GpuSample, utcnow
+from gpuwatch.wire import Batch, utcnow
+from gpuwatch.wire_v2 import ColumnarBatch
 
 
 class IngestStatus(str, Enum):
@@ -71,38 +74,54 @@ def _insert(conn: sa.Connection, table: sa.Table) -> Any:
     return dialect.insert(table)
 
 
-def sample_rows(node_id: int, batch: Batch) -> dict[str, list[dict]]:
+def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
     """Rows (dicts) per table name: the ``insert`` path's rows, and the benchmarks' raw COPY.
 
     GPU processes become packed rows (``sql/process_packs.py``), one per UTC day of the batch.
     """
-    rows: dict[str, list[dict]] = defaultdict(list)
-    for sample in batch.samples:
-        kind = sample.kind
-        if isinstance(sample, GpuSample):
-            row = sample.model_dump(exclude={"kind", "processes", *GPU_IDENTITY_FIELDS})
-        else:
-            row = sample.model_dump(exclude={"kind"})
-        row["node_id"] = node_id
-        rows[SAMPLE_TABLES[kind].name].append(row)
-    packs = process_packs.pack_rows(node_id, batch)
+    columns = _columns(batch)
+    rows: dict[str, list[dict]] = {}
+    for kind, fields in columns.tables.items():
+        table = SAMPLE_TABLES[kind]
+        names = [name for name in fields if name in table.c]
+        rows[table.name] = [
+            {"node_id": node_id, **dict(zip(names, values, strict=True))}
+            for values in zip(*(fields[name] for name in names), strict=True)
+        ]
+    packs = process_packs.pack_rows(node_id, columns)
     if packs:
         rows[gpu_process_packs.name] = packs
     return rows
 
 
-def gpu_identities(batch: Batch) -> dict[int, dict]:
+def gpu_identities(batch: AnyBatch) -> dict[int, dict]:
     """GPU index -> identity fields (uuid/name/bus) as last seen in the batch."""
     return {
-        s.gpu_index: {f: getattr(s, f) for f in GPU_IDENTITY_FIELDS}
-        for s in batch.samples
-        if isinstance(s, GpuSample)
+        index: dict(zip(GPU_IDENTITY_FIELDS, identity, strict=True))
+        for index, identity in _columns(batch).gpu_identities().items()
     }
 
 
-def days_of(batch: Batch) -> set[date]:
+def days_of(batch: AnyBatch) -> set[date]:
     """The UTC days (daily partitions) the batch's samples fall on, whatever zone they came in."""
-    return {utc_day(t) for t in {s.ts for s in batch.samples}}
+    return {utc_day(t) for t in set(_columns(batch).stamps())}
+
+
+#: what the store takes: either wire format, or a batch already in columns
+AnyBatch = Batch | ColumnarBatch | BatchColumns
+
+
+def sample_count(batch: AnyBatch) -> int:
+    """How many samples the batch holds, whatever its form."""
+    if isinstance(batch, Batch):
+        return len(batch.samples)
+    if isinstance(batch, BatchColumns):
+        return batch.samples
+    return wire_v2.sample_count(batch)
+
+
+def _columns(batch: AnyBatch) -> BatchColumns:
+    return batch if isinstance(batch, BatchColumns) else columns_of(batch)
 
 
 class BulkMode(str, Enum):
@@ -141,10 +160,10 @@ class BatchStore:
         if self.bulk is BulkMode.UNNEST and not is_pg:
             raise ValueError("bulk='unnest' needs PostgreSQL")
 
-    def store(self, node_id: int, batch: Batch) -> IngestResult:
+    def store(self, node_id: int, batch: AnyBatch) -> IngestResult:
         return self.store_many([(node_id, batch)])[0]
 
-    def store_many(self, items: list[tuple[int, Batch]]) -> list[IngestResult]:
+    def store_many(self, batches: list[tuple[int, AnyBatch]]) -> list[IngestResult]:
         """Store several batches in ONE transaction (group commit); a result per item, in order.
 
         The daemon's writer groups concurrent requests this way: one statement per table
@@ -152,18 +171,19 @@ class BatchStore:
         and once-only: the group commits or rolls back whole, and a batch id already stored
         (or twice in the group) reports ``duplicate`` and adds no rows.
         """
-        if not items:
+        if not batches:
             return []
+        items = [(node_id, _columns(batch)) for node_id, batch in batches]
         self.partitions.ensure_days(day for _, batch in items for day in days_of(batch))
         now = utcnow()
         changed: dict[int, dict[int, dict]] = {}
         with self.engine.begin() as conn:
             new = self._claim(conn, items, now)
             results: list[IngestResult] = []
-            stored: list[tuple[int, Batch]] = []
-            last_batch: dict[int, Batch] = {}
+            stored: list[tuple[int, BatchColumns]] = []
+            last_batch: dict[int, BatchColumns] = {}
             for node_id, batch in items:
-                key = (node_id, str(batch.batch_id))
+                key = (node_id, batch.batch_id)
                 if key not in new:
                     results.append(IngestResult(IngestStatus.DUPLICATE, 0))
                     continue
@@ -173,7 +193,7 @@ class BatchStore:
                 if node_changed:
                     changed.setdefault(node_id, {}).update(node_changed)
                 last_batch[node_id] = batch
-                results.append(IngestResult(IngestStatus.STORED, len(batch.samples)))
+                results.append(IngestResult(IngestStatus.STORED, batch.samples))
             if self.bulk is BulkMode.UNNEST:
                 self._write_unnest(conn, stored, lambda: self._write_small(conn, changed, last_batch, now))
             else:
@@ -184,20 +204,24 @@ class BatchStore:
             self._remember_identities(node_id, node_changed)
         return results
 
-    def _claim(self, conn: sa.Connection, items: list[tuple[int, Batch]], now: Any) -> set[tuple[int, str]]:
+    def _claim(
+        self, conn: sa.Connection, items: list[tuple[int, BatchColumns]], now: Any
+    ) -> set[tuple[int, str]]:
         """Record every batch id; the (node, batch id) pairs that were not there before."""
-        claims = [
-            {
-                "node_id": node_id,
-                "batch_id": str(batch.batch_id),
-                "seq": batch.seq,
-                "received_at": now,
-                "samples": len(batch.samples),
-                "min_ts": min((x.ts for x in batch.samples), default=None),
-                "max_ts": max((x.ts for x in batch.samples), default=None),
-            }
-            for node_id, batch in items
-        ]
+        claims = []
+        for node_id, batch in items:
+            stamps = set(batch.stamps())
+            claims.append(
+                {
+                    "node_id": node_id,
+                    "batch_id": batch.batch_id,
+                    "seq": batch.seq,
+                    "received_at": now,
+                    "samples": batch.samples,
+                    "min_ts": min(stamps, default=None),
+                    "max_ts": max(stamps, default=None),
+                }
+            )
         if self.bulk is BulkMode.UNNEST:  # the same unnest insert as the samples, + RETURNING
             insert = _UnnestInsert.of(ingested_batches)
             columns = {name: [claim[name] for claim in claims] for name in insert.names}
@@ -205,7 +229,7 @@ class BatchStore:
                 pg_arrays.register(cur)
                 cur.execute(
                     _numbered(f"{insert.sql_on_conflict} RETURNING node_id, batch_id"),
-                    insert.arrays([], columns),
+                    insert.arrays(columns),
                 )
                 return set(cur.fetchall())
         return {
@@ -218,7 +242,7 @@ class BatchStore:
             )
         }
 
-    def _write_rows(self, conn: sa.Connection, stored: list[tuple[int, Batch]]) -> None:
+    def _write_rows(self, conn: sa.Connection, stored: list[tuple[int, BatchColumns]]) -> None:
         """``insert``: rows as dicts, one SQLAlchemy executemany per table."""
         all_rows: dict[str, list[dict]] = defaultdict(list)
         for node_id, batch in stored:
@@ -228,11 +252,12 @@ class BatchStore:
             conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
 
     def _write_unnest(
-        self, conn: sa.Connection, stored: list[tuple[int, Batch]], then: Callable[[], None]
+        self, conn: sa.Connection, stored: list[tuple[int, BatchColumns]], then: Callable[[], None]
     ) -> None:
         """``unnest``: per table ONE ``INSERT ... SELECT FROM unnest(<one array per column>)``.
 
-        Columns are read straight off the wire models (no per-row dicts). The tables' inserts
+        The batches' columns (``sql/batch_columns.py``) are concatenated per table; no per-row
+        dicts. The tables' inserts
         go as ONE statement (data-modifying CTEs, :func:`_as_one`): its text depends only on
         which tables have rows, so psycopg prepares it, and per-statement overhead (a tenth
         of a millisecond each in psycopg) is paid once. Everything, ``then`` included, goes in
@@ -269,25 +294,38 @@ class BatchStore:
                 then()
 
     @staticmethod
-    def _unnest_statements(stored: list[tuple[int, Batch]]) -> Iterator[tuple[Any, list]]:
+    def _unnest_statements(stored: list[tuple[int, BatchColumns]]) -> Iterator[tuple[Any, list]]:
         """(insert, its column arrays) per table that has rows in ``stored``."""
-        by_kind: dict[str, tuple[list[int], list[Any]]] = {}
+        by_kind: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for node_id, batch in stored:
-            for sample in batch.samples:
-                entry = by_kind.get(sample.kind)
-                if entry is None:
-                    entry = by_kind[sample.kind] = ([], [])
-                entry[0].append(node_id)
-                entry[1].append(sample)
-        for kind, (node_ids, samples) in by_kind.items():
+            for kind, columns in batch.tables.items():
+                found = by_kind.get(kind)
+                if found is None:
+                    found = by_kind[kind] = []
+                found.append((node_id, columns))
+        for kind, parts in by_kind.items():
             insert = _UnnestInsert.of(SAMPLE_TABLES[kind])
-            yield insert, insert.arrays(samples, {"node_id": node_ids})
+            if len(parts) == 1:
+                node_id, columns = parts[0]
+                joined = {**columns, "node_id": [node_id] * len(columns["ts"])}
+            else:
+                joined = {
+                    name: list(chain.from_iterable(columns[name] for _, columns in parts))
+                    for name in insert.names
+                    if name != "node_id"
+                }
+                joined["node_id"] = [node_id for node_id, columns in parts for _ in columns["ts"]]
+            yield insert, insert.arrays(joined)
         if "gpu" in by_kind:
             for packs in process_packs.PackInsert.of(stored):
                 yield packs, packs.params
 
     def _write_small(
-        self, conn: sa.Connection, changed: dict[int, dict[int, dict]], last_batch: dict[int, Batch], now: Any
+        self,
+        conn: sa.Connection,
+        changed: dict[int, dict[int, dict]],
+        last_batch: dict[int, BatchColumns],
+        now: Any,
     ) -> None:
         """GPU identities that changed, and each node's last-seen mark."""
         # sorted: one lock order for every writer (two groups upserting the same nodes' GPUs
@@ -463,23 +501,9 @@ class _UnnestInsert:
             )
         return found
 
-    def arrays(self, objects: list[Any], given: dict[str, list[Any]]) -> list[list[Any]]:
-        """One list per column, read off the wire models, or taken from ``given`` (node_id...).
-
-        ``itemgetter`` reads a row's fields from the model's ``__dict__`` (2.6x faster than
-        attribute access on pydantic models) and ``zip(*rows)`` transposes them, both in C:
-        a Python loop per column and row was a tenth of the daemon's ingest CPU.
-        """
-        own = [name for name in self.names if name not in given]
-        rows = list(map(itemgetter(*own), map(vars, objects))) if own else []
-        if len(own) == 1:
-            read: dict[str, Any] = {own[0]: rows}
-        else:
-            read = dict(zip(own, zip(*rows, strict=True), strict=True)) if rows else {}
-        return [
-            self.array_types[name](given[name] if name in given else read.get(name, ()))
-            for name in self.names
-        ]
+    def arrays(self, columns: dict[str, Any]) -> list[list[Any]]:
+        """The statement's parameters: each column of ``columns`` in its binary array class."""
+        return [self.array_types[name](columns[name]) for name in self.names]
 
 
 def count_rows(conn: sa.Connection, tables: Iterable[sa.Table] | None = None) -> dict[str, int]:

@@ -182,8 +182,15 @@ def _body(cls: type[_TypedArray], values: list[Any]) -> bytes:
 
 def _pack_memo(values: _MemoArray) -> bytes:
     cls = type(values)
+    header = struct.Struct(">iiIii").pack
+    if cls.key is _MemoArray.key:  # hashable values: each distinct one encoded, then looked up in C
+        encode = cls.encode
+        memo = {value: _NULL if value is None else encode(value) for value in set(values)}
+        has_null = None in memo
+        body = b"".join(map(memo.__getitem__, values))
+        return header(1, int(has_null), cls.element_oid, len(values), 1) + body
     encode, key = cls.encode, cls.key
-    memo: dict[Any, bytes] = {}
+    by_key: dict[Any, bytes] = {}
     parts = []
     has_null = False
     for value in values:
@@ -192,12 +199,11 @@ def _pack_memo(values: _MemoArray) -> bytes:
             has_null = True
             continue
         k = key(value)
-        data = memo.get(k)
+        data = by_key.get(k)
         if data is None:
-            data = memo[k] = encode(value)
+            data = by_key[k] = encode(value)
         parts.append(data)
-    header = struct.pack(">iiIii", 1, int(has_null), cls.element_oid, len(values), 1)
-    return header + b"".join(parts)
+    return header(1, int(has_null), cls.element_oid, len(values), 1) + b"".join(parts)
 
 
 class _ArrayDumper(Dumper):

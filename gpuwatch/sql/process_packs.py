@@ -9,9 +9,9 @@ Packed, a batch's processes are one row (one per UTC day it spans, so a day's pa
 holds exactly that day's readings), and element ``i`` of every array is one process on one
 GPU at one stamp.
 
-Writing: :func:`pack_rows` builds the packed rows from the wire models (one Python pass per
-batch); PostgreSQL gets them as ONE ``INSERT ... VALUES`` per group, each array in binary, in
-the same statement as the other tables' inserts (:class:`PackInsert`; ~34 µs of Python and
+Writing: :func:`pack_rows` builds the packed rows from a batch's columns
+(``sql/batch_columns.py``); PostgreSQL gets them as ONE ``INSERT ... VALUES`` per group, each
+array in binary, in the same statement as the other tables' inserts (:class:`PackInsert`; ~34 µs of Python and
 ~8 µs of server time per 8-GPU batch. Sending flat arrays and letting the server
 ``GROUP BY`` + ``array_agg`` them was 24 + 40 µs). SQLite stores the same dicts as JSON lists;
 the benchmarks' raw COPY uses them too.
@@ -27,15 +27,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
-from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
 
 from gpuwatch.sql import pg_arrays
+from gpuwatch.sql.batch_columns import PROCESS_FIELDS, BatchColumns
 from gpuwatch.sql.partitions import utc_day
 from gpuwatch.sql.schema import gpu_process_packs
-from gpuwatch.wire import Batch, GpuSample
 
 #: per-element fields of a pack, in column order (``sample_ts`` is the element's stamp)
 ELEMENT_FIELDS = (
@@ -47,8 +46,6 @@ ELEMENT_FIELDS = (
     "memory_util_ratio",
     "job_id",
 )
-#: fields read off each ``wire.GpuProcess``
-PROCESS_FIELDS = ("pid", "used_memory_bytes", "sm_util_ratio", "memory_util_ratio", "job_id")
 
 
 @dataclass(frozen=True)
@@ -65,35 +62,31 @@ class ProcessReading:
     job_id: str | None
 
 
-def pack_rows(node_id: int, batch: Batch) -> list[dict[str, Any]]:
+def pack_rows(node_id: int, columns: BatchColumns) -> list[dict[str, Any]]:
     """The batch's processes as packed rows (dicts), one per UTC day they fall on."""
-    by_day: dict[date, list[GpuSample]] = {}
-    day_of: dict[datetime, date] = {}  # a batch has one stamp per cycle: a day per stamp, once
-    for sample in batch.samples:
-        if isinstance(sample, GpuSample) and sample.processes:
-            day = day_of.get(sample.ts)
-            if day is None:
-                day = day_of[sample.ts] = utc_day(sample.ts)
-            by_day.setdefault(day, []).append(sample)
-    return [_pack(node_id, samples) for samples in by_day.values()]
+    processes = columns.processes
+    if processes is None:
+        return []
+    gpu = columns.tables["gpu"]
+    rows = processes["sample"]
+    stamps = list(map(gpu["ts"].__getitem__, rows))
+    indices = list(map(gpu["gpu_index"].__getitem__, rows))
+    fields = [stamps, indices, *(list(processes[name]) for name in PROCESS_FIELDS)]
+    # a batch has one stamp per cycle: a day per distinct stamp, once
+    day_of = {ts: utc_day(ts) for ts in set(stamps)}
+    if len(set(day_of.values())) == 1:
+        return [_pack(node_id, fields)]
+    by_day: dict[date, list[int]] = {}
+    for i, ts in enumerate(stamps):
+        by_day.setdefault(day_of[ts], []).append(i)
+    return [_pack(node_id, [[field[i] for i in where] for field in fields]) for where in by_day.values()]
 
 
-_read_process = itemgetter(*PROCESS_FIELDS)
-
-
-def _pack(node_id: int, samples: list[GpuSample]) -> dict[str, Any]:
-    """One packed row: the processes of ``samples``, in order, a list per field."""
-    owners = [s for s in samples for _ in s.processes or ()]
-    rows = list(map(_read_process, map(vars, [p for s in samples for p in s.processes or ()])))
-    stamps = [s.ts for s in owners]
-    return {
-        "node_id": node_id,
-        "ts": min(stamps),
-        "ts_last": max(stamps),
-        "sample_ts": stamps,
-        "gpu_index": [s.gpu_index for s in owners],
-        **dict(zip(PROCESS_FIELDS, map(list, zip(*rows, strict=True)), strict=True)),
-    }
+def _pack(node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
+    """One packed row: ``fields`` in :data:`ELEMENT_FIELDS` order, a list each."""
+    stamps = fields[0]
+    row = {"node_id": node_id, "ts": min(stamps), "ts_last": max(stamps)}
+    return {**row, **dict(zip(ELEMENT_FIELDS, fields, strict=True))}
 
 
 #: the list class that sends each packed column in binary (``sql/pg_arrays.py``), by name
@@ -127,8 +120,8 @@ class PackInsert:
         return f"{self.sql} ON CONFLICT DO NOTHING"
 
     @classmethod
-    def of(cls, stored: Iterable[tuple[int, Batch]]) -> list[PackInsert]:
-        """The inserts of ``stored`` (node id, batch) pairs' packs, at most
+    def of(cls, stored: Iterable[tuple[int, BatchColumns]]) -> list[PackInsert]:
+        """The inserts of ``stored`` (node id, batch columns) pairs' packs, at most
         :data:`ROWS_PER_INSERT` rows each (a parameter per value); none when no process."""
         rows: list[list[Any]] = []
         for node_id, batch in stored:

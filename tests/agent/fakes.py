@@ -11,6 +11,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from gpuwatch import wire, wire_v2
 from gpuwatch.collectors.base import Collector
 from gpuwatch.config import AgentConfig
 from gpuwatch.wire import CpuSample, NicSample, _Sample
@@ -48,9 +49,27 @@ class Received:
         return [json.loads(line) for line in lines]
 
     @property
+    def decoded(self) -> list[wire.Batch]:
+        """The batches sent, as v1 batches whatever format they went in."""
+        lines = self.body.split(b"\n") if self.bundle else [self.body]
+        return [wire_v2.decode(line) for line in lines]
+
+    @property
+    def version(self) -> int:
+        """The wire format of the endpoint it went to (``/api/v{N}/ingest/...``)."""
+        return int(self.path.split("/")[2].removeprefix("v"))
+
+    @property
     def batch(self) -> dict:
         (batch,) = self.batches
         return batch
+
+
+def _samples(batch: dict) -> int:
+    """Samples in a batch of either wire format (v1: a list; v2: columns per kind)."""
+    if "samples" in batch:
+        return len(batch["samples"])
+    return sum(len(member["ts"]) for member in batch.values() if isinstance(member, dict))
 
 
 class _Server(ThreadingHTTPServer):
@@ -64,7 +83,8 @@ class ScriptedDaemon:
     ``stored`` (or ``duplicate`` for a batch id seen before, like the real daemon), a bundle
     (``.../bundle``, one batch per line) one such result per line. ``refuse`` maps batch ids
     to a (code, detail) that a bundle's line for that batch gets instead; ``bundles=False``
-    answers bundles 404, as a daemon from before bundles does.
+    answers bundles 404, as a daemon from before bundles does; ``v2=False`` answers the wire
+    format v2 endpoints (``/api/v2/...``) 404, as a daemon from before v2 does.
     ``down()``/``up()`` close and re-open the listening socket on the same port.
     """
 
@@ -72,6 +92,7 @@ class ScriptedDaemon:
         self.script: list[Reply] = []
         self.refuse: dict[str, tuple[int, str]] = {}
         self.bundles = True
+        self.v2 = True
         self.received: list[Received] = []
         self.lock = threading.Lock()
         self.port = 0
@@ -120,7 +141,7 @@ class ScriptedDaemon:
 
     def answer(self, received: Received) -> Reply:
         """What the real daemon answers when all goes well (called with the lock held)."""
-        if received.bundle and not self.bundles:
+        if (received.bundle and not self.bundles) or (received.version == 2 and not self.v2):
             return Reply(404, {"detail": "Not Found"})
         seen = set(self.stored_ids_locked())
         results = []
@@ -136,7 +157,7 @@ class ScriptedDaemon:
             return Reply(200, {"results": results, "samples": 0})
         if "code" in results[0]:
             return Reply(results[0]["code"], {"detail": results[0]["detail"]})
-        return Reply(200, {"status": results[0]["status"], "samples": len(received.batch["samples"])})
+        return Reply(200, {"status": results[0]["status"], "samples": _samples(received.batch)})
 
     def stored_ids_locked(self) -> list[str]:
         """Ids of batches answered stored or duplicate, in the order they arrived."""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch import wire_v2
 from gpuwatch.agent import Outcome
 from gpuwatch.agent.runner import BUNDLE_RETRY_AFTER_S
 from tests.agent.fakes import Reply, ScriptedDaemon
@@ -37,10 +38,11 @@ def test_backlog_goes_in_bundles_of_the_configured_size(daemon: ScriptedDaemon, 
 
 
 def test_bundle_bytes_are_bounded(daemon: ScriptedDaemon, tmp_path: Path) -> None:
-    probe = make_config(tmp_path / "probe", daemon.url)
+    # v1: a CPU-only v2 batch is so small that 2.5 of them are under the smallest limit allowed
+    probe = make_config(tmp_path / "probe", daemon.url, wire_format=1)
     with make_agent(probe) as agent:
-        size = len(agent.collect_batch().model_dump_json())
-    config = make_config(tmp_path, daemon.url, bundle_max_bytes=int(size * 2.5))
+        size = len(wire_v2.encode(agent.collect_batch(), probe.wire_format))
+    config = make_config(tmp_path, daemon.url, bundle_max_bytes=int(size * 2.5), wire_format=1)
     with make_agent(config) as agent:
         _spooled(agent, 5)
         while agent.send_one() is not None:
@@ -89,7 +91,9 @@ def test_daemon_without_bundles_gets_one_batch_per_request(
         while (result := agent.send_one()) is not None:
             results.append(result.outcome)
         assert results == [Outcome.OK] * 4 and agent.sent_batches == 4
-    assert [r.bundle for r in daemon.received] == [True, False, False, False, False]
+    # a daemon without bundles predates wire format v2 as well: the v2 bundle's 404 makes the
+    # agent try v1 (404 again, so no bundles), then one v1 batch per request
+    assert [(r.bundle, r.version) for r in daemon.received] == [(True, 2), (True, 1)] + [(False, 1)] * 4
     assert daemon.stored_ids() == ids
     assert any("one batch per request" in r.getMessage() for r in caplog.records)
 
@@ -234,10 +238,13 @@ def test_bundles_tried_again_an_hour_after_a_daemon_without_them(
         clock.now += BUNDLE_RETRY_AFTER_S
         agent.send_one()
         assert agent.send_one() is None
-    assert [(r.bundle, len(r.batches)) for r in daemon.received] == [
-        (True, 2),
-        (False, 1),
-        (False, 1),
-        (True, 2),
+    # (the first bundle goes as v2, 404, then as v1, 404: a daemon without bundles predates v2
+    # too, so the agent's v2 batches go as v1 for a while, the retried bundle included)
+    assert [(r.bundle, r.version, len(r.batches)) for r in daemon.received] == [
+        (True, 2, 2),
+        (True, 1, 2),
+        (False, 1, 1),
+        (False, 1, 1),
+        (True, 1, 2),
     ]
     assert daemon.stored_ids() == ids

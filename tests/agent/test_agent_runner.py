@@ -125,7 +125,7 @@ def test_outage_loses_and_duplicates_nothing_and_replays_in_order(
         stop.set()
         thread.join(5)
         agent.close()
-    stored = [Batch.model_validate(b) for r in daemon.received for b in r.batches]
+    stored = [b for r in daemon.received for b in r.decoded]
     assert len(stored) == cycles  # nothing lost
     assert len({b.batch_id for b in stored}) == cycles  # nothing sent twice
     assert [b.seq for b in stored] == list(range(cycles))  # oldest first, no gaps
@@ -147,7 +147,7 @@ def test_backlog_from_a_previous_run_is_sent_first(daemon: ScriptedDaemon, tmp_p
         assert agent.drain(5)
     finally:
         agent.close()
-    received = [Batch.model_validate(b) for r in daemon.received for b in r.batches]
+    received = [b for r in daemon.received for b in r.decoded]
     assert [b.batch_id for b in received[:4]] == [b.batch_id for b in old if b is not None]
     assert [b.seq for b in received] == list(range(7))  # seq continues across the restart
 

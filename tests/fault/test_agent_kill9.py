@@ -8,7 +8,6 @@ ever sent, and at most one cycle per kill is lost.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -20,6 +19,7 @@ from collections import Counter
 import pytest
 import sqlalchemy as sa
 
+from gpuwatch import wire_v2
 from gpuwatch.agent.spool import TMP_PREFIX
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import gpu_samples
@@ -84,8 +84,8 @@ def test_kill9_during_spool_writes_then_replay_stores_each_batch_whole_once(migr
     files = _batch_files(spool)
     on_disk = {}
     for path in files:  # every renamed batch file is a complete batch
-        batch = json.loads(path.read_bytes())
-        on_disk[batch["batch_id"]] = (batch["seq"], len(batch["samples"]), batch["samples"][0]["ts"])
+        batch = wire_v2.decode(path.read_bytes())  # a torn file would fail to parse here
+        on_disk[str(batch.batch_id)] = (batch.seq, len(batch.samples), batch.samples[0].ts)
     assert len(on_disk) == len(files) >= KILLS * 3
     seqs = sorted(seq for seq, _, _ in on_disk.values())
     assert len(set(seqs)) == len(seqs), "no sequence number twice"

@@ -1,0 +1,60 @@
+"""Both wire formats become the same columns, so the store cannot tell them apart."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpuwatch import wire_v2
+from gpuwatch.sql.batch_columns import columns_of
+from gpuwatch.sql.ingest import days_of, gpu_identities, sample_count, sample_rows
+from gpuwatch.sql.process_packs import pack_rows
+from tests import factories
+from tests.test_wire_v2 import _mixed_batch
+
+
+def _as_lists(columns) -> tuple[dict, dict | None]:
+    tables = {
+        kind: {name: list(values) for name, values in fields.items()}
+        for kind, fields in columns.tables.items()
+    }
+    processes = None if columns.processes is None else {k: list(v) for k, v in columns.processes.items()}
+    return tables, processes
+
+
+def test_v1_and_v2_give_the_same_columns():
+    batch = _mixed_batch()
+    v2 = wire_v2.ColumnarBatch.model_validate_json(wire_v2.encode(batch, 2))
+    one, two = columns_of(batch), columns_of(v2)
+    assert _as_lists(one) == _as_lists(two)
+    assert (
+        (one.batch_id, one.seq, one.samples)
+        == (two.batch_id, two.seq, two.samples)
+        == (
+            str(batch.batch_id),
+            batch.seq,
+            len(batch.samples),
+        )
+    )
+    assert sample_count(batch) == sample_count(v2) == sample_count(one) == len(batch.samples)
+    next_day = factories.T0.date() + timedelta(days=1)
+    assert days_of(batch) == days_of(v2) == {factories.T0.date(), next_day}
+    assert gpu_identities(batch) == gpu_identities(v2)
+    assert gpu_identities(batch)[7]["pci_bus_id"] == "00000000:1F:00.0"
+
+
+def test_rows_and_packs_are_the_same_from_either_format():
+    batch = factories.batch(cycles=2, gpus=2)  # crosses midnight: two packs
+    v2 = wire_v2.ColumnarBatch.model_validate_json(wire_v2.encode(batch, 2))
+    assert sample_rows(7, batch) == sample_rows(7, v2)
+    packs = pack_rows(7, columns_of(v2))
+    assert packs == pack_rows(7, columns_of(batch))
+    assert [p["ts"].date() for p in packs] == sorted(days_of(batch))
+    assert [p["pid"] for p in packs] == [[4242, 4243], [4242, 4243]]
+    assert all(row["node_id"] == 7 for rows in sample_rows(7, v2).values() for row in rows)
+
+
+def test_a_column_left_out_is_stored_as_its_default():
+    batch = factories.batch(cycles=1, gpus=2)
+    rows = sample_rows(1, wire_v2.ColumnarBatch.model_validate_json(wire_v2.encode(batch, 2)))
+    assert [r["state"] for r in rows["gpu_samples"]] == ["ok", "ok"]
+    assert [r["sm_occupancy_ratio"] for r in rows["gpu_samples"]] == [None, None]
