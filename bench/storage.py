@@ -1,7 +1,7 @@
 """Bytes on disk per GPU-sample (PostgreSQL), measured at small scale and extrapolated.
 
     .venv/bin/python bench/storage.py [--nodes 20] [--gpus 8] [--hours 1] \
-        [--target-nodes 1000] [--raw-days 14] [--rollup-days 400] [--process-days N]
+        [--target-nodes 1000] [--raw-days 14] [--rollup-days 400] [--process-days N] [--bundle N]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), stores
 ``hours`` of 10 s cycles of ``nodes`` nodes (each cycle: ``gpus`` GPU samples with 2
@@ -11,6 +11,9 @@ disk, one job, one attribution, agent), rolls them up per minute, VACUUM ANALYZE
 table and of the rollup tables. Prints bytes per row and extrapolates to ``target-nodes`` x
 ``gpus`` GPUs kept ``raw-days`` raw and ``rollup-days`` as per-minute rollups, and with
 ``--process-days`` also what ``retention.process_days`` (per-process rows kept shorter) saves.
+Batches are stored one cycle of all nodes per group, as the daemon stores agents' pushes; with
+``--bundle N``, N consecutive cycles of every node per group, as it stores replayed backlogs
+(or ``agent.push_every = N``): a node's processes of one group share one packed row.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def main() -> None:
     ap.add_argument(
         "--process-days", type=int, default=None, help="also extrapolate retention.process_days = N"
     )
+    ap.add_argument("--bundle", type=int, default=1, help="cycles of every node stored per group")
     args = ap.parse_args()
     cycles = int(args.hours * 3600 / INTERVAL_S)
     start = floor_minute(wire.utcnow() - timedelta(hours=args.hours, minutes=5))
@@ -82,15 +86,15 @@ def main() -> None:
         end = start + timedelta(seconds=INTERVAL_S * cycles)
         store.partitions.ensure_days({start.date(), end.date()})
         t0 = time.perf_counter()
-        for c in range(cycles):  # one group commit per cycle of all nodes, as the daemon does
-            ts = start + timedelta(seconds=INTERVAL_S * c)
-            samples = _cycle(ts, args.gpus)
-            store.store_many(
-                [
-                    (ids[node], wire.Batch(node=node, agent_version="bench", seq=c, samples=samples))
-                    for node in ids
-                ]
-            )
+        for c0 in range(0, cycles, args.bundle):  # one group commit per cycle (or bundle) of all nodes
+            group = []
+            for node in ids:
+                for c in range(c0, min(c0 + args.bundle, cycles)):
+                    samples = _cycle(start + timedelta(seconds=INTERVAL_S * c), args.gpus)
+                    group.append(
+                        (ids[node], wire.Batch(node=node, agent_version="bench", seq=c, samples=samples))
+                    )
+            store.store_many(group)
         stored_s = time.perf_counter() - t0
         Rollup(engine).roll(start, end + timedelta(minutes=1))
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:

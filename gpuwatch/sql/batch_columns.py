@@ -9,9 +9,10 @@ batch came in, so the two cannot store different rows (``tests/sql/test_batch_co
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -29,11 +30,17 @@ for _kind, _names in FIELDS.items():  # the v2 columns must be v1's fields, ts f
     assert tuple(n for n in wire_v2.COLUMNS[_kind].model_fields if n != "processes") == _names, _kind
 
 
+#: kind -> field -> v1's default: what a column a v2 batch left out holds for every sample
+DEFAULTS: dict[str, dict[str, Any]] = {kind: model.defaults for kind, model in wire_v2.COLUMNS.items()}
+
+
 @dataclass(frozen=True)
 class BatchColumns:
     """One batch's samples as columns. ``tables[kind][field]`` is a sequence with one value
-    per sample of that kind (defaults filled in); ``processes[field]`` one value per GPU
-    process, ``processes["sample"]`` the row of ``tables["gpu"]`` it belongs to."""
+    per sample of that kind, or None for a column a v2 batch left out (every sample has the
+    field's default: :meth:`column` fills it in; the store sends such a column of a whole
+    group at once). ``processes[field]`` has one value per GPU process,
+    ``processes["sample"]`` the row of ``tables["gpu"]`` it belongs to."""
 
     batch_id: str
     seq: int
@@ -41,18 +48,21 @@ class BatchColumns:
     tables: dict[str, dict[str, Any]]
     processes: dict[str, Any] | None
     samples: int
+    #: the distinct ``ts`` of all samples (a batch has one per cycle)
+    stamps: frozenset[datetime]
 
-    def stamps(self) -> Iterator[datetime]:
-        for columns in self.tables.values():
-            yield from columns["ts"]
+    def column(self, kind: str, name: str) -> Sequence[Any]:
+        values = self.tables[kind][name]
+        if values is None:
+            return [DEFAULTS[kind][name]] * len(self.tables[kind]["ts"])
+        return values
 
     def gpu_identities(self) -> dict[int, tuple]:
         """GPU index -> (uuid, name, pci_bus_id) as last seen in the batch."""
-        gpu = self.tables.get("gpu")
-        if gpu is None:
+        if "gpu" not in self.tables:
             return {}
-        identities = zip(gpu["uuid"], gpu["name"], gpu["pci_bus_id"], strict=True)
-        return dict(zip(gpu["gpu_index"], identities, strict=True))
+        uuid, name, bus = (self.column("gpu", field) for field in ("uuid", "name", "pci_bus_id"))
+        return dict(zip(self.tables["gpu"]["gpu_index"], zip(uuid, name, bus, strict=True), strict=True))
 
 
 def columns_of(batch: wire.Batch | Any) -> BatchColumns:
@@ -62,15 +72,17 @@ def columns_of(batch: wire.Batch | Any) -> BatchColumns:
     tables: dict[str, dict[str, Any]] = {}
     processes = None
     for kind, cols in wire_v2.kinds(batch):
-        given, rows, defaults = cols.__dict__, len(cols.ts), cols.defaults
-        tables[kind] = {
-            name: [defaults[name]] * rows if given[name] is None else given[name] for name in FIELDS[kind]
-        }
+        tables[kind] = cols.__dict__  # field -> list, or None (left out); read, never changed
         if kind == "gpu" and cols.processes is not None:
             procs = cols.processes
             processes = {"sample": procs.sample, **{name: procs.column(name) for name in PROCESS_FIELDS}}
+    return _made(batch, tables, processes, wire_v2.sample_count(batch))
+
+
+def _made(batch: Any, tables: dict[str, dict[str, Any]], processes: Any, samples: int) -> BatchColumns:
+    stamps = frozenset(chain.from_iterable(columns["ts"] for columns in tables.values()))
     return BatchColumns(
-        str(batch.batch_id), batch.seq, batch.agent_version, tables, processes, wire_v2.sample_count(batch)
+        str(batch.batch_id), batch.seq, batch.agent_version, tables, processes, samples, stamps
     )
 
 
@@ -91,9 +103,7 @@ def _of_v1(batch: wire.Batch) -> BatchColumns:
     if owners:
         rows = map(_read_process, map(vars, [p for s in gpus for p in s.processes or ()]))
         processes = {"sample": owners, **dict(zip(PROCESS_FIELDS, zip(*rows, strict=True), strict=True))}
-    return BatchColumns(
-        str(batch.batch_id), batch.seq, batch.agent_version, tables, processes, len(batch.samples)
-    )
+    return _made(batch, tables, processes, len(batch.samples))
 
 
 def _transposed(names: tuple[str, ...], samples: list[Any]) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum
-from itertools import chain
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any, ClassVar
 
 import psycopg
@@ -42,7 +43,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuwatch import wire_v2
 from gpuwatch.sql import pg_arrays, process_packs
-from gpuwatch.sql.batch_columns import BatchColumns, columns_of
+from gpuwatch.sql.batch_columns import DEFAULTS, BatchColumns, columns_of
 from gpuwatch.sql.partitions import PartitionManager, utc_day
 from gpuwatch.sql.schema import (
     GPU_IDENTITY_FIELDS,
@@ -86,7 +87,7 @@ def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
         names = [name for name in fields if name in table.c]
         rows[table.name] = [
             {"node_id": node_id, **dict(zip(names, values, strict=True))}
-            for values in zip(*(fields[name] for name in names), strict=True)
+            for values in zip(*(columns.column(kind, name) for name in names), strict=True)
         ]
     packs = process_packs.pack_rows(node_id, columns)
     if packs:
@@ -94,17 +95,15 @@ def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
     return rows
 
 
-def gpu_identities(batch: AnyBatch) -> dict[int, dict]:
-    """GPU index -> identity fields (uuid/name/bus) as last seen in the batch."""
-    return {
-        index: dict(zip(GPU_IDENTITY_FIELDS, identity, strict=True))
-        for index, identity in _columns(batch).gpu_identities().items()
-    }
+def gpu_identities(batch: AnyBatch) -> dict[int, tuple]:
+    """GPU index -> identity (:data:`GPU_IDENTITY_FIELDS`: uuid, name, bus) as last seen in
+    the batch."""
+    return _columns(batch).gpu_identities()
 
 
 def days_of(batch: AnyBatch) -> set[date]:
     """The UTC days (daily partitions) the batch's samples fall on, whatever zone they came in."""
-    return {utc_day(t) for t in set(_columns(batch).stamps())}
+    return {utc_day(t) for t in _columns(batch).stamps}
 
 
 #: what the store takes: either wire format, or a batch already in columns
@@ -176,7 +175,7 @@ class BatchStore:
         items = [(node_id, _columns(batch)) for node_id, batch in batches]
         self.partitions.ensure_days(day for _, batch in items for day in days_of(batch))
         now = utcnow()
-        changed: dict[int, dict[int, dict]] = {}
+        changed: dict[int, dict[int, tuple]] = {}
         with self.engine.begin() as conn:
             new = self._claim(conn, items, now)
             results: list[IngestResult] = []
@@ -210,7 +209,7 @@ class BatchStore:
         """Record every batch id; the (node, batch id) pairs that were not there before."""
         claims = []
         for node_id, batch in items:
-            stamps = set(batch.stamps())
+            stamps = batch.stamps
             claims.append(
                 {
                     "node_id": node_id,
@@ -305,16 +304,14 @@ class BatchStore:
                 found.append((node_id, columns))
         for kind, parts in by_kind.items():
             insert = _UnnestInsert.of(SAMPLE_TABLES[kind])
-            if len(parts) == 1:
-                node_id, columns = parts[0]
-                joined = {**columns, "node_id": [node_id] * len(columns["ts"])}
-            else:
-                joined = {
-                    name: list(chain.from_iterable(columns[name] for _, columns in parts))
-                    for name in insert.names
-                    if name != "node_id"
-                }
-                joined["node_id"] = [node_id for node_id, columns in parts for _ in columns["ts"]]
+            tables = [columns for _, columns in parts]
+            counts = [len(columns["ts"]) for columns in tables]
+            joined = {
+                name: _joined(list(map(itemgetter(name), tables)), counts, DEFAULTS[kind].get(name))
+                for name in insert.names
+                if name != "node_id"
+            }
+            joined["node_id"] = list(chain.from_iterable(map(repeat, (n for n, _ in parts), counts)))
             yield insert, insert.arrays(joined)
         if "gpu" in by_kind:
             for packs in process_packs.PackInsert.of(stored):
@@ -323,7 +320,7 @@ class BatchStore:
     def _write_small(
         self,
         conn: sa.Connection,
-        changed: dict[int, dict[int, dict]],
+        changed: dict[int, dict[int, tuple]],
         last_batch: dict[int, BatchColumns],
         now: Any,
     ) -> None:
@@ -342,24 +339,23 @@ class BatchStore:
                 ],
             )
 
-    def _changed_identities(self, node_id: int, identities: dict[int, dict]) -> dict[int, dict]:
+    def _changed_identities(self, node_id: int, identities: dict[int, tuple]) -> dict[int, tuple]:
         now = time.monotonic()
         out = {}
         for index, ident in identities.items():
             seen = self._gpu_seen.get((node_id, index))
-            key = tuple(ident[f] for f in GPU_IDENTITY_FIELDS)
-            if seen is None or seen[0] != key or now - seen[1] > GPU_IDENTITY_REFRESH_S:
+            if seen is None or seen[0] != ident or now - seen[1] > GPU_IDENTITY_REFRESH_S:
                 out[index] = ident
         return out
 
-    def _remember_identities(self, node_id: int, stored: dict[int, dict]) -> None:
+    def _remember_identities(self, node_id: int, stored: dict[int, tuple]) -> None:
         """Only after the commit: a rolled-back upsert must be retried by the next batch."""
         now = time.monotonic()
         for index, ident in stored.items():
-            self._gpu_seen[(node_id, index)] = (tuple(ident[f] for f in GPU_IDENTITY_FIELDS), now)
+            self._gpu_seen[(node_id, index)] = (ident, now)
 
     @staticmethod
-    def _upsert_gpus(conn: sa.Connection, node_id: int, identities: dict[int, dict], now: Any) -> None:
+    def _upsert_gpus(conn: sa.Connection, node_id: int, identities: dict[int, tuple], now: Any) -> None:
         if not identities:
             return
         stmt = _insert(conn, gpus)
@@ -374,7 +370,13 @@ class BatchStore:
         conn.execute(
             stmt,
             [
-                {"node_id": node_id, "gpu_index": i, **ident, "first_seen_at": now, "last_seen_at": now}
+                {
+                    "node_id": node_id,
+                    "gpu_index": i,
+                    **dict(zip(GPU_IDENTITY_FIELDS, ident, strict=True)),
+                    "first_seen_at": now,
+                    "last_seen_at": now,
+                }
                 for i, ident in sorted(identities.items())
             ],
         )
@@ -411,6 +413,20 @@ def _sa_errors() -> Iterator[None]:
 
 #: most parameters one PostgreSQL statement can carry (the protocol's 16-bit count)
 MAX_STATEMENT_PARAMETERS = 65_535
+
+
+def _joined(columns: list[Any], counts: list[int], default: Any) -> list[Any]:
+    """One column of a group: each batch's values in turn; a batch that left the column out
+    (None, wire format v2) has the default for each of its ``counts`` rows."""
+    if None not in columns:
+        return list(chain.from_iterable(columns))
+    if columns.count(None) == len(columns):  # left out by every batch: common (e.g. no GPM)
+        return [default] * sum(counts)
+    return list(
+        chain.from_iterable(
+            [default] * n if values is None else values for values, n in zip(columns, counts, strict=True)
+        )
+    )
 
 
 def _by_parameter_limit(statements: list[tuple[Any, list]]) -> Iterator[list[tuple[Any, list]]]:

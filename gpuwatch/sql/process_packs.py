@@ -1,4 +1,4 @@
-"""Per-process GPU readings, packed: one row per node, batch and UTC day, an array per field.
+"""Per-process GPU readings, packed: a row per node, batch (or group) and UTC day, an array each.
 
 Why packed: the wire sends, for every GPU sample, the compute processes on that GPU
 (``wire.GpuProcess``: two for a typical job). Stored as a row each, they were half the rows
@@ -7,7 +7,8 @@ a cycle wrote (two per GPU sample), 273 of 671 bytes per GPU-sample on disk
 no view, rollup or rule reads; readers want them by node and time range, never one by one.
 Packed, a batch's processes are one row (one per UTC day it spans, so a day's partition
 holds exactly that day's readings), and element ``i`` of every array is one process on one
-GPU at one stamp.
+GPU at one stamp. On PostgreSQL the batches of one node stored in one group (a bundle) share
+their row (:meth:`PackInsert.of`).
 
 Writing: :func:`pack_rows` builds the packed rows from a batch's columns
 (``sql/batch_columns.py``); PostgreSQL gets them as ONE ``INSERT ... VALUES`` per group, each
@@ -89,7 +90,8 @@ def _pack(node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
     return {**row, **dict(zip(ELEMENT_FIELDS, fields, strict=True))}
 
 
-#: the list class that sends each packed column in binary (``sql/pg_arrays.py``), by name
+#: the list class that sends each packed column in binary (``sql/pg_arrays.py``), by name, in
+#: :data:`ELEMENT_FIELDS` order
 _ARRAY_TYPES = {
     "sample_ts": pg_arrays.TimestamptzArray,
     "gpu_index": pg_arrays.Int2Array,
@@ -122,12 +124,28 @@ class PackInsert:
     @classmethod
     def of(cls, stored: Iterable[tuple[int, BatchColumns]]) -> list[PackInsert]:
         """The inserts of ``stored`` (node id, batch columns) pairs' packs, at most
-        :data:`ROWS_PER_INSERT` rows each (a parameter per value); none when no process."""
-        rows: list[list[Any]] = []
+        :data:`ROWS_PER_INSERT` rows each (a parameter per value); none when no process.
+
+        The packs of one node and UTC day in the group are ONE row: a bundle of 30 one-cycle
+        batches is one pack, not 30 (a thirtieth of the arrays to encode and of the rows'
+        overhead on disk). A batch stored again in another group cannot add a second copy: it
+        is a duplicate by its id before any of this.
+        """
+        merged: dict[tuple[int, date], list[list[Any]]] = {}
         for node_id, batch in stored:
             for pack in pack_rows(node_id, batch):
-                row = [node_id, pack["ts"], pack["ts_last"]]
-                rows.append(row + [array_type(pack[name]) for name, array_type in _ARRAY_TYPES.items()])
+                key = (node_id, utc_day(pack["ts"]))
+                fields = merged.get(key)
+                if fields is None:
+                    merged[key] = [list(pack[name]) for name in ELEMENT_FIELDS]
+                else:
+                    for values, name in zip(fields, ELEMENT_FIELDS, strict=True):
+                        values.extend(pack[name])
+        rows = [
+            [node_id, min(fields[0]), max(fields[0])]
+            + [array_type(values) for array_type, values in zip(_ARRAY_TYPES.values(), fields, strict=True)]
+            for (node_id, _), fields in merged.items()
+        ]
         inserts = []
         for i in range(0, len(rows), ROWS_PER_INSERT):
             chunk = rows[i : i + ROWS_PER_INSERT]

@@ -136,7 +136,8 @@ gpu_samples = _sample_table(
     sa.Column("simulated", sa.Boolean, nullable=False),
 )
 
-#: per-process GPU readings, packed: ONE row per node, batch and UTC day, an array per field
+#: per-process GPU readings, packed: ONE row per node, UTC day and stored batch (on PostgreSQL, per
+#: group of batches stored together), an array per field
 #: (element i of every array is one process on one GPU at one stamp). A row per process per
 #: cycle was half the rows a cycle wrote and 273 of 671 bytes per GPU-sample on disk
 #: (issue 7 notes); see ``sql/process_packs.py`` for writing and reading them.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpuwatch import wire_v2
-from gpuwatch.sql.batch_columns import columns_of
+from gpuwatch.sql.batch_columns import FIELDS, columns_of
 from gpuwatch.sql.ingest import days_of, gpu_identities, sample_count, sample_rows
 from gpuwatch.sql.process_packs import pack_rows
 from tests import factories
@@ -14,8 +14,7 @@ from tests.test_wire_v2 import _mixed_batch
 
 def _as_lists(columns) -> tuple[dict, dict | None]:
     tables = {
-        kind: {name: list(values) for name, values in fields.items()}
-        for kind, fields in columns.tables.items()
+        kind: {name: list(columns.column(kind, name)) for name in FIELDS[kind]} for kind in columns.tables
     }
     processes = None if columns.processes is None else {k: list(v) for k, v in columns.processes.items()}
     return tables, processes
@@ -39,7 +38,7 @@ def test_v1_and_v2_give_the_same_columns():
     next_day = factories.T0.date() + timedelta(days=1)
     assert days_of(batch) == days_of(v2) == {factories.T0.date(), next_day}
     assert gpu_identities(batch) == gpu_identities(v2)
-    assert gpu_identities(batch)[7]["pci_bus_id"] == "00000000:1F:00.0"
+    assert gpu_identities(batch)[7][2] == "00000000:1F:00.0"  # (uuid, name, pci_bus_id)
 
 
 def test_rows_and_packs_are_the_same_from_either_format():

@@ -1,4 +1,4 @@
-"""Per-process GPU readings stored packed (a row per node, batch and day) read back as sent."""
+"""Per-process GPU readings stored packed (a row per node, batch or group, and day) read back as sent."""
 
 from __future__ import annotations
 
@@ -158,33 +158,66 @@ def test_the_migration_packs_existing_rows_and_unpacks_them_on_downgrade(db_url)
     engine.dispose()
 
 
-def test_a_group_too_big_for_one_statement_is_stored_whole(pg_url):
-    """PostgreSQL takes at most 65,535 parameters per statement and a pack costs 10: a group
-    of 7,000 batches (one pack each) goes as several statements of one transaction. Over the
-    limit, psycopg fails without a SQLSTATE, which the writer takes for an outage (503 forever)."""
+def test_a_group_too_big_for_one_statement_is_stored_whole(pg_url, monkeypatch):
+    """PostgreSQL takes at most 65,535 parameters per statement and a pack costs 10; over the
+    limit psycopg fails without a SQLSTATE, which the writer would take for an outage (503
+    forever). A group's packs therefore go ``ROWS_PER_INSERT`` per INSERT, and the store splits
+    a group's statements at the limit, in one transaction. Both limits are lowered here so
+    that a small group (40 nodes: 40 packs) needs several statements."""
+    from gpuwatch.sql import ingest, process_packs
+
+    monkeypatch.setattr(process_packs, "ROWS_PER_INSERT", 3)
+    monkeypatch.setattr(ingest, "MAX_STATEMENT_PARAMETERS", 200)
+    engine = create_engine(pg_url)
+    migrate.upgrade(engine)
+    node_ids = [_node(engine, f"node{i:03d}") for i in range(40)]
+    batches = [
+        (
+            node_id,
+            wire.Batch(
+                node=f"node{i:03d}",
+                agent_version="t",
+                samples=[factories.gpu_sample(NOON, 0, processes=[wire.GpuProcess(pid=i + 1)])],
+            ),
+        )
+        for i, node_id in enumerate(node_ids)
+    ]
+    statements = list(
+        ingest._by_parameter_limit(
+            list(BatchStore._unnest_statements([(n, ingest._columns(b)) for n, b in batches]))
+        )
+    )
+    assert len(statements) > 1  # the limit splits this group
+    store = BatchStore(engine)
+    results = store.store_many(batches)
+    assert {r.status.value for r in results} == {"stored"}
+    # the same readings again under new ids: the ON CONFLICT pass runs in several statements too
+    again = [(n, b.model_copy(update={"batch_id": uuid.uuid4()})) for n, b in batches[:10]]
+    store.store_many(again)
+    assert store.conflict_retries == 1
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(gpu_process_packs)).scalar_one() == 40
+        assert count_processes(conn) == 40
+    engine.dispose()
+
+
+def test_a_bundle_of_one_node_is_one_pack_per_day(pg_url):
+    """PostgreSQL: the packs of one node and UTC day in a group are one row; every reading
+    is still read back once, in order."""
     engine = create_engine(pg_url)
     migrate.upgrade(engine)
     node_id = _node(engine, "node001")
-    batches = [
-        wire.Batch(
-            node="node001",
-            agent_version="t",
-            samples=[
-                factories.gpu_sample(NOON + timedelta(seconds=i), 0, processes=[wire.GpuProcess(pid=i + 1)])
-            ],
-        )
-        for i in range(7000)
+    bundle = [
+        factories.batch(cycles=1, gpus=2, start=factories.T0 + timedelta(seconds=10 * i)) for i in range(4)
     ]
-    store = BatchStore(engine)
-    results = store.store_many([(node_id, b) for b in batches])
-    assert {r.status.value for r in results} == {"stored"}
-    # the same readings again under new ids: the ON CONFLICT pass runs in several statements too
-    again = [b.model_copy(update={"batch_id": uuid.uuid4()}) for b in batches[:10]]
-    store.store_many([(node_id, b) for b in again])
-    assert store.conflict_retries == 1
+    BatchStore(engine).store_many([(node_id, b) for b in bundle])  # stamps 23:59:50, then the next day
     with engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(gpu_process_packs)).scalar_one() == 7000
-        assert count_processes(conn) == 7000
+        packs = conn.execute(sa.select(gpu_process_packs).order_by(gpu_process_packs.c.ts)).all()
+        readings = read_processes(conn, factories.T0, factories.T0 + DAY, node_id)
+    assert [len(p.pid) for p in packs] == [2, 6]  # one day's pack, then the next day's three cycles
+    assert [(r.ts, r.gpu_index) for r in readings] == [
+        (s.ts, s.gpu_index) for b in bundle for s in b.samples if s.kind == "gpu"
+    ]
     engine.dispose()
 
 
