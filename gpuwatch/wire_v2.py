@@ -49,8 +49,7 @@ class _Columns(BaseModel):
 
     model_config = _STRICT
 
-    #: the v1 model whose fields these are, and each field's v1 default
-    sample_model: ClassVar[type[BaseModel]]
+    #: each optional field's v1 default: what every sample has when its column is left out
     defaults: ClassVar[dict[str, Any]]
 
     ts: list[AwareDatetime] = Field(max_length=wire.MAX_SAMPLES_PER_BATCH)
@@ -124,7 +123,6 @@ def _columns_model(kind: str, model: type[BaseModel]) -> type[_Columns]:
         fields["processes"] = (GpuProcessColumns | None, None)
     name = f"{model.__name__.removesuffix('Sample')}Columns"
     columns = create_model(name, __base__=_Columns, __doc__=f"``{kind}`` samples as columns.", **fields)
-    columns.sample_model = model
     columns.defaults = defaults
     return columns
 
@@ -133,7 +131,6 @@ def _columns_model(kind: str, model: type[BaseModel]) -> type[_Columns]:
 COLUMNS: dict[str, type[_Columns]] = {
     kind: _columns_model(kind, model) for kind, model in wire.SAMPLE_KINDS.items()
 }
-GpuColumns = COLUMNS["gpu"]
 
 
 class _Envelope(BaseModel):

@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any
 
 from gpuwatch import wire, wire_v2
+from gpuwatch.sql.schema import GPU_IDENTITY_FIELDS
 
 #: fields of a ``wire.GpuProcess``, in order; ``sample`` (the GPU row) comes first in columns
 PROCESS_FIELDS = ("pid", "used_memory_bytes", "sm_util_ratio", "memory_util_ratio", "job_id")
@@ -58,11 +59,11 @@ class BatchColumns:
         return values
 
     def gpu_identities(self) -> dict[int, tuple]:
-        """GPU index -> (uuid, name, pci_bus_id) as last seen in the batch."""
+        """GPU index -> its identity (:data:`GPU_IDENTITY_FIELDS`) as last seen in the batch."""
         if "gpu" not in self.tables:
             return {}
-        uuid, name, bus = (self.column("gpu", field) for field in ("uuid", "name", "pci_bus_id"))
-        return dict(zip(self.tables["gpu"]["gpu_index"], zip(uuid, name, bus, strict=True), strict=True))
+        identities = zip(*(self.column("gpu", field) for field in GPU_IDENTITY_FIELDS), strict=True)
+        return dict(zip(self.tables["gpu"]["gpu_index"], identities, strict=True))
 
 
 def columns_of(batch: wire.Batch | Any) -> BatchColumns:
