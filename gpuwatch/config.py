@@ -116,7 +116,7 @@ class AgentConfig(_Section):
     wire_format: Literal[1, 2] = Field(
         2,
         description=(
-            "Wire format of the batches this agent writes: 2 (columnar, a third of v1's bytes, "
+            "Wire format of the batches this agent writes: 2 (columnar, half of v1's bytes or less, "
             "cheaper for the daemon) or 1. Spooled batches go in the format they were written "
             "in; a daemon without v2 (404) gets v2 batches converted to v1."
         ),

@@ -1,4 +1,8 @@
-"""``POST /api/v1/ingest/{node}`` (one batch) and ``.../bundle`` (several): how samples get in.
+"""``POST /api/v{1,2}/ingest/{node}`` (one batch) and ``.../bundle`` (several): how samples get in.
+
+Each wire format has its endpoints: v1 (``wire.py``, a list of samples) and v2
+(``wire_v2.py``, the same samples as columns, what agents send); the checks and answers
+below are the same for both.
 
 Checks, in order, each with its own status so an agent (and an admin reading its log)
 knows what to do:
@@ -54,7 +58,7 @@ from gpuwatch.wire import Batch, json_schema, utcnow
 from gpuwatch.wire_v2 import ColumnarBatch
 
 #: a batch in either wire format
-AnyBatch = Batch | ColumnarBatch
+WireBatch = Batch | ColumnarBatch
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +164,7 @@ def _admitted_body(request: Request, limit: int, admission: Admission):  # type:
 WIRE_FORMATS: dict[int, type[Any]] = {1: Batch, 2: ColumnarBatch}
 
 
-def parse_batch(body: bytes, version: int = 1) -> AnyBatch:
+def parse_batch(body: bytes, version: int = 1) -> WireBatch:
     """Validate the body as a batch of wire format ``version``, mapping pydantic errors to 400
     or 422."""
     try:
@@ -185,14 +189,14 @@ def parse_batch(body: bytes, version: int = 1) -> AnyBatch:
         ) from None
 
 
-def stamps(batch: AnyBatch) -> list[datetime]:
+def stamps(batch: WireBatch) -> list[datetime]:
     """Every sample's ``ts``, in either wire format."""
     if isinstance(batch, Batch):
         return [s.ts for s in batch.samples]
     return wire_v2.timestamps(batch)
 
 
-def check_clock(batch: AnyBatch, max_future_skew_s: float) -> None:
+def check_clock(batch: WireBatch, max_future_skew_s: float) -> None:
     """Refuse samples from the future: they would sort after everything real.
 
     The rule (``docs/wire-format.md``): a sample may be at most ``max_future_skew_s``
@@ -208,7 +212,7 @@ def check_clock(batch: AnyBatch, max_future_skew_s: float) -> None:
         )
 
 
-def checked_batch(line: bytes, node: str, max_future_skew_s: float, version: int = 1) -> AnyBatch:
+def checked_batch(line: bytes, node: str, max_future_skew_s: float, version: int = 1) -> WireBatch:
     """One batch as the daemon accepts it: valid, of ``node``, and not from the future."""
     batch = parse_batch(line, version)
     if batch.node != node:
@@ -348,7 +352,7 @@ def build_router(
                 async with _admitted_body(request, max_batch_bytes, admission) as body:
                     lines = bundle_lines(body, max_bundle_batches)
                     results: list[dict[str, Any]] = []
-                    accepted: list[AnyBatch] = []
+                    accepted: list[WireBatch] = []
                     for line in lines:
                         try:
                             batch = checked_batch(line, node, max_future_skew_s, version)

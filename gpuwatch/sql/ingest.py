@@ -12,8 +12,9 @@ How rows go in depends on the database (``BulkMode``):
 
 * ``unnest`` (the PostgreSQL default): ONE statement for the whole group, an
   ``INSERT INTO t (...) SELECT * FROM unnest(%b::type[], ...)`` per table as data-modifying
-  CTEs, one binary array per column (``sql/pg_arrays.py``) read straight off the wire models
-  (no dict per row). It runs without ``ON CONFLICT`` inside a savepoint and, only if it meets
+  CTEs, one binary array per column (``sql/pg_arrays.py``) from the batches' columns
+  (``sql/batch_columns.py``: a v2 batch's own lists, a v1 batch's models transposed; no dict
+  per row). It runs without ``ON CONFLICT`` inside a savepoint and, only if it meets
   a sample stored before, again with ``ON CONFLICT DO NOTHING`` (:meth:`BatchStore._write_unnest`);
   the batch claim is the same kind of insert with ``RETURNING``. It replaced ``COPY`` into the
   table inside a savepoint with a temp-table fallback: COPY cannot pipeline, needs a savepoint
@@ -256,15 +257,14 @@ class BatchStore:
         """``unnest``: per table ONE ``INSERT ... SELECT FROM unnest(<one array per column>)``.
 
         The batches' columns (``sql/batch_columns.py``) are concatenated per table; no per-row
-        dicts. The tables' inserts
-        go as ONE statement (data-modifying CTEs, :func:`_as_one`): its text depends only on
-        which tables have rows, so psycopg prepares it, and per-statement overhead (a tenth
-        of a millisecond each in psycopg) is paid once. Everything, ``then`` included, goes in
-        one pipeline sync (COPY could not). Optimistic: the inserts first run without ``ON
-        CONFLICT`` inside a savepoint, a quarter less server CPU (``bench/README.md``); a
-        sample already stored (a restored spool copy re-sent under new batch ids, or twice in
-        one group) is a unique violation, and then all of it runs again from the savepoint
-        with ``ON CONFLICT DO NOTHING``.
+        dicts. The tables' inserts go as ONE statement (data-modifying CTEs, :func:`_as_one`): its
+        text depends only on which tables have rows, so psycopg prepares it, and per-statement
+        overhead (a tenth of a millisecond each in psycopg) is paid once. Everything, ``then``
+        included, goes in one pipeline sync (COPY could not). Optimistic: the inserts first run
+        without ``ON CONFLICT`` inside a savepoint, a quarter less server CPU (``bench/README.md``);
+        a sample already stored (a restored spool copy re-sent under new batch ids, or twice in one
+        group) is a unique violation, and then all of it runs again from the savepoint with ``ON
+        CONFLICT DO NOTHING``.
         """
         # (inserts, their parameters) per statement: one, unless the parameter limit splits it
         chunks = [
