@@ -40,7 +40,7 @@ import collections
 import logging
 import time
 from concurrent.futures import Future
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -196,14 +196,33 @@ def stamps(batch: WireBatch) -> list[datetime]:
     return wire_v2.timestamps(batch)
 
 
+#: no real sample is older: a stamp before it is a node whose clock was reset (1970), and would
+#: make a daily partition for that day; before year 1 in UTC it cannot even be converted
+EARLIEST_SAMPLE = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
 def check_clock(batch: WireBatch, max_future_skew_s: float) -> None:
-    """Refuse samples from the future: they would sort after everything real.
+    """Refuse samples from the future: they would sort after everything real; and from
+    before :data:`EARLIEST_SAMPLE`.
 
     The rule (``docs/wire-format.md``): a sample may be at most ``max_future_skew_s``
-    ahead of the daemon's clock. Old samples are fine (a spool replaying after an outage).
+    ahead of the daemon's clock, and not older than 2000-01-01 UTC. Any age after that is
+    fine (a spool replaying after an outage).
     """
     limit = utcnow() + timedelta(seconds=max_future_skew_s)
-    ahead = [ts for ts in stamps(batch) if ts > limit]
+    try:
+        in_utc = [ts.astimezone(timezone.utc) for ts in stamps(batch)]
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+00:02
+        message = "a sample is stamped before year 1 in UTC; fix the node's clock (chrony/NTP)"
+        raise _fail(422, message) from None
+    before = [ts for ts in in_utc if ts < EARLIEST_SAMPLE]
+    if before:
+        raise _fail(
+            422,
+            f"{len(before)} sample(s) stamped before {EARLIEST_SAMPLE.date()} (UTC), as early as "
+            f"{min(before).isoformat()}; fix the node's clock (chrony/NTP)",
+        )
+    ahead = [ts for ts in in_utc if ts > limit]
     if ahead:
         raise _fail(
             422,

@@ -84,6 +84,8 @@ def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
     columns = _columns(batch)
     rows: dict[str, list[dict]] = {}
     for kind, fields in columns.tables.items():
+        if not len(fields["ts"]):  # a v2 batch may name a kind with no samples
+            continue
         table = SAMPLE_TABLES[kind]
         names = [name for name in fields if name in table.c]
         rows[table.name] = [
@@ -298,6 +300,8 @@ class BatchStore:
         by_kind: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for node_id, batch in stored:
             for kind, columns in batch.tables.items():
+                if not len(columns["ts"]):  # a v2 batch may name a kind with no samples
+                    continue
                 found = by_kind.get(kind)
                 if found is None:
                     found = by_kind[kind] = []

@@ -80,6 +80,15 @@ def _unknown_kind(body: bytes) -> bytes:
     return json.dumps(doc).encode()
 
 
+def _stamped(ts: str):
+    def transform(body: bytes) -> bytes:
+        doc = json.loads(body)
+        doc["samples"][1]["ts"] = ts
+        return json.dumps(doc).encode()
+
+    return transform
+
+
 def _future(body: bytes) -> bytes:
     doc = json.loads(body)
     doc["samples"][0]["ts"] = (utcnow() + timedelta(hours=2)).isoformat()
@@ -100,6 +109,8 @@ CASES = [
     ("unknown-kind", "node001", "node001", _unknown_kind, 422, "invalid batch"),
     ("extra-field", "node001", "node001", lambda b: _with(b, colour="blue"), 422, "invalid batch"),
     ("future-clock", "node001", "node001", _future, 422, "ahead of the daemon"),
+    ("clock-reset", "node001", "node001", _stamped("1970-01-01T00:00:10Z"), 422, "before 2000-01-01"),
+    ("before-year-1", "node001", "node001", _stamped("0001-01-01T00:00:00+00:02"), 422, "before year 1"),
     (
         "oversize",
         "node001",

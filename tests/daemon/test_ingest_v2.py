@@ -116,6 +116,12 @@ CASES = [
         "ahead of the daemon",
     ),
     (
+        "before-year-1",
+        lambda b: _edit(b, lambda d: d["memory"]["ts"].__setitem__(0, "0001-01-01T00:00:00+00:02")),
+        422,
+        "before year 1",
+    ),
+    (
         "bad-process-row",
         lambda b: _edit(b, lambda d: d["gpu"]["processes"]["sample"].__setitem__(0, 99)),
         422,
@@ -168,3 +174,17 @@ def test_openapi_documents_both_formats(api):
     assert "ColumnarBatch" in schemas and "Batch" in schemas and "GpuColumns" in schemas
     body = doc["paths"]["/api/v2/ingest/{node}"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"] == {"$ref": "#/components/schemas/ColumnarBatch"}
+
+
+def test_a_kind_with_no_samples_is_stored_as_nothing(api):
+    """``"cpu": {"ts": [], ...}`` is valid v2 (fuzzing found SQLite answering 503 to it: an
+    INSERT of no rows is a syntax error there, and SQLite's errors carry no SQLSTATE)."""
+    client, tokens, engine = api
+    empty = {f: [] for f in ("ts", "cores", "busy_ratio", "user_ratio", "system_ratio", "iowait_ratio")}
+    body = _edit(_v2(), lambda d: d.__setitem__("cpu", empty))
+    response = _post(client, tokens["node001"], body)
+    assert response.status_code == 200, response.text
+    assert response.json()["samples"] == 18  # 20 less the two cpu samples
+    with engine.connect() as conn:
+        counts = count_rows(conn)
+    assert counts["cpu_samples"] == 0 and counts["gpu_samples"] == 4

@@ -1,8 +1,12 @@
 """Fuzz the ingest endpoints from the daemon's own OpenAPI document (schemathesis, bounded).
 
-Valid token, registered node; bodies generated from the Batch schema (positive) and against
-it (negative), alone and as bundle lines mixed with raw garbage. The daemon may refuse
-anything, but never with a server error: no 5xx other than 503.
+Valid token, registered node; bodies generated from each wire format's batch schema (v1
+``Batch``, v2 ``ColumnarBatch``: positive) and against it (negative), alone and as bundle
+lines mixed with raw garbage. The daemon may refuse
+anything, but never with a server error: no 5xx at all. Not even 503: the database is healthy
+throughout and nothing is shed at this load, so a 503 would be a bug reported as an outage
+(fuzzing v2 found one: SQLite refusing an INSERT of no rows, an error without SQLSTATE, which
+the daemon takes for an outage).
 """
 
 from __future__ import annotations
@@ -22,12 +26,12 @@ hypothesis = pytest.importorskip("hypothesis")
 pytestmark = pytest.mark.slow
 
 NODE = "fuzz-node"
-PATH = "/api/v1/ingest/{node}"
 
 
-@pytest.fixture
-def fuzzed(sqlite_url, tmp_path):
-    """(daemon, token, the single-batch ingest operation of its OpenAPI document)."""
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def fuzzed(request, sqlite_url, tmp_path):
+    """(daemon, token, the single-batch ingest operation of one wire format in its OpenAPI
+    document, that format's version)."""
     from gpuwatch.sql import migrate
     from gpuwatch.sql.engine import create_engine
 
@@ -38,7 +42,7 @@ def fuzzed(sqlite_url, tmp_path):
     daemon.start()
     try:
         schema = schemathesis.openapi.from_url(f"{daemon.url}/openapi.json")
-        yield daemon, token, schema[PATH]["POST"]
+        yield daemon, token, schema[f"/api/v{request.param}/ingest/{{node}}"]["POST"], request.param
     finally:
         daemon.stop()
         engine.dispose()
@@ -60,7 +64,7 @@ def _run(strategy, check: Callable, max_examples: int) -> None:
 def test_ingest_never_answers_a_server_error(fuzzed, mode):
     from schemathesis import GenerationMode
 
-    daemon, token, operation = fuzzed
+    daemon, token, operation, _ = fuzzed
     seen: dict[int, int] = {}
     errors: list[str] = []
     with requests.Session() as session:
@@ -73,7 +77,7 @@ def test_ingest_never_answers_a_server_error(fuzzed, mode):
                 base_url=daemon.url, session=session, headers={"Authorization": f"Bearer {token}"}, timeout=10
             )
             seen[response.status_code] = seen.get(response.status_code, 0) + 1
-            if response.status_code >= 500 and response.status_code != 503:
+            if response.status_code >= 500:
                 errors.append(f"{response.status_code}: {case.as_curl_command()}\n{response.text[:500]}")
 
         _run(operation.as_strategy(generation_mode=GenerationMode(mode)), check, 100)
@@ -83,11 +87,11 @@ def test_ingest_never_answers_a_server_error(fuzzed, mode):
 
 
 def test_bundle_never_answers_a_server_error(fuzzed):
-    """Bundles of generated batches (valid and not) and raw garbage lines: no 5xx but 503,
+    """Bundles of generated batches (valid and not) and raw garbage lines: no 5xx,
     and every 200 answers each line."""
     from schemathesis import GenerationMode
 
-    daemon, token, operation = fuzzed
+    daemon, token, operation, version = fuzzed
     st = hypothesis.strategies
     cases = st.one_of(
         operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
@@ -107,13 +111,13 @@ def test_bundle_never_answers_a_server_error(fuzzed):
         def check(bundle: list[bytes]) -> None:
             body = b"\n".join(bundle)
             response = session.post(
-                f"{daemon.url}/api/v1/ingest/{NODE}/bundle",
+                f"{daemon.url}/api/v{version}/ingest/{NODE}/bundle",
                 data=body,
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
                 timeout=10,
             )
             seen[response.status_code] = seen.get(response.status_code, 0) + 1
-            if response.status_code >= 500 and response.status_code != 503:
+            if response.status_code >= 500:
                 errors.append(f"{response.status_code}: {body[:300]!r}\n{response.text[:500]}")
             if response.status_code == 200:
                 sent = [line for line in body.split(b"\n") if line.strip()]
