@@ -15,9 +15,13 @@ value the database cannot hold (``IntegrityError``, ``DataError``), twice, comes
 forever, in front of its newer batches. The second try, with the partition cache emptied,
 is there for the transient ones: a day's partition dropped by retention (or by hand) after
 this process cached it fails with "no partition of relation ... found for row", a
-constraint violation too. A database outage (:func:`is_outage`) is not retried batch by
-batch: every waiting request gets the exception at once (the handler answers 503, the
-agents keep their batches).
+constraint violation too. A database outage (:func:`is_outage`, confirmed by the database not
+answering a ``SELECT 1``) is not retried batch by batch: every waiting request gets the
+exception at once (the handler answers 503, the agents keep their batches). An "outage" error
+while the database answers is the batch's own (*sixth session*: SQLite's errors and psycopg's
+client-side ones have no SQLSTATE, so a batch the daemon could not even send was answered 503
+forever, its node's newer batches queued behind it): it is stored alone, and refused if it
+fails twice.
 """
 
 from __future__ import annotations
@@ -51,6 +55,16 @@ def is_outage(exc: BaseException) -> bool:
         return False
     sqlstate = getattr(exc.orig, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith(("08", "53", "57P"))
+
+
+def database_answers(engine: sa.Engine) -> bool:
+    """Whether the database answers a trivial query now (within the engine's connect timeout)."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception:
+        return False
+    return True
 
 
 def refusal_detail(exc: sa.exc.DBAPIError) -> str:
@@ -160,7 +174,7 @@ class IngestWriter:
         try:
             results: list[IngestResult] = self.store.store_many(pairs)
         except Exception as exc:
-            if is_outage(exc):
+            if is_outage(exc) and not database_answers(self.store.engine):
                 for item in group:
                     item.future.set_exception(exc)
                 return
@@ -181,17 +195,29 @@ class IngestWriter:
         self.batches += batches
 
     def _store_one(self, node_id: int, batch: AnyBatch) -> IngestResult:
-        """One batch in its own transaction; ``REFUSED`` if the database refuses it twice."""
+        """One batch in its own transaction; ``REFUSED`` if the database refuses it twice.
+
+        An error that looks like an outage (:func:`is_outage`) while the database answers is
+        this batch's own too: errors without SQLSTATE include the driver's and SQLite's, a
+        query the client could not send (psycopg's parameter limit) or SQLite could not parse.
+        Answered 503, the agent would send the batch again forever, every batch of its node
+        waiting behind it; refused, it waits in the agent's ``rejected/`` (``gpuwatch spool
+        requeue`` once the cause is fixed) and the rest flows.
+        """
         store = self.store.store_many
         try:
             result = store([(node_id, batch)])[0]
-        except _REFUSALS:
+        except Exception as first:
+            if not self._is_batch_error(first):
+                raise
             # once more, partitions checked afresh: the first failure may have been a race, not
             # the batch (retention dropped the day's partition after this process cached it)
             self.store.partitions.forget()
             try:
                 result = store([(node_id, batch)])[0]
-            except _REFUSALS as exc:
+            except Exception as exc:
+                if not self._is_batch_error(exc):
+                    raise
                 detail = refusal_detail(exc)
                 log.warning(
                     "batch refused by the database", extra={"batch_id": str(batch.batch_id), "why": detail}
@@ -199,6 +225,16 @@ class IngestWriter:
                 return IngestResult(IngestStatus.REFUSED, 0, detail)
         self._count(1)
         return result
+
+    def _is_batch_error(self, exc: Exception) -> bool:
+        """The database refused the batch (constraint, value), or an error without SQLSTATE
+        (the client's, or SQLite's) came while the database answers. Errors the server gave a
+        SQLSTATE keep their meaning: a deadlock or a statement timeout is retried (503)."""
+        if isinstance(exc, _REFUSALS):
+            return True
+        if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+            return getattr(exc.orig, "sqlstate", None) is None and database_answers(self.store.engine)
+        return False
 
     def _store_alone(self, item: _Item) -> None:
         """Each batch of a failed group in its own transaction; a bundle's batches too.

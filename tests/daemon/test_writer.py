@@ -182,3 +182,37 @@ def test_what_counts_as_an_outage():
     assert is_outage(wrapped(psycopg.errors.DiskFull("could not extend file")))  # 53100
     assert not is_outage(wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))  # 40P01
     assert not is_outage(sa.exc.IntegrityError("INSERT ...", {}, psycopg.errors.CheckViolation("x")))
+
+
+def test_an_error_without_sqlstate_while_the_database_answers_is_the_batch_own(engine):
+    """A store bug (here the one fuzzing found: SQLite failing an INSERT of no rows, 'near
+    "ON": syntax error') raises an error without SQLSTATE, the kind an outage raises. The
+    database still answers, so the batch is refused alone and its group is stored; before,
+    it was answered 503 forever, and its node's newer batches waited behind it."""
+    import sqlite3
+
+    (node_id,) = _node_ids(engine, 1)
+    store = BatchStore(engine)
+    real_store_many = store.store_many
+
+    def store_many_with_a_bug(items):
+        if any(batch.seq == 13 for _, batch in items):
+            raise sa.exc.OperationalError(
+                "INSERT ...", {}, sqlite3.OperationalError('near "ON": syntax error')
+            )
+        return real_store_many(items)
+
+    store.store_many = store_many_with_a_bug  # type: ignore[method-assign]
+    writer = IngestWriter(store)
+    bundle = [
+        factories.batch(node="node000", start=factories.T0.replace(hour=h), seq=h) for h in (12, 13, 14)
+    ]
+    writer.start()
+    results = writer.submit_many(node_id, bundle).result(timeout=30)
+    alone = writer.submit(node_id, bundle[1]).result(timeout=30)
+    writer.stop()
+    assert [r.status for r in results] == [IngestStatus.STORED, IngestStatus.REFUSED, IngestStatus.STORED]
+    assert 'near "ON": syntax error' in results[1].detail
+    assert alone.status is IngestStatus.REFUSED
+    with engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(ingested_batches.c.seq)).scalars()) == [12, 14]
