@@ -1,7 +1,7 @@
 """A replay storm: the daemon's peak memory with ``daemon.max_inflight_bytes`` and without it.
 
     .venv/bin/python bench/replay_storm.py [--agents 200] [--backlog 64] [--gpus 8] [--stall-s 10]
-                                           [--rounds 2]
+                                           [--rounds 2] [--wire 2]
 
 After an outage every agent sends its spool backlog at once, as a bundle of up to 64
 batches (``agent.bundle_max_batches``). This starts a real ``gpuwatch daemon`` process on a
@@ -23,6 +23,8 @@ process), ``unbounded`` (a bound no storm reaches) and, with ``--compare-retry``
 (bounded, clients retrying exactly after ``Retry-After``). Prints, for each, the daemon's peak
 RSS (``VmHWM``), the time until every bundle was stored, and the 503s. Also measures once
 what a parsed body costs in memory against its size (the factor the bound's docs quote).
+``--wire`` is the wire format of the bundles: 2 (what agents send since the sixth session of
+issue 7; the default) or 1 (what the figures before it used).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import drop_db, fresh_db, make_batches
+from gpuwatch import wire_v2
 from gpuwatch.agent.push import Backoff
 from gpuwatch.daemon.ingest import checked_batch
 from gpuwatch.sql.nodes import create_token
@@ -59,18 +62,18 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM")
 
 
-def bundles(agents: int, backlog: int, gpus: int) -> dict[str, bytes]:
+def bundles(agents: int, backlog: int, gpus: int, version: int) -> dict[str, bytes]:
     batches = make_batches(agents, backlog, gpus, timedelta(0), 1)
     per_node: dict[str, list[bytes]] = {}
     for b in batches:
-        per_node.setdefault(b.node, []).append(b.model_dump_json().encode())
+        per_node.setdefault(b.node, []).append(wire_v2.encode(b, version))
     return {node: b"\n".join(parts) for node, parts in per_node.items()}
 
 
-def parsed_factor(body: bytes, node: str) -> float:
+def parsed_factor(body: bytes, node: str, version: int) -> float:
     """Bytes the parsed models of a bundle take, per byte of the bundle."""
     tracemalloc.start()
-    parsed = [checked_batch(line, node, 300) for line in body.split(b"\n")]
+    parsed = [checked_batch(line, node, 300, version) for line in body.split(b"\n")]
     size = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     del parsed
@@ -84,7 +87,9 @@ def retry_wait(backoff: Backoff, retry_after_s: float, spread: bool) -> float:
     return max(backoff.next_delay(), floor)
 
 
-def storm(bodies: dict[str, bytes], bound: int, stall_s: float, spread: bool) -> tuple[float, float, int]:
+def storm(
+    bodies: dict[str, bytes], bound: int, stall_s: float, spread: bool, version: int
+) -> tuple[float, float, int]:
     """(peak RSS MiB, seconds until all stored, 503s) of one daemon process."""
     name, url, engine = fresh_db()
     tokens = {node: create_token(engine, node) for node in bodies}
@@ -106,7 +111,7 @@ def storm(bodies: dict[str, bytes], bound: int, stall_s: float, spread: bool) ->
                     with requests.Session() as http:
                         while True:
                             r = http.post(
-                                f"{daemon.url}/api/v1/ingest/{node}/bundle",
+                                f"{daemon.url}/api/v{version}/ingest/{node}/bundle",
                                 data=bodies[node],
                                 headers={
                                     "Authorization": f"Bearer {tokens[node]}",
@@ -155,14 +160,17 @@ def main() -> None:
     ap.add_argument(
         "--compare-retry", action="store_true", help="also clients retrying exactly after Retry-After"
     )
+    ap.add_argument("--wire", type=int, choices=(1, 2), default=2, help="wire format of the bundles")
     args = ap.parse_args()
-    bodies = bundles(args.agents, args.backlog, args.gpus)
+    bodies = bundles(args.agents, args.backlog, args.gpus, args.wire)
     total = sum(map(len, bodies.values()))
     node, body = next(iter(bodies.items()))
     print(
-        f"{args.agents} agents x one bundle of {args.backlog} one-cycle batches ({args.gpus} GPUs): "
+        f"{args.agents} agents x one bundle of {args.backlog} one-cycle v{args.wire} batches "
+        f"({args.gpus} GPUs): "
         f"{len(body) / 2**20:.2f} MiB each, {total / 2**20:.0f} MiB in all; a parsed bundle takes "
-        f"{parsed_factor(body, node):.1f}x its bytes; the database stalled for the first {args.stall_s:g} s"
+        f"{parsed_factor(body, node, args.wire):.1f}x its bytes; the database stalled for the first "
+        f"{args.stall_s:g} s"
     )
     modes = {"bounded": (64 * 2**20, True), "unbounded": (UNBOUNDED, True)}
     if args.compare_retry:
@@ -170,7 +178,7 @@ def main() -> None:
     results: dict[str, list[tuple[float, float, int]]] = {m: [] for m in modes}
     for round_no in range(1, args.rounds + 1):
         for mode, (bound, spread) in modes.items():
-            peak, elapsed, sheds = storm(bodies, bound, args.stall_s, spread)
+            peak, elapsed, sheds = storm(bodies, bound, args.stall_s, spread, args.wire)
             results[mode].append((peak, elapsed, sheds))
             print(
                 f"  round {round_no} {mode:>9}: peak RSS {peak:,.0f} MiB, all stored in {elapsed:.1f} s, ",
