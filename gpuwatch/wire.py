@@ -26,8 +26,6 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
-#: every wire format a daemon takes, each at its own endpoint (v2, columns: ``wire_v2.py``)
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2})
 
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNeg = Annotated[float, Field(ge=0.0)]

@@ -127,6 +127,8 @@ _PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 _TIMESTAMP = struct.Struct(">iq")
 _LENGTH = struct.Struct(">i")
+#: a one-dimensional array's header: dimensions, has-NULL flag, element type, length, lower bound
+_HEADER = struct.Struct(">iiIii")
 
 #: column type as SQLAlchemy compiles it for PostgreSQL -> the list class to wrap it in
 ARRAY_FOR_SQL: dict[str, type[list]] = {
@@ -164,7 +166,7 @@ def pack(values: _TypedArray | _MemoArray) -> bytes:
         return _pack_memo(values)
     cls = type(values)
     has_null = None in values
-    header = struct.pack(">iiIii", 1, int(has_null), cls.element_oid, len(values), 1)
+    header = _HEADER.pack(1, int(has_null), cls.element_oid, len(values), 1)
     if not has_null:
         if len(values) > 4096:  # keep the cached formats small: pack in slices
             return header + b"".join(_body(cls, values[i : i + 4096]) for i in range(0, len(values), 4096))
@@ -182,7 +184,7 @@ def _body(cls: type[_TypedArray], values: list[Any]) -> bytes:
 
 def _pack_memo(values: _MemoArray) -> bytes:
     cls = type(values)
-    header = struct.Struct(">iiIii").pack
+    header = _HEADER.pack
     if cls.key is _MemoArray.key:  # hashable values: each distinct one encoded, then looked up in C
         encode = cls.encode
         memo = {value: _NULL if value is None else encode(value) for value in set(values)}
