@@ -22,7 +22,6 @@ v1 stays accepted (``/api/v1/ingest``); v2 goes to ``/api/v2/ingest`` (``docs/wi
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
@@ -133,15 +132,17 @@ COLUMNS: dict[str, type[_Columns]] = {
 }
 
 
+#: a batch's fields other than its version and samples: v1's, in both formats
+ENVELOPE = tuple(name for name in wire.Batch.model_fields if name not in ("schema_version", "samples"))
+
+
 class _Envelope(BaseModel):
+    """``schema_version`` first (it tells the formats apart by their first bytes, :func:`version_of`),
+    then v1's envelope fields, added by :data:`ColumnarBatch`."""
+
     model_config = _STRICT
 
     schema_version: Literal[2] = SCHEMA_VERSION
-    batch_id: uuid.UUID = Field(default_factory=uuid.uuid4)
-    node: wire.NodeName
-    agent_version: str = Field(min_length=1, max_length=64)
-    seq: wire.Count = Field(0, description="Agent-local sequence number; informational, for gaps.")
-    created_at: AwareDatetime = Field(default_factory=wire.utcnow)
 
     @model_validator(mode="after")
     def _at_most_max_samples(self) -> _Envelope:
@@ -156,6 +157,7 @@ ColumnarBatch = create_model(
     "ColumnarBatch",
     __base__=_Envelope,
     __doc__="One push from one agent, each sample kind as columns (wire format v2).",
+    **{name: (wire.Batch.model_fields[name].annotation, wire.Batch.model_fields[name]) for name in ENVELOPE},
     **{kind: (model | None, None) for kind, model in COLUMNS.items()},  # type: ignore[dict-item]
 )
 
@@ -199,7 +201,7 @@ def from_v1(batch: wire.Batch) -> Any:
         if kind == "gpu":
             member["processes"] = _process_columns(samples)
         members[kind] = member
-    envelope = batch.model_dump(include={"batch_id", "node", "agent_version", "seq", "created_at"})
+    envelope = {name: getattr(batch, name) for name in ENVELOPE}
     return ColumnarBatch.model_validate({**envelope, **members})
 
 
@@ -233,8 +235,7 @@ def to_v1(batch: Any) -> wire.Batch:
             if kind == "gpu":
                 fields_of["processes"] = processes[row] or None
             samples.append(wire.SAMPLE_KINDS[kind](**fields_of))
-    envelope = batch.model_dump(include={"batch_id", "node", "agent_version", "seq", "created_at"})
-    return wire.Batch(**envelope, samples=samples)
+    return wire.Batch(**{name: getattr(batch, name) for name in ENVELOPE}, samples=samples)
 
 
 def encode(batch: wire.Batch, version: int) -> bytes:
