@@ -12,10 +12,11 @@ their row (:meth:`PackInsert.of`).
 
 Writing: :func:`pack_rows` builds the packed rows from a batch's columns
 (``sql/batch_columns.py``); PostgreSQL gets them as ONE ``INSERT ... VALUES`` per group, each
-array in binary, in the same statement as the other tables' inserts (:class:`PackInsert`; ~34 µs of Python and
-~8 µs of server time per 8-GPU batch. Sending flat arrays and letting the server
-``GROUP BY`` + ``array_agg`` them was 24 + 40 µs). SQLite stores the same dicts as JSON lists;
-the benchmarks' raw COPY uses them too.
+array in binary, in the same statement as the other tables' inserts (:class:`PackInsert`;
+measured in the fifth session, with a pack per batch: ~34 µs of Python and ~8 µs of server time
+per 8-GPU batch; sending flat arrays and letting the server ``GROUP BY`` + ``array_agg`` them
+was 24 + 40 µs). SQLite stores the same dicts as JSON lists; the benchmarks' raw COPY uses
+them too.
 
 Duplicates: a pack's key is (node, first stamp), so a batch stored again under a new id
 adds nothing (``ON CONFLICT DO NOTHING``, as for every sample table). Two packs of the same
@@ -65,9 +66,14 @@ class ProcessReading:
 
 def pack_rows(node_id: int, columns: BatchColumns) -> list[dict[str, Any]]:
     """The batch's processes as packed rows (dicts), one per UTC day they fall on."""
+    return [_pack(node_id, fields) for fields in _fields_by_day(columns).values()]
+
+
+def _fields_by_day(columns: BatchColumns) -> dict[date, list[list[Any]]]:
+    """UTC day -> the batch's processes on it, one new list per :data:`ELEMENT_FIELDS` field."""
     processes = columns.processes
     if processes is None:
-        return []
+        return {}
     gpu = columns.tables["gpu"]
     rows = processes["sample"]
     stamps = list(map(gpu["ts"].__getitem__, rows))
@@ -75,12 +81,13 @@ def pack_rows(node_id: int, columns: BatchColumns) -> list[dict[str, Any]]:
     fields = [stamps, indices, *(list(processes[name]) for name in PROCESS_FIELDS)]
     # a batch has one stamp per cycle: a day per distinct stamp, once
     day_of = {ts: utc_day(ts) for ts in set(stamps)}
-    if len(set(day_of.values())) == 1:
-        return [_pack(node_id, fields)]
+    days = set(day_of.values())
+    if len(days) == 1:
+        return {days.pop(): fields}
     by_day: dict[date, list[int]] = {}
     for i, ts in enumerate(stamps):
         by_day.setdefault(day_of[ts], []).append(i)
-    return [_pack(node_id, [[field[i] for i in where] for field in fields]) for where in by_day.values()]
+    return {day: [[field[i] for i in where] for field in fields] for day, where in by_day.items()}
 
 
 def _pack(node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
@@ -103,8 +110,8 @@ _ARRAY_TYPES = {
 }
 _COLUMNS = ", ".join(f'"{c.name}"' for c in gpu_process_packs.c)
 _ROW = "(" + ", ".join(["%b"] * len(gpu_process_packs.c)) + ")"
-#: packs per INSERT: 10 parameters each, well under a statement's 65,535 (a writer group of
-#: 256 one-cycle batches is 256 packs)
+#: packs per INSERT: 10 parameters each, well under a statement's 65,535 (a writer group holds
+#: at most one pack per node and UTC day)
 ROWS_PER_INSERT = 1000
 
 
@@ -133,14 +140,11 @@ class PackInsert:
         """
         merged: dict[tuple[int, date], list[list[Any]]] = {}
         for node_id, batch in stored:
-            for pack in pack_rows(node_id, batch):
-                key = (node_id, utc_day(pack["ts"]))
-                fields = merged.get(key)
-                if fields is None:
-                    merged[key] = [list(pack[name]) for name in ELEMENT_FIELDS]
-                else:
-                    for values, name in zip(fields, ELEMENT_FIELDS, strict=True):
-                        values.extend(pack[name])
+            for day, fields in _fields_by_day(batch).items():
+                found = merged.setdefault((node_id, day), fields)
+                if found is not fields:
+                    for values, more in zip(found, fields, strict=True):
+                        values.extend(more)
         rows = [
             [node_id, min(fields[0]), max(fields[0])]
             + [array_type(values) for array_type, values in zip(_ARRAY_TYPES.values(), fields, strict=True)]
