@@ -7,25 +7,12 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
 
-from gpuwatch.config import load_settings
-from gpuwatch.daemon.app import create_app
 from gpuwatch.sql.ingest import count_rows
-from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import ingested_batches
 from gpuwatch.wire import utcnow
 from tests import factories, refusals
 from tests.daemon.test_ingest_api import _future, _out_of_range, _stored, _with
-
-
-@pytest.fixture
-def api(engine):
-    settings = load_settings(None, daemon={"max_batch_bytes": 256 * 1024, "max_bundle_batches": 8})
-    app = create_app(settings, engine)
-    tokens = {n: create_token(engine, n) for n in ("node001", "node002")}
-    with TestClient(app) as client:
-        yield client, tokens, engine, app
 
 
 def _batch(minutes_ago: int, node: str = "node001", seq: int = 0) -> bytes:
@@ -45,8 +32,8 @@ def _ids(engine) -> set[str]:
         return set(conn.execute(sa.select(ingested_batches.c.batch_id)).scalars())
 
 
-def test_each_line_answered_alone_and_the_good_ones_stored_together(api):
-    client, tokens, engine, app = api
+def test_each_line_answered_alone_and_the_good_ones_stored_together(bundle_api):
+    client, tokens, engine, app = bundle_api
     token = tokens["node001"]
     before = _batch(60)
     assert (
@@ -87,8 +74,8 @@ def test_each_line_answered_alone_and_the_good_ones_stored_together(api):
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 4
 
 
-def test_a_bundle_stores_the_same_rows_as_its_batches_one_by_one(api, engine):
-    client, tokens, _, _ = api
+def test_a_bundle_stores_the_same_rows_as_its_batches_one_by_one(bundle_api, engine):
+    client, tokens, _, _ = bundle_api
     lines = [_batch(m) for m in (40, 30, 20)]
     assert _bundle(client, "node001", tokens["node001"], lines).status_code == 200
     with engine.connect() as conn:
@@ -117,8 +104,8 @@ REFUSED = [
 @pytest.mark.parametrize(
     ("case", "node", "who", "lines", "status", "words"), REFUSED, ids=[c[0] for c in REFUSED]
 )
-def test_whole_bundle_refused_and_nothing_stored(api, case, node, who, lines, status, words):
-    client, tokens, engine, _ = api
+def test_whole_bundle_refused_and_nothing_stored(bundle_api, case, node, who, lines, status, words):
+    client, tokens, engine, _ = bundle_api
     token = tokens.get(who, who) if who else None
     response = _bundle(client, node, token, lines())
     assert response.status_code == status, response.text
@@ -126,15 +113,15 @@ def test_whole_bundle_refused_and_nothing_stored(api, case, node, who, lines, st
     assert _stored(engine) == 0
 
 
-def test_openapi_describes_the_bundle(api):
-    client, _, _, _ = api
+def test_openapi_describes_the_bundle(bundle_api):
+    client, _, _, _ = bundle_api
     spec = client.get("/openapi.json").json()
     body = spec["paths"]["/api/v1/ingest/{node}/bundle"]["post"]["requestBody"]
     assert "application/x-ndjson" in body["content"]
 
 
-def test_the_same_batch_twice_in_one_bundle_is_stored_once(api):
-    client, tokens, engine, _ = api
+def test_the_same_batch_twice_in_one_bundle_is_stored_once(bundle_api):
+    client, tokens, engine, _ = bundle_api
     line = _batch(30)
     response = _bundle(client, "node001", tokens["node001"], [line, _batch(20), line])
     assert [r["status"] for r in response.json()["results"]] == ["stored", "stored", "duplicate"]
@@ -143,9 +130,9 @@ def test_the_same_batch_twice_in_one_bundle_is_stored_once(api):
         assert count_rows(conn)["gpu_samples"] == 2 * 4
 
 
-def test_a_batch_the_database_refuses_is_refused_alone_with_the_reason(api):
+def test_a_batch_the_database_refuses_is_refused_alone_with_the_reason(bundle_api):
     """Answered 422 (the agent moves it to rejected/), not 500 (the agent retried it forever)."""
-    client, tokens, engine, _ = api
+    client, tokens, engine, _ = bundle_api
     refusals.refuse_seq(engine, 666)
     auth = {"Authorization": f"Bearer {tokens['node001']}"}
     poison = _batch(25, seq=666)

@@ -7,27 +7,14 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
 
 from gpuwatch import wire_v2
-from gpuwatch.config import load_settings
-from gpuwatch.daemon.app import create_app
 from gpuwatch.sql.ingest import count_rows
-from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.process_packs import count_processes, read_processes
 from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_packs
 from gpuwatch.wire import utcnow
 from tests import factories
 from tests.daemon.test_ingest_api import _stored
-
-
-@pytest.fixture
-def api(engine):
-    settings = load_settings(None, daemon={"max_batch_bytes": 256 * 1024, "max_bundle_batches": 8})
-    app = create_app(settings, engine)
-    tokens = {n: create_token(engine, n) for n in ("node001", "node002")}
-    with TestClient(app) as client:
-        yield client, tokens, engine
 
 
 def _v2(minutes_ago: float = 5, node: str = "node001", seq: int = 0) -> bytes:
@@ -46,8 +33,8 @@ def _edit(body: bytes, change) -> bytes:
     return json.dumps(doc).encode()
 
 
-def test_v2_batch_stored_then_duplicate(api):
-    client, tokens, engine = api
+def test_v2_batch_stored_then_duplicate(bundle_api):
+    client, tokens, engine, _ = bundle_api
     body = _v2()
     first = _post(client, tokens["node001"], body)
     assert first.status_code == 200, first.text
@@ -75,8 +62,8 @@ def _table_rows(engine) -> dict[str, list[tuple]]:
     return out
 
 
-def test_v1_and_v2_of_one_batch_store_the_same_rows(api):
-    client, tokens, engine = api
+def test_v1_and_v2_of_one_batch_store_the_same_rows(bundle_api):
+    client, tokens, engine, _ = bundle_api
     batch = factories.batch(start=utcnow() - timedelta(minutes=5))
     v1 = client.post(
         "/api/v1/ingest/node001",
@@ -131,24 +118,24 @@ CASES = [
 
 
 @pytest.mark.parametrize(("case", "transform", "status", "words"), CASES, ids=[c[0] for c in CASES])
-def test_bad_v2_requests_refused_and_nothing_stored(api, case, transform, status, words):
-    client, tokens, engine = api
+def test_bad_v2_requests_refused_and_nothing_stored(bundle_api, case, transform, status, words):
+    client, tokens, engine, _ = bundle_api
     response = _post(client, tokens["node001"], transform(_v2()))
     assert response.status_code == status, response.text
     assert words in json.dumps(response.json()["detail"])
     assert _stored(engine) == 0
 
 
-def test_v2_body_on_the_v1_endpoint_says_where_to_send_it(api):
-    client, tokens, engine = api
+def test_v2_body_on_the_v1_endpoint_says_where_to_send_it(bundle_api):
+    client, tokens, engine, _ = bundle_api
     response = _post(client, tokens["node001"], _v2(), path="/api/v1/ingest/node001")
     assert response.status_code == 400
     assert "v2 at /api/v2/ingest" in response.json()["detail"]
     assert _stored(engine) == 0
 
 
-def test_v2_bundle_each_line_answered_alone(api):
-    client, tokens, engine = api
+def test_v2_bundle_each_line_answered_alone(bundle_api):
+    client, tokens, engine, _ = bundle_api
     good = [_v2(10, seq=1), _v2(9, seq=2)]
     bad = _edit(_v2(8), lambda d: d["gpu"]["util_gpu_ratio"].pop())
     response = client.post(
@@ -164,8 +151,8 @@ def test_v2_bundle_each_line_answered_alone(api):
         assert count_rows(conn)["gpu_samples"] == 8
 
 
-def test_openapi_documents_both_formats(api):
-    client, _, _ = api
+def test_openapi_documents_both_formats(bundle_api):
+    client, _, _, _ = bundle_api
     doc = client.get("/openapi.json").json()
     assert {"/api/v1/ingest/{node}", "/api/v2/ingest/{node}", "/api/v2/ingest/{node}/bundle"} <= set(
         doc["paths"]
@@ -176,10 +163,10 @@ def test_openapi_documents_both_formats(api):
     assert body["schema"] == {"$ref": "#/components/schemas/ColumnarBatch"}
 
 
-def test_a_kind_with_no_samples_is_stored_as_nothing(api):
+def test_a_kind_with_no_samples_is_stored_as_nothing(bundle_api):
     """``"cpu": {"ts": [], ...}`` is valid v2 (fuzzing found SQLite answering 503 to it: an
     INSERT of no rows is a syntax error there, and SQLite's errors carry no SQLSTATE)."""
-    client, tokens, engine = api
+    client, tokens, engine, _ = bundle_api
     empty = {f: [] for f in ("ts", "cores", "busy_ratio", "user_ratio", "system_ratio", "iowait_ratio")}
     body = _edit(_v2(), lambda d: d.__setitem__("cpu", empty))
     response = _post(client, tokens["node001"], body)
