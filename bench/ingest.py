@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
                                      [--clients 32] [--workers 2] [--bundle 6,30] [--rounds 3]
-                                     [--skip insert] [--wire 1,2]
+                                     [--skip insert] [--wire 1,2] [--merge 30]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
@@ -20,6 +20,9 @@ as ``... py``: the daemon on uvicorn's pure-Python stack (``daemon.http_parser =
 ``daemon.event_loop = "asyncio"``, what it ran on before httptools and uvloop were
 dependencies), side by side. With ``--wire 1,2`` each ``http`` mode also runs as ``... v2``:
 the same batches in wire format v2 (columns, ``gpuwatch/wire_v2.py``) to ``/api/v2/ingest``.
+With ``--merge K[,K...]``, ``http xN mK``: K consecutive one-cycle batches of a node merged
+into ONE v2 batch by the agent's own code (``gpuwatch/agent/merge.py``), one per request, as
+an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merge_backlog``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.agent_vs_node_exporter import tree_cpu_seconds
 from gpuwatch import wire, wire_v2
+from gpuwatch.agent import merge
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore
@@ -175,6 +179,25 @@ def copy_table(cur: psycopg.Cursor, table: sa.Table, value_rows: list[list]) -> 
     copy_into(cur, table.name, list(table.c.keys()), copy_types(table), value_rows)
 
 
+def postgres_cpu_seconds(engine: sa.Engine) -> float | None:
+    """CPU seconds of the PostgreSQL server's processes (the postmaster and its live children:
+    the backends of the pools in use); None if its data directory is not readable here."""
+    try:
+        with engine.connect() as conn:
+            data_dir = conn.execute(sa.text("SHOW data_directory")).scalar()
+        postmaster = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, sa.exc.DBAPIError):
+        return None
+    return tree_cpu_seconds(postmaster)
+
+
+def _server_cpu(before: float | None, engine: sa.Engine, cycles: int) -> str:
+    after = postgres_cpu_seconds(engine)
+    if before is None or after is None:
+        return ""
+    return f"; PostgreSQL CPU {1000 * (after - before) / cycles:.3f} ms per cycle"
+
+
 def bench_raw_copy(
     engine: sa.Engine, batches: list[wire.Batch], gpu_only: bool = False
 ) -> tuple[float, list[float]]:
@@ -195,20 +218,40 @@ def bench_raw_copy(
             merged.setdefault(name, []).extend(copy_values(tables[name], row) for row in rows)
     t0 = time.perf_counter()
     with engine.begin() as conn:
+        cpu0 = postgres_cpu_seconds(engine)  # after connecting: the backend is alive to count
         cur = conn.connection.dbapi_connection.cursor()
         for name, value_rows in merged.items():
             copy_table(cur, tables[name], value_rows)
     elapsed = time.perf_counter() - t0
+    server = _server_cpu(cpu0, engine, len(batches))
+    if server:
+        print(f"               {server[2:]}")
     return elapsed, [elapsed / max(len(batches), 1)] * len(batches)
 
 
 def http_requests(
-    batches: list[wire.Batch], bundle: int, version: int = 1
+    batches: list[wire.Batch], bundle: int, version: int = 1, merged: int = 1
 ) -> list[tuple[str, str, bytes, str]]:
     """(node, path, body, content type) per request: each batch alone, or ``bundle`` consecutive
     batches of one node per bundle request, one per line, as an agent replays its spool; the
-    bodies in wire format ``version``, as the agent writes them (``wire_v2.encode``)."""
+    bodies in wire format ``version``, as the agent writes them (``wire_v2.encode``). With
+    ``merged`` > 1, that many consecutive v2 batches of a node merged into one (the agent's
+    ``merge``), one per request."""
     prefix = f"/api/v{version}/ingest/"
+    if merged > 1:
+        per_node_v2: dict[str, list[bytes]] = {}
+        for b in batches:
+            per_node_v2.setdefault(b.node, []).append(wire_v2.encode(b, 2))
+        return [
+            (
+                node,
+                f"/api/v2/ingest/{node}",
+                merge.encode(merge.merge(merge.parse(bodies[i : i + merged]))),
+                "application/json",
+            )
+            for node, bodies in per_node_v2.items()
+            for i in range(0, len(bodies), merged)
+        ]
     if bundle <= 1:
         return [(b.node, prefix + b.node, wire_v2.encode(b, version), "application/json") for b in batches]
     per_node: dict[str, list[bytes]] = {}
@@ -231,6 +274,7 @@ def bench_http(
     bundle: int = 1,
     pure_python: bool = False,
     version: int = 1,
+    merged: int = 1,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
     like many agents (the case group commit is for); with ``bundle`` > 1, as bundles of that
@@ -244,7 +288,7 @@ def bench_http(
     from tests.daemon_process import DaemonProcess
 
     tokens = {b.node: create_token(engine, b.node) for b in batches}
-    requests_ = http_requests(batches, bundle, version)
+    requests_ = http_requests(batches, bundle, version, merged)
     latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GPUWATCH_DAEMON__WORKERS": str(workers)}
@@ -272,6 +316,7 @@ def bench_http(
 
             threads = [threading.Thread(target=client, args=(requests_[i::clients],)) for i in range(clients)]
             cpu0 = tree_cpu_seconds(daemon.proc.pid)
+            server0 = postgres_cpu_seconds(engine)
             t0 = time.perf_counter()
             for t in threads:
                 t.start()
@@ -279,6 +324,7 @@ def bench_http(
                 t.join()
             elapsed = time.perf_counter() - t0
             daemon_cpu = tree_cpu_seconds(daemon.proc.pid) - cpu0
+            server = _server_cpu(server0, engine, len(batches))
         finally:
             daemon.stop()
             log_text = (Path(tmp) / "daemon.log").read_text(errors="replace")
@@ -296,12 +342,14 @@ def bench_http(
         print(f"                {fallbacks} group(s) failed and were stored batch by batch ({why})")
     with engine.connect() as conn:
         groups = conn.execute(sa.select(sa.func.count(sa.distinct(ingested_batches.c.received_at)))).scalar()
+        stored = conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar()
     samples = sum(len(b.samples) for b in batches)
     print(
-        f"                {len(requests_)} requests; group commit: {len(batches)} batches in {groups} "
+        f"                {len(requests_)} requests; group commit: {stored} batches in {groups} "
         f"transactions; daemon CPU "
-        f"{1000 * daemon_cpu / len(batches):.2f} ms per batch = {samples / daemon_cpu:,.0f} samples per "
+        f"{1000 * daemon_cpu / len(batches):.2f} ms per cycle = {samples / daemon_cpu:,.0f} samples per "
         f"daemon CPU-second (the clients share the machine: this is the daemon's own ceiling per core)"
+        + server
     )
     return elapsed, latencies
 
@@ -332,6 +380,12 @@ def main() -> None:
         help="comma-separated wire formats the http modes post in (1, 2): with 1,2 each http mode "
         "also runs as '... v2', side by side",
     )
+    ap.add_argument(
+        "--merge",
+        default="",
+        help="comma-separated merge sizes: a mode each, posting that many one-cycle batches of a "
+        "node merged into one v2 batch per request (agent.merge_backlog)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
     ap.add_argument(
@@ -350,6 +404,7 @@ def main() -> None:
         modes = [twin for m in modes for twin in ((m, f"{m} py") if m.startswith("http") else (m,))]
     wires = [int(v) for v in args.wire.split(",")]
     modes = [f"{m} v{v}" if v != 1 else m for m in modes for v in (wires if m.startswith("http") else [1])]
+    modes += [f"http x{args.clients} m{int(size)}" for size in filter(None, args.merge.split(","))]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
     # ratio below must compare modes measured under the same drift
@@ -382,7 +437,10 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             clients = args.clients if "x" in mode else 1
             pure_python = " py" in mode
             version = 2 if mode.endswith(" v2") else 1
-            elapsed, lat = bench_http(url, engine, batches, clients, workers, bundle, pure_python, version)
+            merged = int(mode.split(" m")[1]) if " m" in mode else 1
+            elapsed, lat = bench_http(
+                url, engine, batches, clients, workers, bundle, pure_python, version, merged
+            )
         else:
             elapsed, lat = bench_store(engine, batches, mode)
     finally:

@@ -910,6 +910,11 @@ CATALOG: tuple[Entry, ...] = (
             ("gpuwatch_agent_rejected_batches_total", "batches", "Batches the daemon rejected."),
             ("gpuwatch_agent_retried_sends_total", "sends", "Sends that will be retried."),
             ("gpuwatch_agent_bundles_sent_total", "requests", "Bundles of batches the daemon answered."),
+            (
+                "gpuwatch_agent_merged_sends_total",
+                "requests",
+                "Batches merged from a spool backlog that the daemon stored (agent.merge_backlog).",
+            ),
         )
     ),
 )

@@ -108,9 +108,17 @@ class AgentConfig(_Section):
         ge=1,
         le=360,
         description=(
-            "Send when this many batches wait (one bundle), not after every cycle: fewer requests "
+            "Send when this many batches wait (one request), not after every cycle: fewer requests "
             "for a large cluster's daemon, data up to (push_every - 1) * interval_s later. "
             "Every cycle is still spooled to disk at once; held batches get one try at shutdown."
+        ),
+    )
+    merge_backlog: bool = Field(
+        True,
+        description=(
+            "Send a backlog of v2 batches (after an outage, or held by push_every) as ONE batch "
+            "holding all their samples, within bundle_max_batches and bundle_max_bytes: a third of "
+            "the daemon's CPU per cycle. A merged batch the daemon refuses goes again as a bundle."
         ),
     )
     wire_format: Literal[1, 2] = Field(

@@ -58,6 +58,7 @@ _AGENT_COUNTERS = (
     ("rejected_batches", "gpuwatch_agent_rejected_batches_total"),
     ("retried_sends", "gpuwatch_agent_retried_sends_total"),
     ("bundles_sent", "gpuwatch_agent_bundles_sent_total"),
+    ("merged_sends", "gpuwatch_agent_merged_sends_total"),
 )
 _KNOWN_REASONS = tuple(name for _, name in CLOCKS_EVENT_REASONS)
 

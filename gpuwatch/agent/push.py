@@ -45,6 +45,8 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 _CONFIG_STATUSES = frozenset({401, 403, 404})
 _MAX_LOGGED_MESSAGES = 256
 _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+#: errors raised before a connection was made: the request cannot have reached the daemon
+_NOT_CONNECTED = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)
 #: how long v2 batches go as v1 after a daemon answered 404 to v2 (then v2 is tried again)
 V1_FALLBACK_S = 600
 
@@ -69,6 +71,10 @@ class PushResult:
     retry_after_s: float | None = None
     #: a wrong token, node, URL or redirect: only an admin can fix it, so it is logged at ERROR
     config_problem: bool = False
+    #: the request may have reached the daemon and been stored, but no answer says so (a
+    #: timeout or a connection lost after connecting, a 5xx): a merged batch then goes again
+    #: as the same batch (same id), so that a stored one comes back ``duplicate``
+    maybe_stored: bool = False
 
 
 def parse_retry_after(value: str | None, now: Callable[[], datetime] = utcnow) -> float | None:
@@ -293,9 +299,12 @@ class Pusher:
                 redirect=False,
             )
         except urllib3.exceptions.TimeoutError as exc:
-            if not isinstance(exc, urllib3.exceptions.NewConnectionError):  # a subclass, oddly
+            if not isinstance(exc, _NOT_CONNECTED):  # NewConnectionError is a subclass, oddly
                 return PushResult(
-                    Outcome.RETRY, None, f"no answer from {url} within {self.timeout_s:g} s"
+                    Outcome.RETRY,
+                    None,
+                    f"no answer from {url} within {self.timeout_s:g} s",
+                    maybe_stored=True,
                 ), None
             message = _ADDRESS_RE.sub("", str(exc))
             return PushResult(
@@ -304,7 +313,10 @@ class Pusher:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             message = _ADDRESS_RE.sub("", str(exc))  # object addresses would make every message distinct
             return PushResult(
-                Outcome.RETRY, None, f"cannot reach {url}: {type(exc).__name__}: {message}"
+                Outcome.RETRY,
+                None,
+                f"cannot reach {url}: {type(exc).__name__}: {message}",
+                maybe_stored=not isinstance(exc, _NOT_CONNECTED),
             ), None
         status = response.status
         outcome = classify(status)
@@ -315,7 +327,12 @@ class Pusher:
             return PushResult(outcome, status, "stored"), response.data
         config_problem = status in _CONFIG_STATUSES or 300 <= status < 400
         return PushResult(
-            outcome, status, self._explain(url, status, response), retry_after, config_problem
+            outcome,
+            status,
+            self._explain(url, status, response),
+            retry_after,
+            config_problem,
+            maybe_stored=status >= 500,
         ), None
 
     def _explain(self, url: str, status: int, response: urllib3.BaseHTTPResponse) -> str:

@@ -6,8 +6,9 @@ Two threads, joined only through the on-disk :class:`~gpuwatch.agent.spool.Spool
   ``start + k * interval_s`` of a monotonic clock, so a slow cycle never shifts the ones
   after it (missed ticks are skipped and counted), builds one :class:`~gpuwatch.wire.Batch`
   and writes it to the spool before anything else happens to it;
-* the sender thread sends the oldest spooled batch, one per request, and acks, rejects or
-  backs off (exponential, full jitter; after a ``Retry-After``, 1-1.5x it), never blocking sampling.
+* the sender thread sends the oldest spooled batch (a backlog merged into one batch, or as
+  a bundle) and acks, rejects or backs off (exponential, full jitter; after a
+  ``Retry-After``, 1-1.5x it), never blocking sampling.
 
 So a crash at any point loses at most the cycle still in memory, and an outage of the
 daemon costs only spool space.
@@ -23,8 +24,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 
 from gpuwatch import __version__, wire_v2
+from gpuwatch.agent import merge
 from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult
 from gpuwatch.agent.spool import Spool, SpooledBatch
 from gpuwatch.collectors.base import Collector, run_collector
@@ -93,6 +96,13 @@ class Agent:
         self.rejected_batches = 0
         self.retried_sends = 0
         self.bundles_sent = 0
+        self.merged_sends = 0
+        #: batches up to this spool seq go unmerged: a batch merged from them was refused
+        self._unmerged_through = -1
+        #: the spool files of the last merged batch while it is retried after an answer that may
+        #: hide a stored batch (``PushResult.maybe_stored``): they go again as the same batch
+        #: (same id: a duplicate if it was stored), not regrouped with the cycles spooled since
+        self._merged_retry: list[Path] | None = None
         #: bundles go until a daemon refuses them (an older one); then one batch per request,
         #: or smaller bundles after a 413, until ``_full_bundles_at`` (then tried again)
         self._bundles = self.config.bundle_max_batches > 1
@@ -216,13 +226,16 @@ class Agent:
     def send_one(self) -> PushResult | None:
         """Send the oldest spooled batches and ack/reject each; None when the spool is empty.
 
-        One batch goes alone; a backlog goes as a bundle of up to ``agent.bundle_max_batches``.
-        The result says what the sender does next: RETRY (back off) if any batch must be
-        kept for another try, else OK or REJECTED.
+        One batch goes alone; a backlog of v2 batches goes merged into one batch
+        (``agent.merge_backlog``, :mod:`gpuwatch.agent.merge`), otherwise as a bundle, up to
+        ``agent.bundle_max_batches`` and ``agent.bundle_max_bytes`` either way. The result says
+        what the sender does next: RETRY (back off) if any batch must be kept for another try,
+        else OK or REJECTED.
         """
         assert self.spool is not None and self.pusher is not None
         self._maybe_restore_bundles()
-        limit = self._bundle_limit if self._bundles else 1
+        merging = self.config.merge_backlog
+        limit = self._bundle_limit if self._bundles or merging else 1
         items = self.spool.peek_oldest_many(limit, self.config.bundle_max_bytes)
         if not items:
             return None
@@ -230,6 +243,12 @@ class Agent:
         # (only after an upgrade or a change of agent.wire_format do two formats wait at once)
         version = wire_v2.version_of(items[0].data)
         items = list(itertools.takewhile(lambda item: wire_v2.version_of(item.data) == version, items))
+        if merging and version == 2 and len(items) > 1 and items[0].seq > self._unmerged_through:
+            merged = self._send_merged(items)
+            if merged is not None:
+                return merged
+        if not self._bundles:
+            items = items[:1]
         if len(items) == 1 or any(b"\n" in item.data for item in items):
             return self._send_alone(items[0])
         bundle = self.pusher.send_bundle([item.data for item in items])
@@ -243,6 +262,45 @@ class Agent:
             if result.outcome is Outcome.RETRY and retry is None:
                 retry = result
         return retry or bundle.request
+
+    def _send_merged(self, items: list[SpooledBatch]) -> PushResult | None:
+        """Send the leading ``items`` that may be merged as one batch and settle them all by its
+        answer; None if they go otherwise (nothing to merge, or the daemon refused the merged
+        batch: then they go as a bundle, each settled by its own answer)."""
+        window, self._merged_retry = self._merged_retry, None
+        if window is not None and [item.path for item in items[: len(window)]] == window:
+            items = items[: len(window)]
+        try:
+            batches = merge.parse([item.data for item in items])
+            count = merge.mergeable_prefix(batches)
+            if count < 2:
+                return None
+            items = items[:count]
+            body = merge.encode(merge.merge(batches[:count]))
+        except ValueError as exc:  # a spooled file that is not a valid v2 batch: the daemon says why
+            self._log_once(logging.WARNING, f"cannot merge the spool backlog, sending it as a bundle: {exc}")
+            self._unmerged_through = items[-1].seq
+            return None
+        result = self.pusher.send(body)
+        self.last_push = result
+        if result.outcome is Outcome.REJECTED:
+            log.warning(
+                "daemon refused a batch merged from %d spooled batches (seq %d-%d), sending them "
+                "one by one in a bundle to find the bad one: %s",
+                len(items),
+                items[0].seq,
+                items[-1].seq,
+                result.reason,
+            )
+            self._unmerged_through = items[-1].seq
+            return None
+        for item in items:
+            self._settle(item, result)
+        if result.outcome is Outcome.OK:
+            self.merged_sends += 1
+        elif result.maybe_stored:
+            self._merged_retry = [item.path for item in items]
+        return result
 
     def _send_alone(self, item: SpooledBatch) -> PushResult:
         result = self.pusher.send(item.data)

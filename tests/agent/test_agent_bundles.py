@@ -14,9 +14,13 @@ import pytest
 from gpuwatch import wire_v2
 from gpuwatch.agent import Outcome
 from gpuwatch.agent.runner import BUNDLE_RETRY_AFTER_S
-from tests.agent.fakes import Reply, ScriptedDaemon
-from tests.agent.fakes import agent_config as make_config
+from tests.agent.fakes import Reply, ScriptedDaemon, agent_config
 from tests.agent.test_agent_runner import make_agent, wait_for
+
+
+def make_config(tmp_path: Path, url: str, **overrides: object):
+    """An agent that bundles its backlog (merging it is tested in test_agent_merge.py)."""
+    return agent_config(tmp_path, url, **{"merge_backlog": False, **overrides})
 
 
 def _spooled(agent, n: int) -> list[str]:

@@ -103,6 +103,7 @@ def test_bad_batch_is_rejected_with_the_daemons_detail(daemon: ScriptedDaemon, s
         pusher.close()
     assert result.outcome is Outcome.REJECTED and result.status == status
     assert f"HTTP {status}" in result.reason and "timezone" in result.reason
+    assert not result.maybe_stored
 
 
 def test_401_is_retried_and_logged_at_error_once(daemon: ScriptedDaemon, caplog: LogCapture) -> None:
@@ -145,6 +146,8 @@ def test_retry_after_is_read_on_429_and_503(daemon: ScriptedDaemon, status: int)
         pusher.close()
     assert first.outcome is Outcome.RETRY and first.retry_after_s == 7.0
     assert second.outcome is Outcome.RETRY and second.retry_after_s is None  # only 429/503
+    # a 5xx may come after a commit (or from a proxy in front of one): maybe stored
+    assert (first.maybe_stored, second.maybe_stored) == (status == 503, True)
 
 
 def test_connection_refused_is_retry(daemon: ScriptedDaemon, caplog: LogCapture) -> None:
@@ -155,6 +158,7 @@ def test_connection_refused_is_retry(daemon: ScriptedDaemon, caplog: LogCapture)
     finally:
         pusher.close()
     assert all(r.outcome is Outcome.RETRY and r.status is None for r in results)
+    assert not any(r.maybe_stored for r in results)  # never connected: nothing can be stored
     assert "cannot reach" in results[0].reason
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1  # same message, logged once
 
@@ -167,6 +171,7 @@ def test_timeout_is_retry(daemon: ScriptedDaemon) -> None:
     finally:
         pusher.close()
     assert result.outcome is Outcome.RETRY and "within 0.1 s" in result.reason
+    assert result.maybe_stored  # the daemon had the request: it may have stored it
 
 
 def test_redirect_is_not_followed(daemon: ScriptedDaemon) -> None:

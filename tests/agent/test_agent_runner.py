@@ -107,7 +107,7 @@ def test_outage_loses_and_duplicates_nothing_and_replays_in_order(
     daemon: ScriptedDaemon, tmp_path: Path
 ) -> None:
     daemon.down()
-    config = make_config(tmp_path, daemon.url)
+    config = make_config(tmp_path, daemon.url, merge_backlog=False)  # merged: test_agent_merge.py
     agent = make_agent(config)
     stop = threading.Event()
     cycles = 25
@@ -137,7 +137,7 @@ def test_outage_loses_and_duplicates_nothing_and_replays_in_order(
 
 
 def test_backlog_from_a_previous_run_is_sent_first(daemon: ScriptedDaemon, tmp_path: Path) -> None:
-    config = make_config(tmp_path, daemon.url)
+    config = make_config(tmp_path, daemon.url, merge_backlog=False)  # batch ids kept on the wire
     with make_agent(config) as first:  # collected, never sent (as if killed before the sender ran)
         old = [first.cycle() for _ in range(4)]
     agent = make_agent(config)

@@ -53,7 +53,7 @@ def test_a_spool_of_both_formats_goes_in_order_one_format_per_bundle(
     old = make_config(tmp_path, daemon.url, wire_format=1)
     with make_agent(old) as agent:
         ids = [str(agent.cycle().batch_id) for _ in range(3)]  # type: ignore[union-attr]
-    new = make_config(tmp_path, daemon.url, wire_format=2)
+    new = make_config(tmp_path, daemon.url, wire_format=2, merge_backlog=False)
     with make_agent(new) as agent:
         ids += [str(agent.cycle().batch_id) for _ in range(2)]  # type: ignore[union-attr]
         _drain(agent)

@@ -13,7 +13,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def make_agent(
     spool_max_bytes: int = 16 * 2**20,
     clock: VirtualTime | None = None,
     now: Callable[[], datetime] | None = None,
+    merge_backlog: bool = True,
 ) -> tuple[Agent, RecordingPusher]:
     settings = load_settings(
         None,
@@ -82,6 +84,7 @@ def make_agent(
             "backoff_initial_s": 0.05,
             "backoff_max_s": 0.3,
             "push_timeout_s": 3,
+            "merge_backlog": merge_backlog,
         },
         gpu={"backend": "sim", "sim_scenario": "training", "sim_gpus": gpus, "sim_seed": 7},
     )
@@ -115,12 +118,26 @@ def gpu_row_count(engine: sa.Engine) -> int:
         return conn.execute(sa.select(sa.func.count()).select_from(gpu_samples)).scalar()
 
 
-def assert_exactly_once(engine: sa.Engine, pusher: RecordingPusher, cycles: int, gpus: int) -> None:
-    """0 lost, 0 duplicated: every cycle's batch stored once, every GPU sample once."""
-    acked = {str(b.batch_id): len(b.samples) for b in pusher.delivered}
-    assert len(acked) == cycles, f"{len(acked)} distinct batches acknowledged, {cycles} made"
+def acked_gpu_stamps(pushers: Iterable[RecordingPusher]) -> Counter:
+    """(node, stamp) -> GPU samples, over the distinct batches the daemon acknowledged (a
+    batch answered twice, e.g. ``duplicate`` after a lost answer, counts once)."""
+    batches = {str(b.batch_id): b for pusher in pushers for b in pusher.delivered}
+    return Counter((b.node, s.ts) for b in batches.values() for s in b.samples if s.kind == "gpu")
+
+
+def assert_exactly_once(
+    engine: sa.Engine, pushers: RecordingPusher | list[RecordingPusher], cycles: int, gpus: int
+) -> None:
+    """0 lost, 0 duplicated, per agent: every cycle's GPU samples in exactly one acknowledged
+    batch (a cycle's own, or one merged from a backlog), every acknowledged batch recorded by
+    the daemon with its sample count and nothing else, every GPU sample stored once."""
+    pushers = pushers if isinstance(pushers, list) else [pushers]
+    acked = {str(b.batch_id): len(b.samples) for pusher in pushers for b in pusher.delivered}
     assert stored_batches(engine) == acked  # same ids, same sample counts, nothing extra
-    assert gpu_row_count(engine) == cycles * gpus
+    stamps = acked_gpu_stamps(pushers)
+    assert len(stamps) == len(pushers) * cycles, f"{len(stamps)} cycles acknowledged, {cycles} made per agent"
+    assert set(stamps.values()) == {gpus}, "each cycle's GPUs in one acknowledged batch"
+    assert gpu_row_count(engine) == len(pushers) * cycles * gpus
 
 
 @pytest.fixture

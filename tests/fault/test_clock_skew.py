@@ -68,3 +68,30 @@ def test_node_two_days_behind_is_stored_in_a_partition_made_on_demand(daemon, tm
         assert days == {day}
         if engine.dialect.name == "postgresql":
             assert partition_name("gpu_samples", day) in list_partitions(conn, "gpu_samples")
+
+
+def test_one_cycle_ahead_in_a_merged_backlog_rejects_only_that_cycle(daemon, tmp_path):
+    """The daemon refuses a merged batch holding one cycle from the future; the agent sends
+    its batches again as a bundle, and only that cycle goes to rejected/."""
+    d, engine = daemon
+    skew = [timedelta(0)]
+    token = create_token(engine, "jumpy-node")
+    agent, pusher = make_agent(
+        d.url, token, tmp_path / "jumpy", node="jumpy-node", gpus=2, now=lambda: utcnow() + skew[0]
+    )
+    try:
+        for ahead in (0, 0, 1, 0, 0):  # hours: the clock jumped for one cycle (chrony stepped it back)
+            skew[0] = timedelta(hours=ahead)
+            agent.cycle()
+        agent.start_sender()
+        assert agent.drain(20)
+    finally:
+        agent.close()
+    assert pusher.statuses == [422, 200]  # the merged batch; the bundle of its five batches
+    assert agent.rejected_batches == 1 and agent.sent_batches == 4 and agent.merged_sends == 0
+    [(_, reason)] = agent.spool.rejected()
+    assert "ahead of the daemon's clock" in reason
+    assert stored_batches(engine) == {str(b.batch_id): len(b.samples) for b in pusher.delivered}
+    assert len(pusher.delivered) == 4
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(gpu_samples)).scalar() == 4 * 2

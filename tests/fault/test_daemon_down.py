@@ -1,5 +1,5 @@
 """The daemon down for 30 simulated minutes: the agent spools 180 cycles, then replays all of
-them once, in bundles."""
+them once: merged into a few multi-cycle batches (the default), or in bundles."""
 
 from __future__ import annotations
 
@@ -17,13 +17,21 @@ CYCLES = 180  # 30 minutes at 10 s
 GPUS = 4
 
 
-def test_thirty_minutes_down_then_replay_loses_and_duplicates_nothing(migrated, tmp_path):
+@pytest.mark.parametrize("merge_backlog", [True, False], ids=["merged", "bundled"])
+def test_thirty_minutes_down_then_replay_loses_and_duplicates_nothing(migrated, tmp_path, merge_backlog):
     db_url, engine = migrated
     token = create_token(engine, "down-node")
     daemon = DaemonProcess(db_url, tmp_path / "daemon.log")  # port chosen, nothing listening yet
     vt = VirtualTime(recent_start(minutes=31))
     agent, pusher = make_agent(
-        daemon.url, token, tmp_path / "spool", node="down-node", interval_s=10.0, gpus=GPUS, clock=vt
+        daemon.url,
+        token,
+        tmp_path / "spool",
+        node="down-node",
+        interval_s=10.0,
+        gpus=GPUS,
+        clock=vt,
+        merge_backlog=merge_backlog,
     )
     stop = threading.Event()
 
@@ -48,8 +56,14 @@ def test_thirty_minutes_down_then_replay_loses_and_duplicates_nothing(migrated, 
         agent.close()
         daemon.stop()
     assert_exactly_once(engine, pusher, CYCLES, GPUS)
-    # oldest first: the replay delivered the batches in the order they were made
-    seqs = [b.seq for b in pusher.delivered]
-    assert seqs == sorted(seqs)
-    # the backlog went back in bundles (agent.bundle_max_batches = 64): a few requests, not 180
-    assert sum(pusher.bundles) >= CYCLES - 1 and len(pusher.bundles) <= 4, pusher.bundles
+    # oldest first: the replay delivered the cycles in the order they were made
+    stamps = [s.ts for b in pusher.delivered for s in b.samples if s.kind == "gpu"]
+    assert stamps == sorted(stamps)
+    # a few requests, not 180 (agent.bundle_max_batches = 64 batches per merged batch or bundle)
+    if merge_backlog:
+        # 180 spooled cycles in windows of 64: three merged batches, no bundle
+        assert agent.merged_sends == len(pusher.delivered) == 3 and pusher.bundles == []
+        assert all(b.seq > 0 for b in pusher.delivered)  # each merged batch has its last cycle's seq
+    else:
+        assert sum(pusher.bundles) >= CYCLES - 1 and len(pusher.bundles) <= 4, pusher.bundles
+        assert agent.merged_sends == 0

@@ -183,3 +183,4 @@ class AgentCounters:
     rejected_batches = 0
     retried_sends = 5
     bundles_sent = 3
+    merged_sends = 2
