@@ -242,7 +242,8 @@ class Pusher:
             return False
         self._v1_until = self._clock() + V1_FALLBACK_S
         log.warning(
-            "daemon has no wire format v2 endpoint (%s); sending v1 for the next %d s",
+            "no wire format v2 endpoint (%s): a daemon older than v2, or a wrong agent.daemon_url; "
+            "sending v1 for the next %d s",
             result.reason,
             V1_FALLBACK_S,
         )

@@ -4,6 +4,7 @@ daemon that does not take v2 yet."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,9 @@ def test_a_spool_of_both_formats_goes_in_order_one_format_per_bundle(
     assert daemon.stored_ids() == ids
 
 
-def test_a_daemon_without_v2_gets_v1_until_the_fallback_expires(daemon: ScriptedDaemon) -> None:
+def test_a_daemon_without_v2_gets_v1_until_the_fallback_expires(
+    daemon: ScriptedDaemon, caplog: pytest.LogCaptureFixture
+) -> None:
     now = [0.0]
     pusher = Pusher(daemon.url, "node01", "token", 5.0, clock=lambda: now[0])
     daemon.v2 = False
@@ -69,6 +72,9 @@ def test_a_daemon_without_v2_gets_v1_until_the_fallback_expires(daemon: Scripted
     try:
         result = pusher.send(wire_v2.encode(first, 2))
         assert result.outcome is Outcome.OK and pusher.downgraded == 1
+        # the warning names both causes of a 404 (a wrong URL 404s at v1 too, logged as an error)
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert "older than v2" in warning and "agent.daemon_url" in warning
         # the 404 from v2, then the same batch as v1: nothing lost, nothing waits for a retry
         assert [(r.version, r.status) for r in daemon.received] == [(2, 404), (1, 200)]
         assert json.loads(daemon.received[1].body)["batch_id"] == str(first.batch_id)
