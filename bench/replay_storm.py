@@ -1,7 +1,7 @@
 """A replay storm: the daemon's peak memory with ``daemon.max_inflight_bytes`` and without it.
 
     .venv/bin/python bench/replay_storm.py [--agents 200] [--backlog 64] [--gpus 8] [--stall-s 10]
-                                           [--rounds 2] [--wire 2]
+                                           [--rounds 2] [--wire 2] [--merge]
 
 After an outage every agent sends its spool backlog at once, as a bundle of up to 64
 batches (``agent.bundle_max_batches``). This starts a real ``gpuwatch daemon`` process on a
@@ -24,7 +24,9 @@ process), ``unbounded`` (a bound no storm reaches) and, with ``--compare-retry``
 RSS (``VmHWM``), the time until every bundle was stored, and the 503s. Also measures once
 what a parsed body costs in memory against its size (the factor the bound's docs quote).
 ``--wire`` is the wire format of the bundles: 2 (what agents send since the sixth session of
-issue 7; the default) or 1 (what the figures before it used).
+issue 7; the default) or 1 (what the figures before it used). With ``--merge`` each backlog
+goes as what agents send since the seventh session (``agent.merge_backlog``): ONE v2 batch
+merged from its batches by the agent's code (``gpuwatch/agent/merge.py``), not a bundle.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import drop_db, fresh_db, make_batches
 from gpuwatch import wire_v2
+from gpuwatch.agent import merge
 from gpuwatch.agent.push import Backoff
 from gpuwatch.daemon.ingest import checked_batch
 from gpuwatch.sql.nodes import create_token
@@ -62,11 +65,15 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM")
 
 
-def bundles(agents: int, backlog: int, gpus: int, version: int) -> dict[str, bytes]:
+def bundles(agents: int, backlog: int, gpus: int, version: int, merged: bool = False) -> dict[str, bytes]:
+    """Each agent's backlog as one request body: a bundle (one batch per line) or, ``merged``,
+    one v2 batch holding the whole backlog."""
     batches = make_batches(agents, backlog, gpus, timedelta(0), 1)
     per_node: dict[str, list[bytes]] = {}
     for b in batches:
-        per_node.setdefault(b.node, []).append(wire_v2.encode(b, version))
+        per_node.setdefault(b.node, []).append(wire_v2.encode(b, 2 if merged else version))
+    if merged:
+        return {node: merge.encode(merge.merge(merge.parse(parts))) for node, parts in per_node.items()}
     return {node: b"\n".join(parts) for node, parts in per_node.items()}
 
 
@@ -88,7 +95,7 @@ def retry_wait(backoff: Backoff, retry_after_s: float, spread: bool) -> float:
 
 
 def storm(
-    bodies: dict[str, bytes], bound: int, stall_s: float, spread: bool, version: int
+    bodies: dict[str, bytes], bound: int, stall_s: float, spread: bool, version: int, merged: bool = False
 ) -> tuple[float, float, int]:
     """(peak RSS MiB, seconds until all stored, 503s) of one daemon process."""
     name, url, engine = fresh_db()
@@ -111,11 +118,11 @@ def storm(
                     with requests.Session() as http:
                         while True:
                             r = http.post(
-                                f"{daemon.url}/api/v{version}/ingest/{node}/bundle",
+                                f"{daemon.url}/api/v{version}/ingest/{node}{'' if merged else '/bundle'}",
                                 data=bodies[node],
                                 headers={
                                     "Authorization": f"Bearer {tokens[node]}",
-                                    "Content-Type": "application/x-ndjson",
+                                    "Content-Type": "application/json" if merged else "application/x-ndjson",
                                 },
                                 timeout=300,
                             )
@@ -161,14 +168,20 @@ def main() -> None:
         "--compare-retry", action="store_true", help="also clients retrying exactly after Retry-After"
     )
     ap.add_argument("--wire", type=int, choices=(1, 2), default=2, help="wire format of the bundles")
+    ap.add_argument(
+        "--merge", action="store_true", help="each backlog as one merged v2 batch (agent.merge_backlog)"
+    )
     args = ap.parse_args()
-    bodies = bundles(args.agents, args.backlog, args.gpus, args.wire)
+    if args.merge:
+        args.wire = 2
+    bodies = bundles(args.agents, args.backlog, args.gpus, args.wire, args.merge)
     total = sum(map(len, bodies.values()))
     node, body = next(iter(bodies.items()))
     print(
-        f"{args.agents} agents x one bundle of {args.backlog} one-cycle v{args.wire} batches "
+        f"{args.agents} agents x one {'merged batch' if args.merge else 'bundle'} of {args.backlog} "
+        f"one-cycle v{args.wire} batches "
         f"({args.gpus} GPUs): "
-        f"{len(body) / 2**20:.2f} MiB each, {total / 2**20:.0f} MiB in all; a parsed bundle takes "
+        f"{len(body) / 2**20:.2f} MiB each, {total / 2**20:.0f} MiB in all; a parsed body takes "
         f"{parsed_factor(body, node, args.wire):.1f}x its bytes; the database stalled for the first "
         f"{args.stall_s:g} s"
     )
@@ -178,7 +191,7 @@ def main() -> None:
     results: dict[str, list[tuple[float, float, int]]] = {m: [] for m in modes}
     for round_no in range(1, args.rounds + 1):
         for mode, (bound, spread) in modes.items():
-            peak, elapsed, sheds = storm(bodies, bound, args.stall_s, spread, args.wire)
+            peak, elapsed, sheds = storm(bodies, bound, args.stall_s, spread, args.wire, args.merge)
             results[mode].append((peak, elapsed, sheds))
             print(
                 f"  round {round_no} {mode:>9}: peak RSS {peak:,.0f} MiB, all stored in {elapsed:.1f} s, ",

@@ -2,8 +2,10 @@
 
 Each agent has its own node and token and posts 2 small batches (2 GPUs + host samples) one
 after the other; all 1,000 start together, so up to 1,000 connections are open at once. In
-the replay case each agent instead sends a one-minute backlog (6 batches) as one bundle, as
-all agents do when the daemon comes back after an outage. The
+the replay cases each agent instead sends a one-minute backlog (6 batches) at once, as all
+agents do when the daemon comes back after an outage: as one bundle (v1 spools, or
+``merge_backlog = false``), or merged into one v2 batch (what agents send since the seventh
+session of issue 7). The
 clients are coroutines on one asyncio loop (httpx2), in this process; the daemon is its own
 process (one uvicorn worker), so on 2 cores the two share the machine.
 
@@ -23,7 +25,8 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch import wire
+from gpuwatch import wire, wire_v2
+from gpuwatch.agent import merge
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import TOKEN_PREFIX, hash_token
@@ -65,14 +68,25 @@ def _body(node: str, k: int, batches: int) -> bytes:
 MAX_RESENDS = 5
 
 
+def _merged(bodies: list[bytes]) -> bytes:
+    """The backlog as the agent merges it: one v2 batch with every cycle."""
+    return merge.encode(
+        merge.merge(merge.parse([wire_v2.encode(wire.Batch.model_validate_json(b), 2) for b in bodies]))
+    )
+
+
 async def _agents(
-    url: str, tokens: dict[str, str], batches: int, bundle: bool
+    url: str, tokens: dict[str, str], batches: int, shape: str
 ) -> tuple[list[float], list[int], float, int]:
     """Latencies per request; statuses per request, then per bundle line (200: stored or a
     duplicate); elapsed seconds; resends."""
     bodies = {n: [_body(n, k, batches) for k in range(batches)] for n in tokens}
+    bundle = shape == "bundle"
     if bundle:  # the whole backlog in one request, one batch per line
         bodies = {n: [b"\n".join(parts)] for n, parts in bodies.items()}
+    elif shape == "merged":
+        bodies = {n: [_merged(parts)] for n, parts in bodies.items()}
+    version = 2 if shape == "merged" else 1
     path, content_type = ("/bundle", "application/x-ndjson") if bundle else ("", "application/json")
     latencies: list[float] = []
     statuses: list[int] = []
@@ -88,7 +102,9 @@ async def _agents(
             nonlocal resends
             for attempt in range(MAX_RESENDS + 1):
                 try:
-                    r = await client.post(f"/api/v1/ingest/{node}{path}", content=body, headers=headers[node])
+                    r = await client.post(
+                        f"/api/v{version}/ingest/{node}{path}", content=body, headers=headers[node]
+                    )
                     if bundle and r.status_code == 200:  # each line's own answer
                         lines.extend(x["status"] for x in r.json()["results"])
                     return r.status_code
@@ -115,8 +131,12 @@ async def _agents(
     return latencies, statuses + [200 if x in ("stored", "duplicate") else 0 for x in lines], elapsed, resends
 
 
-@pytest.mark.parametrize(("batches", "bundle"), [(BATCHES, False), (BACKLOG, True)], ids=["push", "replay"])
-def test_thousand_agents_at_once_all_stored(pg_url, tmp_path, batches, bundle):
+@pytest.mark.parametrize(
+    ("batches", "shape"),
+    [(BATCHES, "push"), (BACKLOG, "bundle"), (BACKLOG, "merged")],
+    ids=["push", "replay", "replay-merged"],
+)
+def test_thousand_agents_at_once_all_stored(pg_url, tmp_path, batches, shape):
     engine = create_engine(pg_url)
     try:
         migrate.upgrade(engine)
@@ -124,7 +144,7 @@ def test_thousand_agents_at_once_all_stored(pg_url, tmp_path, batches, bundle):
         daemon = DaemonProcess(pg_url, tmp_path / "daemon.log")
         daemon.start()
         try:
-            latencies, statuses, elapsed, resends = asyncio.run(_agents(daemon.url, tokens, batches, bundle))
+            latencies, statuses, elapsed, resends = asyncio.run(_agents(daemon.url, tokens, batches, shape))
         finally:
             daemon.stop()
         with engine.connect() as conn:
@@ -137,14 +157,19 @@ def test_thousand_agents_at_once_all_stored(pg_url, tmp_path, batches, bundle):
         engine.dispose()
     batches_n = AGENTS * batches
     p50, p99 = (statistics.quantiles(latencies, n=100)[q - 1] * 1000 for q in (50, 99))
-    shape = f"one bundle of {batches}" if bundle else f"{batches} batches one by one"
+    bundle = shape == "bundle"
+    described = {
+        "push": f"{batches} batches one by one",
+        "bundle": f"one bundle of {batches}",
+        "merged": f"{batches} batches merged into one",
+    }[shape]
     print(
-        f"\n{AGENTS} agents x {shape}: {batches_n} batches in {len(latencies)} requests in "
+        f"\n{AGENTS} agents x {described}: {batches_n} batches in {len(latencies)} requests in "
         f"{elapsed:.2f} s = {batches_n / elapsed:,.0f} batches/s; latency per request p50 {p50:.0f} ms "
         f"p99 {p99:.0f} ms, max {max(latencies) * 1000:.0f} ms; {groups} commit groups; "
         f"{resends} resends after a broken connection"
     )
     assert sorted(set(statuses)) == [200], {s: statuses.count(s) for s in set(statuses)}
     assert len(statuses) == len(latencies) + (batches_n if bundle else 0)  # every line answered
-    assert stored == batches_n
-    assert gpu_rows == batches_n * 2  # 2 GPUs per batch, each stored once
+    assert stored == (AGENTS if shape == "merged" else batches_n)  # a merged batch is one
+    assert gpu_rows == batches_n * 2  # 2 GPUs per cycle, each stored once
