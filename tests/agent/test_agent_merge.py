@@ -4,13 +4,14 @@ a merged batch the daemon refuses goes again as a bundle, so only a bad batch is
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from gpuwatch import wire_v2
 from gpuwatch.agent import Outcome, merge
 from tests.agent.fakes import Reply, ScriptedDaemon
 from tests.agent.fakes import agent_config as make_config
-from tests.agent.test_agent_runner import make_agent
+from tests.agent.test_agent_runner import make_agent, wait_for
 
 
 def _spool(agent, n: int) -> list:
@@ -209,3 +210,24 @@ def test_an_unreadable_spool_file_is_sent_in_a_bundle_for_the_daemon_to_refuse(
         _drain(agent)
         assert agent.merged_sends == 0 and agent.rejected_batches == 1 and agent.sent_batches == 2
     assert daemon.received[0].bundle
+
+
+def test_push_every_sends_n_cycles_as_one_merged_batch(daemon: ScriptedDaemon, tmp_path: Path) -> None:
+    """A large cluster's steady state: one request of N cycles, one batch, and what is held at
+    shutdown goes merged too."""
+    config = make_config(tmp_path, daemon.url, push_every=4, bundle_max_batches=4)
+    agent = make_agent(config)
+    stop = threading.Event()
+    try:
+        agent.run(stop, max_cycles=10)  # returns after 10 cycles; the sender thread goes on
+        wait_for(lambda: agent.sent_batches == 8)
+        assert agent.merged_sends == 2 and len(agent.spool) == 2  # type: ignore[arg-type]
+    finally:
+        agent.close()
+    assert [(r.bundle, len(r.decoded), r.decoded[0].seq) for r in daemon.received] == [
+        (False, 1, 3),
+        (False, 1, 7),
+        (False, 1, 9),
+    ]
+    stamps = [s.ts for r in daemon.received for s in r.decoded[0].samples if s.kind == "agent"]
+    assert len(stamps) == 10 and stamps == sorted(stamps)  # every cycle once, in order
