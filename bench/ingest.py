@@ -22,7 +22,8 @@ dependencies), side by side. With ``--wire 1,2`` each ``http`` mode also runs as
 the same batches in wire format v2 (columns, ``gpuwatch/wire_v2.py``) to ``/api/v2/ingest``.
 With ``--merge K[,K...]``, ``http xN mK``: K consecutive one-cycle batches of a node merged
 into ONE v2 batch by the agent's own code (``gpuwatch/agent/merge.py``), one per request, as
-an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merge_backlog``.
+an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merge_backlog``,
+and ``http xN wW mK`` the same against ``daemon.workers = W`` when ``--workers`` W > 1.
 """
 
 from __future__ import annotations
@@ -383,8 +384,8 @@ def main() -> None:
     ap.add_argument(
         "--merge",
         default="",
-        help="comma-separated merge sizes: a mode each, posting that many one-cycle batches of a "
-        "node merged into one v2 batch per request (agent.merge_backlog)",
+        help="comma-separated merge sizes: a mode each (and one with --workers W > 1), posting that "
+        "many one-cycle batches of a node merged into one v2 batch per request (agent.merge_backlog)",
     )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
@@ -404,7 +405,10 @@ def main() -> None:
         modes = [twin for m in modes for twin in ((m, f"{m} py") if m.startswith("http") else (m,))]
     wires = [int(v) for v in args.wire.split(",")]
     modes = [f"{m} v{v}" if v != 1 else m for m in modes for v in (wires if m.startswith("http") else [1])]
-    modes += [f"http x{args.clients} m{int(size)}" for size in filter(None, args.merge.split(","))]
+    for size in filter(None, args.merge.split(",")):
+        modes.append(f"http x{args.clients} m{int(size)}")
+        if args.workers > 1:
+            modes.append(f"http x{args.clients} w{args.workers} m{int(size)}")
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
     # ratio below must compare modes measured under the same drift
