@@ -117,9 +117,9 @@ class AgentConfig(_Section):
         True,
         description=(
             "Send a backlog of v2 batches (after an outage, or held by push_every) as ONE batch "
-            "holding all their samples, within bundle_max_batches and bundle_max_bytes: half the "
-            "daemon's CPU per cycle of a bundle. A merged batch the daemon refuses goes again as a "
-            "bundle."
+            "holding all their samples, within bundle_max_batches and bundle_max_bytes: a third to "
+            "a half of the daemon's CPU per cycle of a bundle. A merged batch the daemon refuses "
+            "goes again as a bundle."
         ),
     )
     wire_format: Literal[1, 2] = Field(
