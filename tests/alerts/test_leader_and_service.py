@@ -3,6 +3,8 @@ scheduler hook that adds the alert jobs."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -25,7 +27,12 @@ def test_postgres_advisory_lock_has_one_holder(pg_url):
         b_engine.dispose()  # b's daemon goes away: its dedicated connection too ...
         b._conn.close()  # (dispose leaves detached connections alone; a dying process closes them)
         b._conn = None
-        assert a.is_leader()  # ... and the lock with it
+        # ... and the server releases the lock once that backend has exited, which happens
+        # after close() returns: a takes it on one of its next tries, as a replica would.
+        deadline = time.monotonic() + 10
+        while not a.is_leader():
+            assert time.monotonic() < deadline, "lock not released 10 s after its holder went away"
+            time.sleep(0.05)
     finally:
         a.release()
         b.release()
