@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
                                      [--clients 32] [--workers 2] [--bundle 6,30] [--rounds 3]
-                                     [--skip insert] [--wire 1,2] [--merge 30]
+                                     [--skip insert] [--wire 1,2] [--merge 30] [--compare-copy]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
@@ -24,6 +24,9 @@ With ``--merge K[,K...]``, ``http xN mK``: K consecutive one-cycle batches of a 
 into ONE v2 batch by the agent's own code (``gpuwatch/agent/merge.py``), one per request, as
 an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merge_backlog``,
 and ``http xN wW mK`` the same against ``daemon.workers = W`` when ``--workers`` W > 1.
+With ``--compare-copy`` each merged mode also runs as ``... c512``: the daemon with
+``daemon.copy_min_rows = 512`` (a group's GPU rows by binary COPY, ``sql/pg_copy.py``), side
+by side with the default (every table by the unnest INSERT).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from pathlib import Path
 
 import psycopg
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,6 +52,7 @@ from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
+from gpuwatch.sql.pg_copy import copy_rows
 from gpuwatch.sql.schema import ingested_batches
 from tests import factories
 
@@ -130,34 +133,6 @@ def bench_store(engine: sa.Engine, batches: list[wire.Batch], mode: str) -> tupl
     return time.perf_counter() - t0, latencies
 
 
-#: SQLAlchemy's PostgreSQL type names -> psycopg's, for a binary COPY's ``set_types``
-_COPY_TYPES = {
-    "INTEGER": "int4",
-    "SMALLINT": "int2",
-    "BIGINT": "int8",
-    "DOUBLE PRECISION": "float8",
-    "TIMESTAMP WITH TIME ZONE": "timestamptz",
-    "BOOLEAN": "bool",
-    "JSONB": "jsonb",
-    "TEXT": "text",
-}
-
-
-def copy_type(sql_type: str) -> str:
-    """A PostgreSQL column type as SQLAlchemy compiles it -> the name a binary COPY's
-    ``set_types`` needs (exact: an array's element type must be the column's, ``varchar[]``
-    for ``VARCHAR(64)[]``)."""
-    base = sql_type.removesuffix("[]")
-    name = "varchar" if base.startswith("VARCHAR") else _COPY_TYPES[base]
-    return name + ("[]" if sql_type.endswith("[]") else "")
-
-
-def copy_types(table: sa.Table) -> list[str]:
-    """``table``'s column types for a binary COPY."""
-    pg = postgresql.dialect()
-    return [copy_type(column.type.compile(dialect=pg)) for column in table.c]
-
-
 def copy_values(table: sa.Table, row: dict) -> list:
     """A ``sample_rows`` row as the value list a binary COPY of ``table`` writes."""
     return [row.get(column.name) for column in table.c]
@@ -176,8 +151,8 @@ def copy_into(
 
 
 def copy_table(cur: psycopg.Cursor, table: sa.Table, value_rows: list[list]) -> None:
-    """``value_rows`` (``copy_values``) into ``table`` by binary COPY."""
-    copy_into(cur, table.name, list(table.c.keys()), copy_types(table), value_rows)
+    """``value_rows`` (``copy_values``) into ``table`` by binary COPY, as the store's COPY does."""
+    copy_rows(cur, table, value_rows)
 
 
 def postgres_cpu_seconds(engine: sa.Engine) -> float | None:
@@ -276,6 +251,7 @@ def bench_http(
     pure_python: bool = False,
     version: int = 1,
     merged: int = 1,
+    copy_min_rows: int | None = None,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
     like many agents (the case group commit is for); with ``bundle`` > 1, as bundles of that
@@ -295,6 +271,8 @@ def bench_http(
         env = {"GPUWATCH_DAEMON__WORKERS": str(workers)}
         if pure_python:
             env.update(GPUWATCH_DAEMON__HTTP_PARSER="h11", GPUWATCH_DAEMON__EVENT_LOOP="asyncio")
+        if copy_min_rows is not None:
+            env["GPUWATCH_DAEMON__COPY_MIN_ROWS"] = str(copy_min_rows)
         daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log", env=env)
         daemon.start()
         try:
@@ -387,6 +365,12 @@ def main() -> None:
         help="comma-separated merge sizes: a mode each (and one with --workers W > 1), posting that "
         "many one-cycle batches of a node merged into one v2 batch per request (agent.merge_backlog)",
     )
+    ap.add_argument(
+        "--compare-copy",
+        action="store_true",
+        help="also run each merged mode with daemon.copy_min_rows = 512 (a merged backlog's GPU rows "
+        "by binary COPY; the default 0 sends every table by the unnest INSERT), suffix 'c512'",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
     ap.add_argument(
@@ -409,6 +393,8 @@ def main() -> None:
         modes.append(f"http x{args.clients} m{int(size)}")
         if args.workers > 1:
             modes.append(f"http x{args.clients} w{args.workers} m{int(size)}")
+    if args.compare_copy:
+        modes = [twin for m in modes for twin in ((m, f"{m} c512") if " m" in m else (m,))]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
     # ratio below must compare modes measured under the same drift
@@ -441,9 +427,10 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             clients = args.clients if "x" in mode else 1
             pure_python = " py" in mode
             version = 2 if mode.endswith(" v2") else 1
-            merged = int(mode.split(" m")[1]) if " m" in mode else 1
+            merged = int(mode.split(" m")[1].split()[0]) if " m" in mode else 1
+            copy_min_rows = int(mode.split(" c")[1].split()[0]) if " c" in mode else None
             elapsed, lat = bench_http(
-                url, engine, batches, clients, workers, bundle, pure_python, version, merged
+                url, engine, batches, clients, workers, bundle, pure_python, version, merged, copy_min_rows
             )
         else:
             elapsed, lat = bench_store(engine, batches, mode)

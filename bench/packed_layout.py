@@ -45,7 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.ingest import (
     copy_into,
     copy_table,
-    copy_type,
     copy_values,
     drop_db,
     fresh_db,
@@ -55,6 +54,7 @@ from bench.ingest import (
 from gpuwatch import wire
 from gpuwatch.sql import pg_arrays
 from gpuwatch.sql.ingest import BatchStore, sample_rows
+from gpuwatch.sql.pg_copy import copy_type
 from gpuwatch.sql.process_packs import PROCESS_FIELDS as _PROCESS_NAMES
 from gpuwatch.sql.schema import gpu_process_packs, gpu_samples
 

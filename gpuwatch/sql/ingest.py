@@ -19,7 +19,9 @@ How rows go in depends on the database (``BulkMode``):
   the batch claim is the same kind of insert with ``RETURNING``. It replaced ``COPY`` into the
   table inside a savepoint with a temp-table fallback: COPY cannot pipeline, needs a savepoint
   round trip per table, and its per-row Python was the larger cost (``bench/store_ab.py``,
-  figures in ``bench/README.md``).
+  figures in ``bench/README.md``). Since the eighth session a table with many rows in one group
+  can go by binary COPY again, from the columns (``BatchStore.copy_min_rows``, off by default,
+  ``sql/pg_copy.py``): a third less server CPU, more daemon CPU.
 * ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy executemany of
   dict rows per table, pipelined on PostgreSQL.
 """
@@ -43,7 +45,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuwatch import wire_v2
-from gpuwatch.sql import pg_arrays, process_packs
+from gpuwatch.sql import pg_arrays, pg_copy, process_packs
 from gpuwatch.sql.batch_columns import DEFAULTS, BatchColumns, columns_of
 from gpuwatch.sql.partitions import PartitionManager, utc_day
 from gpuwatch.sql.schema import (
@@ -131,6 +133,13 @@ class BulkMode(str, Enum):
     UNNEST = "unnest"
 
 
+#: rows of one table in one group from which the store loads it by ``COPY`` (0: never, the
+#: default). Measured (``bench/README.md``, eighth session) with 512, i.e. a merged backlog's GPU
+#: rows: PostgreSQL's CPU per cycle fell by about a third, the daemon's rose by 10-70 %, and
+#: one daemon process sharing 2 cores with the database ingested 4-31 % less. Worth it only
+#: where the database server, not the daemons, is what runs out (``docs/scaling.md``).
+COPY_MIN_ROWS = 0
+
 #: ``gpus.last_seen_at`` is refreshed at most this often per GPU when its identity is unchanged
 GPU_IDENTITY_REFRESH_S = 600.0
 
@@ -148,8 +157,13 @@ _NODE_SEEN = (
 class BatchStore:
     """Writes batches; owns the partition cache so DDL runs once per new day."""
 
-    def __init__(self, engine: sa.Engine, bulk: BulkMode | str | None = None) -> None:
+    def __init__(
+        self, engine: sa.Engine, bulk: BulkMode | str | None = None, copy_min_rows: int = COPY_MIN_ROWS
+    ) -> None:
         self.engine = engine
+        #: ``unnest`` mode: a table with at least this many rows in a group goes by binary COPY
+        #: (``sql/pg_copy.py``); 0: never
+        self.copy_min_rows = copy_min_rows
         self.partitions = PartitionManager(engine)
         self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_packs)}
         is_pg = engine.dialect.name == "postgresql"
@@ -262,23 +276,34 @@ class BatchStore:
         dicts. The tables' inserts go as ONE statement (data-modifying CTEs, :func:`_as_one`): its
         text depends only on which tables have rows, so psycopg prepares it, and per-statement
         overhead (a tenth of a millisecond each in psycopg) is paid once. Everything, ``then``
-        included, goes in one pipeline sync (COPY could not). Optimistic: the inserts first run
-        without ``ON CONFLICT`` inside a savepoint, a quarter less server CPU (``bench/README.md``);
-        a sample already stored (a restored spool copy re-sent under new batch ids, or twice in one
-        group) is a unique violation, and then all of it runs again from the savepoint with ``ON
-        CONFLICT DO NOTHING``.
+        included, goes in one pipeline sync. A table with ``copy_min_rows`` or more rows in the
+        group (a merged backlog's GPU rows) goes before that by binary COPY instead, which costs
+        the server about half the CPU per row but a round trip of its own (``sql/pg_copy.py``).
+        Optimistic: the rows first go without ``ON CONFLICT`` inside a savepoint, a quarter less
+        server CPU (``bench/README.md``); a sample already stored (a restored spool copy re-sent
+        under new batch ids, or twice in one group) is a unique violation, and then all of it runs
+        again from the savepoint as ``unnest`` inserts with ``ON CONFLICT DO NOTHING``.
         """
-        # (inserts, their parameters) per statement: one, unless the parameter limit splits it
-        chunks = [
-            (inserts, [value for _, values in inserts for value in values])
-            for inserts in _by_parameter_limit(list(self._unnest_statements(stored)))
-        ]
+        statements = list(self._unnest_statements(stored))
+        copied: list[tuple[_UnnestInsert, list]] = []
+        inserted: list[tuple[Any, list]] = []
+        for insert, arrays in statements:
+            if isinstance(insert, _UnnestInsert) and 0 < self.copy_min_rows <= len(arrays[0]):
+                copied.append((insert, arrays))
+            else:
+                inserted.append((insert, arrays))
         with psycopg.RawCursor(_dbapi(conn)) as cur:
             pg_arrays.register(cur)
             try:
+                if copied:  # COPY cannot join the pipeline: these go first, each its round trip
+                    with _sa_errors():
+                        cur.execute("SAVEPOINT gpuwatch_rows")
+                        for insert, arrays in copied:
+                            pg_copy.copy_columns(cur, insert.table, arrays)
                 with _pipelined(conn):
-                    cur.execute("SAVEPOINT gpuwatch_rows")
-                    for inserts, params in chunks:
+                    if not copied:
+                        cur.execute("SAVEPOINT gpuwatch_rows")
+                    for inserts, params in _chunks(inserted):
                         cur.execute(_numbered(_as_one([insert.sql for insert, _ in inserts])), params)
                     then()
                     cur.execute("RELEASE SAVEPOINT gpuwatch_rows")
@@ -290,7 +315,7 @@ class BatchStore:
                 cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
             self.conflict_retries += 1
             with _pipelined(conn):
-                for inserts, params in chunks:
+                for inserts, params in _chunks(statements):
                     cur.execute(_numbered(_as_one([i.sql_on_conflict for i, _ in inserts])), params)
                 then()
 
@@ -433,6 +458,14 @@ def _joined(columns: list[Any], counts: list[int], default: Any) -> list[Any]:
     )
 
 
+def _chunks(statements: list[tuple[Any, list]]) -> list[tuple[list[tuple[Any, list]], list]]:
+    """(inserts, their parameters) per statement: one, unless the parameter limit splits it."""
+    return [
+        (inserts, [value for _, values in inserts for value in values])
+        for inserts in _by_parameter_limit(statements)
+    ]
+
+
 def _by_parameter_limit(statements: list[tuple[Any, list]]) -> Iterator[list[tuple[Any, list]]]:
     """The group's inserts in as few statements as the parameter limit allows: one, unless a
     huge group's packs (``PackInsert``, a parameter per value) need more. psycopg fails a
@@ -491,6 +524,7 @@ class _UnnestInsert:
     """``INSERT INTO t (cols) SELECT * FROM unnest(%b::type[], ...) [ON CONFLICT DO NOTHING]``."""
 
     sql: str
+    table: sa.Table
     names: tuple[str, ...]  # every column, in order
     #: column -> the list class that sends it in binary (``pg_arrays.array_type``)
     array_types: dict[str, type[list]]
@@ -516,6 +550,7 @@ class _UnnestInsert:
             )
             found = cls._cache[table.name] = cls(
                 sql=f'INSERT INTO "{table.name}" ({quoted}) SELECT * FROM unnest({arrays})',
+                table=table,
                 names=tuple(types),
                 array_types={name: pg_arrays.array_type(sql_type) for name, sql_type in types.items()},
             )

@@ -106,21 +106,34 @@ class JsonbArray(_MemoArray):
 
     @staticmethod
     def encode(value: Any) -> bytes:
-        data = b"\x01" + json.dumps(value, separators=(",", ":")).encode()  # jsonb binary: version 1
+        data = jsonb_binary(value)
         return _LENGTH.pack(len(data)) + data
 
     @staticmethod
     def key(value: Any) -> Any:
         # lists of scalars (throttle reasons, XIDs, pids) repeat: key them by content; anything
         # else (dicts, nested lists) by identity, i.e. encoded each time
-        if type(value) is list:
-            content = tuple(value)
-            try:
-                hash(content)
-            except TypeError:
-                return id(value)
-            return content
-        return id(value)
+        found = json_list_key(value)
+        return id(value) if found is None else found
+
+
+def jsonb_binary(value: Any) -> bytes:
+    """``value`` as jsonb's binary form (version 1, then the JSON text)."""
+    return b"\x01" + json.dumps(value, separators=(",", ":")).encode()
+
+
+def json_list_key(value: Any) -> tuple | None:
+    """A key equal for lists of scalars that encode to the same JSON, None for anything else.
+    The element types are part of it: ``[1]``, ``[1.0]`` and ``[True]`` are equal tuples but
+    three different JSON texts."""
+    if type(value) is not list:
+        return None
+    content = tuple(value)
+    try:
+        hash(content)
+    except TypeError:  # a nested list or dict
+        return None
+    return content, tuple(map(type, content))
 
 
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)

@@ -1,0 +1,113 @@
+"""Rows into a PostgreSQL table by binary ``COPY``: what the store uses for a group's large tables.
+
+COPY is the cheapest way PostgreSQL loads rows: it writes them in multi-row heap batches, with
+no executor plan, no per-row function scan and fewer WAL records than an ``INSERT ... SELECT
+FROM unnest(...)``. Measured on the ingest path (issue 7, eighth session): for 64-cycle merged
+batches the server spent about a third less CPU per cycle with COPY and the daemon 10-70 %
+more (``bench/README.md``), and COPY cannot join psycopg's pipeline (a round trip per table).
+So the store uses it only when told to, for tables with many rows in a group
+(``BatchStore.copy_min_rows``, ``daemon.copy_min_rows``; off by default).
+
+Rows are formatted by psycopg's binary COPY writer (C, in ``psycopg[binary]``) from the group's
+columns, zipped into rows in C: no per-row Python beyond the loop that hands them over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from gpuwatch.sql import pg_arrays
+
+#: SQLAlchemy's PostgreSQL type names -> psycopg's, for a binary COPY's ``set_types``
+_COPY_TYPES = {
+    "INTEGER": "int4",
+    "SMALLINT": "int2",
+    "BIGINT": "int8",
+    "DOUBLE PRECISION": "float8",
+    "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "BOOLEAN": "bool",
+    "JSONB": "jsonb",
+    "TEXT": "text",
+}
+
+
+def copy_type(sql_type: str) -> str:
+    """A PostgreSQL column type as SQLAlchemy compiles it -> the name a binary COPY's
+    ``set_types`` needs (exact: an array's element type must be the column's, ``varchar[]``
+    for ``VARCHAR(64)[]``). A VARCHAR(n) column still refuses a longer value: the server's
+    ``varchar`` input applies the column's length."""
+    base = sql_type.removesuffix("[]")
+    name = "varchar" if base.startswith("VARCHAR") else _COPY_TYPES[base]
+    return name + ("[]" if sql_type.endswith("[]") else "")
+
+
+def copy_types(table: sa.Table) -> list[str]:
+    """``table``'s column types for a binary COPY, in column order."""
+    return list(_types_and_statement(table)[0])
+
+
+@lru_cache(maxsize=64)
+def _types_and_statement(table: sa.Table) -> tuple[tuple[str, ...], str]:
+    pg = postgresql.dialect()
+    types = tuple(copy_type(column.type.compile(dialect=pg)) for column in table.c)
+    quoted = ", ".join(f'"{column.name}"' for column in table.c)
+    return types, f'COPY "{table.name}" ({quoted}) FROM STDIN (FORMAT BINARY)'
+
+
+def copy_columns(cur: psycopg.Cursor, table: sa.Table, columns: Sequence[Sequence[Any]]) -> None:
+    """Rows given as ``columns`` (one sequence per column of ``table``, in its column order, all
+    of one length) into ``table`` by binary COPY. Raises psycopg's error if the server refuses
+    a row (a duplicate key, a value out of range); the caller's transaction is then failed.
+
+    jsonb columns are encoded here, each distinct list of scalars once (throttle reasons,
+    XIDs, pids repeat), and sent as bytes: psycopg's jsonb dumper ran ``json.dumps`` per row,
+    half of COPY's client CPU (cProfile). The server reads every field of a binary COPY with
+    the *column's* input function, so jsonb's binary form passes through unchanged."""
+    types, statement = _types_and_statement(table)
+    sent = [
+        _jsonb_encoded(column) if sql_type == "jsonb" else column
+        for column, sql_type in zip(columns, types, strict=True)
+    ]
+    _copy(cur, statement, [_SENT_AS.get(t, t) for t in types], zip(*sent, strict=True))
+
+
+def copy_rows(cur: psycopg.Cursor, table: sa.Table, rows: Iterable[Sequence[Any]]) -> None:
+    """``rows`` (value lists in ``table``'s column order) into ``table`` by binary COPY."""
+    types, statement = _types_and_statement(table)
+    _copy(cur, statement, list(types), rows)
+
+
+#: column type -> the type whose (C) dumper sends this module's pre-encoded values
+_SENT_AS = {"jsonb": "bytea"}
+
+
+def _jsonb_encoded(values: Sequence[Any]) -> list[bytes | None]:
+    memo: dict[tuple, bytes] = {}
+    out: list[bytes | None] = []
+    for value in values:
+        if value is None:
+            out.append(None)
+            continue
+        key = pg_arrays.json_list_key(value)
+        if key is None:
+            out.append(pg_arrays.jsonb_binary(value))
+            continue
+        data = memo.get(key)
+        if data is None:
+            data = memo[key] = pg_arrays.jsonb_binary(value)
+        out.append(data)
+    return out
+
+
+def _copy(cur: psycopg.Cursor, statement: str, types: list[str], rows: Iterable[Sequence[Any]]) -> None:
+    with cur.copy(statement) as copy:
+        copy.set_types(types)
+        write_row = copy.write_row
+        for row in rows:
+            write_row(row)
