@@ -83,7 +83,7 @@ def copy_rows(cur: psycopg.Cursor, table: sa.Table, rows: Iterable[Sequence[Any]
     _copy(cur, statement, list(types), rows)
 
 
-#: column type -> the type whose (C) dumper sends this module's pre-encoded values
+#: column type -> the type whose dumper sends this module's pre-encoded bytes as they are
 _SENT_AS = {"jsonb": "bytea"}
 
 
