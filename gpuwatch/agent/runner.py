@@ -101,7 +101,9 @@ class Agent:
         self._unmerged_through = -1
         #: the spool files of the last merged batch while it is retried after an answer that may
         #: hide a stored batch (``PushResult.maybe_stored``): they go again as the same batch
-        #: (same id: a duplicate if it was stored), not regrouped with the cycles spooled since
+        #: (same id: a duplicate if it was stored), not regrouped with the cycles spooled since,
+        #: until the daemon answers stored/duplicate or refuses it (in memory: an agent restart
+        #: in between regroups)
         self._merged_retry: list[Path] | None = None
         #: bundles go until a daemon refuses them (an older one); then one batch per request,
         #: or smaller bundles after a 413, until ``_full_bundles_at`` (then tried again)
@@ -268,7 +270,8 @@ class Agent:
         answer; None if they go otherwise (nothing to merge, or the daemon refused the merged
         batch: then they go as a bundle, each settled by its own answer)."""
         window, self._merged_retry = self._merged_retry, None
-        if window is not None and [item.path for item in items[: len(window)]] == window:
+        pinned = window is not None and [item.path for item in items[: len(window)]] == window
+        if pinned:
             items = items[: len(window)]
         try:
             batches = merge.parse([item.data for item in items])
@@ -298,7 +301,10 @@ class Agent:
             self._settle(item, result)
         if result.outcome is Outcome.OK:
             self.merged_sends += 1
-        elif result.maybe_stored:
+        elif result.maybe_stored or pinned:
+            # pinned until a definitive answer: a "maybe stored" then "connection refused" (the
+            # daemon died after storing) must not regroup the window under a new id, whose
+            # process readings would be stored a second time as another pack
             self._merged_retry = [item.path for item in items]
         return result
 

@@ -99,6 +99,29 @@ def test_a_merged_batch_whose_answer_was_lost_goes_again_as_the_same_batch(
     assert daemon.received[1].answer["status"] == "duplicate"  # type: ignore[index]
 
 
+def test_a_maybe_stored_merged_batch_stays_the_same_batch_through_an_outage(
+    daemon: ScriptedDaemon, tmp_path: Path
+) -> None:
+    """A timeout (maybe stored), then the daemon is down (connection refused): the window stays
+    pinned until a definitive answer. Regrouped, it would go under a new id, its samples would
+    be deduplicated by key but its process readings stored again as another pack."""
+    daemon.script = [Reply(200, {"status": "stored", "samples": 0}, delay_s=1.0)]
+    with make_agent(make_config(tmp_path, daemon.url, push_timeout_s=0.3)) as agent:
+        made = _spool(agent, 3)
+        first = agent.send_one()
+        assert first is not None and first.outcome is Outcome.RETRY and first.maybe_stored
+        daemon.down()
+        refused = agent.send_one()
+        assert refused is not None and refused.outcome is Outcome.RETRY and not refused.maybe_stored
+        later = _spool(agent, 2)
+        daemon.up()
+        assert _drain(agent) == [Outcome.OK, Outcome.OK] and agent.sent_batches == 5
+    ids = [r.batch["batch_id"] for r in daemon.received]
+    assert ids[0] == ids[1] == str(merge.merged_id([str(b.batch_id) for b in made]))
+    assert daemon.received[1].answer["status"] == "duplicate"  # type: ignore[index]
+    assert ids[2] == str(merge.merged_id([str(b.batch_id) for b in later]))
+
+
 def test_a_merged_batch_that_never_reached_the_daemon_is_regrouped(
     daemon: ScriptedDaemon, tmp_path: Path
 ) -> None:
