@@ -108,6 +108,23 @@ def test_stamps_need_a_zone():
         ColumnarBatch.model_validate(doc)
 
 
+def test_samples_of_one_stamp_share_one_datetime_and_errors_keep_their_index():
+    """A cycle's stamp is validated once from JSON and shared by its samples (the daemon then
+    hashes one object per cycle); the values are the ones a sample-by-sample parse gives."""
+    batch = factories.batch(cycles=3, gpus=4)
+    parsed = ColumnarBatch.model_validate_json(wire_v2.encode(batch, 2))
+    ts = parsed.gpu.ts
+    assert ts == [s.ts for s in batch.samples if s.kind == "gpu"]
+    assert ts[0] is ts[3] and ts[4] is ts[7] and ts[3] is not ts[4]
+    assert len({id(t) for t in ts}) == 3
+    doc = _gpu_doc(gpu_index=[0, 1, 2])
+    stamp = doc["gpu"]["ts"][0]
+    doc["gpu"]["ts"] = [stamp, stamp, "2026-12-01T10:00:10"]  # the third has no zone
+    with pytest.raises(ValidationError) as refused:
+        ColumnarBatch.model_validate_json(json.dumps(doc))
+    assert [e["loc"] for e in refused.value.errors()] == [("gpu", "ts", 2)]
+
+
 def test_at_most_max_samples_per_batch_over_all_kinds(monkeypatch):
     monkeypatch.setattr(wire, "MAX_SAMPLES_PER_BATCH", 5)
     doc = _gpu_doc()

@@ -210,23 +210,29 @@ def check_clock(batch: WireBatch, max_future_skew_s: float) -> None:
     fine (a spool replaying after an outage).
     """
     limit = utcnow() + timedelta(seconds=max_future_skew_s)
+    every = stamps(batch)
+    # each distinct stamp once (a v2 batch's samples of one cycle share one datetime object,
+    # whose hash is computed once: wire_v2._shared_stamps); the samples are counted only to
+    # say how many a refusal concerns
     try:
-        in_utc = [ts.astimezone(timezone.utc) for ts in stamps(batch)]
+        in_utc = {ts: ts.astimezone(timezone.utc) for ts in set(every)}
     except OverflowError:  # e.g. 0001-01-01T00:00:00+00:02
         message = "a sample is stamped before year 1 in UTC; fix the node's clock (chrony/NTP)"
         raise _fail(422, message) from None
-    before = [ts for ts in in_utc if ts < EARLIEST_SAMPLE]
+    before = [utc for utc in in_utc.values() if utc < EARLIEST_SAMPLE]
     if before:
+        count = sum(1 for ts in every if in_utc[ts] < EARLIEST_SAMPLE)
         raise _fail(
             422,
-            f"{len(before)} sample(s) stamped before {EARLIEST_SAMPLE.date()} (UTC), as early as "
+            f"{count} sample(s) stamped before {EARLIEST_SAMPLE.date()} (UTC), as early as "
             f"{min(before).isoformat()}; fix the node's clock (chrony/NTP)",
         )
-    ahead = [ts for ts in in_utc if ts > limit]
+    ahead = [utc for utc in in_utc.values() if utc > limit]
     if ahead:
+        count = sum(1 for ts in every if in_utc[ts] > limit)
         raise _fail(
             422,
-            f"{len(ahead)} sample(s) stamped up to {max(ahead).isoformat()}, more than "
+            f"{count} sample(s) stamped up to {max(ahead).isoformat()}, more than "
             f"{max_future_skew_s:g} s ahead of the daemon's clock; fix the node's clock (chrony/NTP)",
         )
 
