@@ -76,6 +76,17 @@ def db_url(request) -> str:
 
 
 @pytest.fixture
+def pg_engine(pg_url) -> Iterator[sa.Engine]:
+    """A migrated engine on a fresh PostgreSQL database (tests of PostgreSQL-only paths)."""
+    from gpuwatch.sql import migrate
+
+    eng = create_engine(pg_url)
+    migrate.upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
 def engine(db_url) -> Iterator[sa.Engine]:
     from gpuwatch.sql import migrate
 

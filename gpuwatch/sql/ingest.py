@@ -278,7 +278,8 @@ class BatchStore:
         overhead (a tenth of a millisecond each in psycopg) is paid once. Everything, ``then``
         included, goes in one pipeline sync. A table with ``copy_min_rows`` or more rows in the
         group (a merged backlog's GPU rows) goes before that by binary COPY instead, which costs
-        the server about half the CPU per row but a round trip of its own (``sql/pg_copy.py``).
+        the server about a third less CPU per cycle but a round trip of its own and more client
+        CPU (``sql/pg_copy.py``).
         Optimistic: the rows first go without ``ON CONFLICT`` inside a savepoint, a quarter less
         server CPU (``bench/README.md``); a sample already stored (a restored spool copy re-sent
         under new batch ids, or twice in one group) is a unique violation, and then all of it runs

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from itertools import chain, repeat
@@ -204,21 +205,28 @@ def _pack_memo(values: _MemoArray) -> bytes:
         has_null = None in memo
         body = b"".join(map(memo.__getitem__, values))
         return header(1, int(has_null), cls.element_oid, len(values), 1) + body
-    encode, key = cls.encode, cls.key
+    parts = encoded_each(values, cls.encode, cls.key, _NULL)
+    return header(1, int(None in values), cls.element_oid, len(values), 1) + b"".join(parts)
+
+
+def encoded_each(
+    values: Iterable[Any], encode: Callable[[Any], bytes], key: Callable[[Any], Any], null: Any
+) -> list[Any]:
+    """Each value ``encode``d, once per distinct ``key`` (values whose key is their identity
+    are encoded each time); None becomes ``null``. For values that repeat but are not hashable
+    as they are (JSON lists): the array memo here and binary COPY (``sql/pg_copy.py``)."""
     by_key: dict[Any, bytes] = {}
-    parts = []
-    has_null = False
+    out: list[Any] = []
     for value in values:
         if value is None:
-            parts.append(_NULL)
-            has_null = True
+            out.append(null)
             continue
         k = key(value)
         data = by_key.get(k)
         if data is None:
             data = by_key[k] = encode(value)
-        parts.append(data)
-    return header(1, int(has_null), cls.element_oid, len(values), 1) + b"".join(parts)
+        out.append(data)
+    return out
 
 
 class _ArrayDumper(Dumper):

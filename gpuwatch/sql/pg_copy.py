@@ -88,21 +88,7 @@ _SENT_AS = {"jsonb": "bytea"}
 
 
 def _jsonb_encoded(values: Sequence[Any]) -> list[bytes | None]:
-    memo: dict[tuple, bytes] = {}
-    out: list[bytes | None] = []
-    for value in values:
-        if value is None:
-            out.append(None)
-            continue
-        key = pg_arrays.json_list_key(value)
-        if key is None:
-            out.append(pg_arrays.jsonb_binary(value))
-            continue
-        data = memo.get(key)
-        if data is None:
-            data = memo[key] = pg_arrays.jsonb_binary(value)
-        out.append(data)
-    return out
+    return pg_arrays.encoded_each(values, pg_arrays.jsonb_binary, pg_arrays.JsonbArray.key, None)
 
 
 def _copy(cur: psycopg.Cursor, statement: str, types: list[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -8,19 +8,9 @@ from fastapi.testclient import TestClient
 from gpuwatch import wire_v2
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.app import create_app
-from gpuwatch.sql import migrate
-from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import count_rows
 from gpuwatch.sql.nodes import create_token
 from tests import factories
-
-
-@pytest.fixture
-def pg_engine(pg_url):
-    engine = create_engine(pg_url)
-    migrate.upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 @pytest.mark.postgres

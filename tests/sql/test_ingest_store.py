@@ -209,17 +209,6 @@ def _relative(row: dict, start) -> dict:
     return out
 
 
-@pytest.fixture
-def pg_engine(pg_url):
-    from gpuwatch.sql import migrate
-    from gpuwatch.sql.engine import create_engine
-
-    engine = create_engine(pg_url)
-    migrate.upgrade(engine)
-    yield engine
-    engine.dispose()
-
-
 @pytest.mark.parametrize("copy_min_rows", [0, 1, 100], ids=["unnest", "copy", "mixed"])
 def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
     """The PostgreSQL fast path (unnest INSERTs, one statement per group; with ``copy_min_rows``
