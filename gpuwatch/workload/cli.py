@@ -152,7 +152,7 @@ def render_validate(report: object) -> str:
     for o in report.outcomes:
         console.print(f"{o.scenario}: {o.summary_text or o.error or 'no verdict'}")
     compression = ""
-    if report.simulated and report.outcomes:
+    if report.virtual_minutes is not None and report.outcomes:
         scale = report.outcomes[0].time_scale
         compression = f"; time compressed x{scale:g} ({report.virtual_minutes} virtual min per scenario)"
     passed = sum(o.ok for o in report.outcomes)
@@ -177,8 +177,9 @@ def render_validate(report: object) -> str:
     help="cpu: simulated GPUs driven by the workload, time-compressed; cuda: real GPU and NVML.",
 )
 @click.option(
-    "--virtual-minutes", type=click.IntRange(min=3, max=60), default=6, show_default=True,
-    help="CPU only: virtual minutes each run is stretched to (time compression = minutes*60/duration).",
+    "--virtual-minutes", type=click.IntRange(min=3, max=60), default=None,
+    help="Virtual minutes each run is stretched to (time compression = minutes*60/duration); "
+    "default 6 on CPU, real time on CUDA.",
 )  # fmt: skip
 @click.option("--db", help="Database URL for the daemon (default: a temporary SQLite file).")
 @click.option(
@@ -196,7 +197,7 @@ def validate(
     scenario_list: str | None,
     duration: float,
     device: str,
-    virtual_minutes: int,
+    virtual_minutes: int | None,
     db: str | None,
     out_dir: Path | None,
     cpus: int | None,

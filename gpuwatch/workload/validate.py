@@ -21,15 +21,24 @@ second ``s``; the agent samples every ``interval_s`` *virtual* seconds (the prod
 the bridge polls at 1 s virtual, and each poll's trailing window is ``1/k`` s of the stream
 (:mod:`gpuwatch.workload.sim_bridge`). Every busy/wait/comm/copy stretch is the workload's
 own measured step timing; the job's CPU use is measured in real seconds (a rate in cores
-does not change under compression). The agent stays :data:`LAG_S` real seconds behind the
-workload, because a step is recorded when it ends. The job starts at the workload's
+does not change under compression). The simulated agent stays :data:`LAG_S` real seconds
+behind the workload, because a step is recorded when it ends. The job starts at the workload's
 ``ready`` mark, not at stream second 0: start-up (torch's import, calibration, the warm-up
 steps) takes 2 s on a slow CPU, which compression would turn into a minute and a half of
 idle GPU at the start of a 6-minute job, where a real job of hours spends a sliver of its
 time. The agent samples from stream second 0 all the same; those minutes lie before the
 job's start, outside its windows. The job's start lies in the past (samples ahead of the
-daemon's clock are refused), at a minute boundary; ``V0`` is that less the start-up. With
-``--device cuda`` there is no compression: ``k = 1``, real time, real NVML.
+daemon's clock are refused), at a minute boundary; ``V0`` is that less the start-up.
+
+With ``--device cuda`` the readings are the real card's, through the real NVML backend. By
+default there is no compression (``k = 1``, real time), so a scenario needs a few real minutes
+for its windows. ``virtual_minutes`` on CUDA compresses as on CPU, for a GPU lent by the minute:
+the agent then samples every ``10/k`` real seconds and stamps the samples with virtual time;
+NVML's own readings (utilization's window, GPM's counter rates, power) stay real-time rates,
+and the NVML poller polls often enough (:func:`nvml_poll_interval`) that each sample still
+averages several polls. Every CUDA run records what NVML returned, scenario by scenario, to
+``<name>.nvml.jsonl`` in the output folder (the recording format of
+:mod:`gpuwatch.collectors.recording`): the golden inputs for replay tests.
 
 The daemon's own scheduler is paused: validate rolls the job's minutes up and classifies it
 itself, with thresholds for short runs (:func:`validate_thresholds`).
@@ -73,10 +82,21 @@ EXPECTED: dict[str, tuple[str, str]] = {
 ORDER = tuple(EXPECTED)
 #: real seconds the agent stays behind a live CPU workload (steps are recorded when they end)
 LAG_S = 2.0
+#: the minutes a compressed run is stretched to unless told otherwise
+DEFAULT_VIRTUAL_MINUTES = 6
 #: the agent's sample interval, in (virtual) seconds: the production default
 AGENT_INTERVAL_S = 10.0
 #: the simulated card
 SIM_MODEL = "NVIDIA H200"
+#: the NVML poller's period in real time: 1 s as in production, shorter when compressed
+NVML_POLL_S = 1.0
+#: the NVML polls a compressed sample should still average
+MIN_POLLS_PER_SAMPLE = 3
+
+
+def nvml_poll_interval(scale: float) -> float:
+    """Real seconds between NVML polls when the agent samples every ``AGENT_INTERVAL_S / scale``."""
+    return min(NVML_POLL_S, AGENT_INTERVAL_S / scale / MIN_POLLS_PER_SAMPLE)
 
 
 def validate_thresholds(virtual_minutes: int) -> Thresholds:
@@ -347,6 +367,7 @@ class Harness:
     virtual_minutes: int
     thresholds: Thresholds
     cpus: tuple[int, ...]
+    compressed: bool = True
     seed: int = 0
     on_progress: Callable[[str, float, float], None] | None = None
 
@@ -393,11 +414,11 @@ class Harness:
             def stream_now() -> float:
                 return time.time() - wall0
 
-            if self.simulated:
+            if self.compressed:
                 scale = self.virtual_minutes * 60.0 / self.duration_s
                 now = datetime.now(timezone.utc)
                 job_start = _floor_minute(now) - timedelta(minutes=self.virtual_minutes + 4)
-                lag = LAG_S
+                lag = LAG_S if self.simulated else 0.0  # NVML reads the card as it is now
             else:
                 scale, lag = 1.0, 0.0
                 job_start = datetime.fromtimestamp(wall0 + ready_t, timezone.utc)
@@ -409,7 +430,7 @@ class Harness:
                 return (now - v0).total_seconds() / scale
 
             tracker = CpuTracker(proc.pid, stream_now).start()
-            gpu_backend = self._gpu_backend(activity, v0, scale)
+            gpu_backend = self._gpu_backend(activity, v0, scale, name)
             collectors = [
                 GpuCollector(gpu_backend),
                 JobCpuCollector(tracker, job_id, len(self.cpus), stream_time),
@@ -462,7 +483,7 @@ class Harness:
                 proc.wait(timeout=30)
             log.close()
 
-    def _gpu_backend(self, activity: Path, v0: datetime, scale: float) -> Any:
+    def _gpu_backend(self, activity: Path, v0: datetime, scale: float, name: str) -> Any:
         if self.simulated:
             from gpuwatch.workload.sim_bridge import WorkloadDrivenBackend
 
@@ -476,8 +497,13 @@ class Harness:
                 time_scale=scale,
             )
         from gpuwatch.collectors.nvml_backend import NvmlBackend
+        from gpuwatch.collectors.recording import RecordingBackend
 
-        return NvmlBackend(poll_interval_s=1.0, watch_events=False)
+        recording = self.out_dir / f"{name}.nvml.jsonl"
+        recording.unlink(missing_ok=True)
+        return RecordingBackend(
+            NvmlBackend(poll_interval_s=nvml_poll_interval(scale), watch_events=False), recording
+        )
 
     def _drive(
         self,
@@ -584,7 +610,7 @@ def run_validate(
     *,
     duration_s: float,
     device: str = "cpu",
-    virtual_minutes: int = 6,
+    virtual_minutes: int | None = None,
     db_url: str | None = None,
     out_dir: Path | None = None,
     cpus: int | None = None,
@@ -592,7 +618,11 @@ def run_validate(
     on_progress: Callable[[str, float, float], None] | None = None,
     on_done: Callable[[ScenarioOutcome], None] | None = None,
 ) -> ValidateReport:
-    """Run ``scenarios`` one after the other under one daemon; the report."""
+    """Run ``scenarios`` one after the other under one daemon; the report.
+
+    ``virtual_minutes``: the minutes each run is stretched to (6 when None on CPU); on CUDA
+    None means real time, no compression.
+    """
     from gpuwatch.config import Settings
     from gpuwatch.daemon.server import BackgroundServer
 
@@ -600,7 +630,11 @@ def run_validate(
     if unknown:
         raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(ORDER)}")
     started = time.monotonic()
-    minutes = virtual_minutes if device != "cuda" else max(2, math.floor(duration_s / 60))
+    compressed = device != "cuda" or virtual_minutes is not None
+    if compressed:
+        minutes = virtual_minutes if virtual_minutes is not None else DEFAULT_VIRTUAL_MINUTES
+    else:
+        minutes = max(2, math.floor(duration_s / 60))
     thresholds = validate_thresholds(minutes)
     if hasattr(os, "sched_getaffinity"):
         available = sorted(os.sched_getaffinity(0))
@@ -620,8 +654,9 @@ def run_validate(
                 out_dir=folder,
                 device=device,
                 duration_s=duration_s,
-                virtual_minutes=virtual_minutes,
+                virtual_minutes=minutes,
                 thresholds=thresholds,
+                compressed=compressed,
                 cpus=pinned,
                 seed=seed,
                 on_progress=on_progress,
@@ -636,7 +671,7 @@ def run_validate(
             simulated=device != "cuda",
             device=device,
             duration_s=duration_s,
-            virtual_minutes=virtual_minutes if device != "cuda" else None,
+            virtual_minutes=minutes if compressed else None,
             thresholds=thresholds.model_dump(
                 include={"grace_period_s", "recent_window_s", "min_window_minutes"}
             ),
