@@ -4,7 +4,7 @@ One row per (wire field, Prometheus metric): its unit, type, what it means, wher
 comes from (the NVML call or ``/proc`` file), which cards have it, and the dcgm-exporter field
 with the same meaning, if any. ``docs/metrics.md`` is generated from it (:func:`markdown`), and
 tests hold the code to it both ways: every field of every wire sample kind (``ts`` and
-``kind`` aside) and of :class:`~gpuwatch.collectors.gpu.MigDevice` is here, and the exporter
+``kind`` aside) and of :class:`~gpuwatch.collectors.gpu_backend.MigDevice` is here, and the exporter
 (:mod:`gpuwatch.agent.metrics`) emits exactly the Prometheus names here, with the help text
 and type given here.
 

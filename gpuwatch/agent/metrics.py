@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuwatch import catalog
-from gpuwatch.collectors.gpu import CLOCKS_EVENT_REASONS, GpuBackend, MigDevice
+from gpuwatch.collectors.gpu_backend import CLOCKS_EVENT_REASONS, GpuBackend, MigDevice
 from gpuwatch.wire import AgentSample, AttributionSample, Batch, GpuSample
 
 log = logging.getLogger(__name__)

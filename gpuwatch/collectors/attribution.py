@@ -41,70 +41,21 @@ assumption ``job_gpus`` makes on the daemon side).
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 # imported first so "gpu" is registered (and so runs in each cycle) before "attribution",
-# whatever imports this module first; the GPU collector should import the board lazily
+# whatever imports this module first
 from gpuwatch.collectors import gpu as _gpu  # noqa: F401
 from gpuwatch.collectors.base import Collector, register
+from gpuwatch.collectors.gpu_processes import GPU_PROCESSES, GpuProcessBoard, GpuSeen
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.slurm.attribution import GpuMapEntry, GpuMaps, job_id_of_pid, read_gpu_maps
-from gpuwatch.wire import AttributionSample, GpuSample
+from gpuwatch.wire import AttributionSample
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GpuSeen:
-    """One GPU as the GPU collector saw it this cycle."""
-
-    index: int
-    uuid: str | None
-    #: compute process pids; None when the backend could not list them
-    pids: tuple[int, ...] | None
-
-
-class GpuProcessBoard:
-    """The GPU collector's latest per-GPU process lists, for the attribution collector.
-
-    Thread-safe; holds one snapshot (the newest publish), stamped with the samples' ``ts``.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ts: datetime | None = None
-        self._gpus: dict[int, GpuSeen] = {}
-
-    def publish(self, samples: Iterable[GpuSample]) -> None:
-        """Replace the snapshot with these GPU samples' indices, UUIDs and process pids."""
-        gpus: dict[int, GpuSeen] = {}
-        ts: datetime | None = None
-        for s in samples:
-            pids = None if s.processes is None else tuple(sorted({p.pid for p in s.processes}))
-            gpus[s.gpu_index] = GpuSeen(s.gpu_index, s.uuid, pids)
-            ts = s.ts if ts is None else max(ts, s.ts)
-        with self._lock:
-            self._ts, self._gpus = ts, gpus
-
-    def latest(self, now: datetime, max_age_s: float) -> dict[int, GpuSeen] | None:
-        """The snapshot if it is at most ``max_age_s`` older than ``now``, else None."""
-        with self._lock:
-            ts, gpus = self._ts, self._gpus
-        if ts is None or abs((now - ts).total_seconds()) > max_age_s:
-            return None
-        return dict(gpus)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._ts, self._gpus = None, {}
-
-
-#: the process-wide board the GPU collector publishes on
-GPU_PROCESSES = GpuProcessBoard()
 
 
 @dataclass

@@ -6,7 +6,7 @@ cached, and the readings follow the wire's rule that "cannot tell" is None, neve
 How NVML fails, and what each failure becomes here:
 
 * ``NVMLError_LibraryNotFound`` / ``DriverNotLoaded`` / no devices at ``nvmlInit``:
-  :class:`~gpuwatch.collectors.gpu.GpuBackendUnavailable` (``auto`` then disables the collector);
+  :class:`~gpuwatch.collectors.gpu_backend.GpuBackendUnavailable` (``auto`` then disables the collector);
 * ``NVMLError_NotSupported`` / ``FunctionNotFound`` (card too old, driver too old, ECC off):
   the field is None, and the call is remembered per device and not retried every cycle;
   a binding that lacks the function altogether counts the same;
@@ -54,7 +54,7 @@ from typing import Any
 
 import pynvml
 
-from gpuwatch.collectors.gpu import (
+from gpuwatch.collectors.gpu_backend import (
     CLOCKS_EVENT_REASONS,
     GpuBackend,
     GpuBackendUnavailable,

@@ -17,7 +17,7 @@ What is registered, per GPU, is what it supports of (``nvmlDeviceGetSupportedEve
   counter itself is in every sample (``ecc_corrected_errors``).
 
 Each sample takes what arrived since the previous one (:meth:`XidEventWatcher.drain`) and
-reduces it with :func:`~gpuwatch.collectors.gpu.reduce_xids`, the same function the
+reduces it with :func:`~gpuwatch.collectors.gpu_backend.reduce_xids`, the same function the
 simulated backend uses: distinct codes in order of arrival; ``[]`` for a watched GPU with no
 event, None for a GPU that is not watched (events unsupported, or watching turned off).
 

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO
 
-from gpuwatch.collectors.gpu import GpuBackend, MigDevice
+from gpuwatch.collectors.gpu_backend import GpuBackend, MigDevice
 from gpuwatch.wire import GpuSample
 
 log = logging.getLogger(__name__)

@@ -13,14 +13,14 @@ The model applies NVML's semantics, so code written against it works on real car
   poller does; a poll reports what happened in the period before it (NVML utilization is a
   trailing-window average), in NVML's units: integer percent, milliwatts, MHz, whole °C;
 * a sample averages the polls inside its interval and computes idle fraction and std-dev with
-  the same :func:`~gpuwatch.collectors.gpu.util_stats` as the real backend;
+  the same :func:`~gpuwatch.collectors.gpu_backend.util_stats` as the real backend;
 * the total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``) is monotonic and is the
   integral of the polled power over the grid, starting from an uptime's worth of idle energy;
 * memory used never exceeds total minus the driver's reserve (``nvmlDeviceGetMemoryInfo_v2``);
 * GPM fields (SM activity, occupancy, tensor, DRAM, FP32/FP16/FP64) exist only on models
   that have GPM (Hopper and newer), else they are None as on a real A100; NVLink rates exist
   on every model with NVLink (GPM on Hopper, the NVLink throughput field values before it);
-* XID codes go through :func:`~gpuwatch.collectors.gpu.reduce_xids` as the NVML event
+* XID codes go through :func:`~gpuwatch.collectors.gpu_backend.reduce_xids` as the NVML event
   thread's do: ``[]`` when none arrived;
 * a lost GPU is ``state="lost"`` with every reading None.
 
@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuwatch.collectors.gpu import (
+from gpuwatch.collectors.gpu_backend import (
     GpuBackend,
     clamp_ratio,
     mean_or_none,

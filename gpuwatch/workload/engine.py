@@ -25,8 +25,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.collectors.activity_stream import (
+    ActivityRecorder,
+    StepRecord,
+    StreamHeader,
+    read_stream,
+    shares,
+)
 from gpuwatch.workload._torch import import_torch
-from gpuwatch.workload.activity import ActivityRecorder, StepRecord, StreamHeader, read_stream, shares
 
 torch = import_torch()
 nn = torch.nn

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuwatch.workload.activity import ActivityRecorder, Stream
+from gpuwatch.collectors.activity_stream import ActivityRecorder, Stream
 
 if TYPE_CHECKING:
     from gpuwatch.workload.engine import RunContext

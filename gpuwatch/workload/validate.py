@@ -7,7 +7,7 @@ as a subprocess (torch never enters this process), and an in-process
 :class:`~gpuwatch.daemon.server.BackgroundServer`:
 
 * ``gpu``: on CPU the workload-driven simulated backend
-  (:class:`~gpuwatch.workload.sim_bridge.WorkloadDrivenBackend`) following the stream; with
+  (:class:`~gpuwatch.collectors.workload_backend.WorkloadDrivenBackend`) following the stream; with
   ``--device cuda`` the real NVML backend;
 * ``job``: the workload's process tree's CPU use, measured from ``/proc`` (utime + stime of
   the workload and every descendant: loader workers, DDP ranks), against the job's allocated
@@ -19,7 +19,7 @@ as a subprocess (torch never enters this process), and an in-process
 (``k = virtual minutes * 60 / duration``): virtual ``V0 + k * s`` is the workload's stream
 second ``s``; the agent samples every ``interval_s`` *virtual* seconds (the production 10 s),
 the bridge polls at 1 s virtual, and each poll's trailing window is ``1/k`` s of the stream
-(:mod:`gpuwatch.workload.sim_bridge`). Every busy/wait/comm/copy stretch is the workload's
+(:mod:`gpuwatch.collectors.workload_backend`). Every busy/wait/comm/copy stretch is the workload's
 own measured step timing; the job's CPU use is measured in real seconds (a rate in cores
 does not change under compression). The simulated agent stays :data:`LAG_S` real seconds
 behind the workload, because a step is recorded when it ends. The job starts at the workload's
@@ -329,7 +329,7 @@ def _floor_minute(ts: datetime) -> datetime:
 def _wait_stream(path: Path, proc: subprocess.Popen, timeout_s: float, until: str) -> Any:
     """The workload's activity stream once it has its header (``until="start"``) or its
     start-up has ended (``until="ready"``); fails if the workload exits or times out first."""
-    from gpuwatch.workload.activity import read_stream
+    from gpuwatch.collectors.activity_stream import read_stream
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -388,10 +388,10 @@ class Harness:
 
     def _run(self, index: int, name: str, outcome: ScenarioOutcome) -> None:
         from gpuwatch.agent import Agent, Pusher, Spool
+        from gpuwatch.collectors.activity_stream import read_stream
         from gpuwatch.collectors.gpu import GpuCollector
         from gpuwatch.config import AgentConfig
         from gpuwatch.sql.nodes import create_token
-        from gpuwatch.workload.activity import read_stream
 
         node = f"validate-{name}"
         job_id = f"validate-{os.getpid()}-{index + 1}"
@@ -485,7 +485,7 @@ class Harness:
 
     def _gpu_backend(self, activity: Path, v0: datetime, scale: float, name: str) -> Any:
         if self.simulated:
-            from gpuwatch.workload.sim_bridge import WorkloadDrivenBackend
+            from gpuwatch.collectors.workload_backend import WorkloadDrivenBackend
 
             return WorkloadDrivenBackend(
                 activity,
@@ -518,7 +518,7 @@ class Harness:
         name: str,
     ) -> float:
         """Agent cycles every AGENT_INTERVAL_S virtual seconds up to the stream's end; its end (stream s)."""
-        from gpuwatch.workload.activity import read_stream
+        from gpuwatch.collectors.activity_stream import read_stream
 
         step = AGENT_INTERVAL_S / scale  # stream seconds per cycle
         expected_end = self.duration_s + 5.0

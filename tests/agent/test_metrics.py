@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch import catalog, wire
 from gpuwatch.agent.metrics import AgentMetrics, parse_listen, start_metrics_server
-from gpuwatch.collectors.gpu import GpuBackend, MigDevice
+from gpuwatch.collectors.gpu_backend import GpuBackend, MigDevice
 from gpuwatch.collectors.nvml_backend import NvmlBackend
 from tests.gpu.fake_pynvml import FakeNvml
 from tests.prometheus.full_batch import NODE, NOW, AgentCounters, fake_node, full_batch

@@ -11,12 +11,8 @@ import pytest
 
 from gpuwatch.collectors import gpu, nvml_backend
 from gpuwatch.collectors.base import REGISTRY, run_collector
-from gpuwatch.collectors.gpu import (
-    GpuBackendUnavailable,
-    GpuCollector,
-    order_reasons,
-    util_stats,
-)
+from gpuwatch.collectors.gpu import GpuCollector
+from gpuwatch.collectors.gpu_backend import GpuBackendUnavailable, order_reasons, util_stats
 from gpuwatch.collectors.nvml_backend import NvmlBackend
 from gpuwatch.collectors.sim_backend import SimulatedBackend
 from gpuwatch.config import Settings
@@ -137,28 +133,26 @@ def test_order_reasons() -> None:
 
 
 def test_replay_kind_builds_a_replay_backend(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """``gpu.backend = "replay"`` with ``gpu.replay_file`` (config keys still to be added)."""
-    from types import SimpleNamespace
-
+    """``gpu.backend = "replay"`` plays ``gpu.replay_file`` back."""
     from gpuwatch.collectors.recording import ReplayBackend, make_recording
 
     path = tmp_path / "rec.jsonl"
     recorder = make_recording(SimulatedBackend("idle", gpus=1, start=NOW), path)
     recorder.sample(NOW)
     recorder.close()
-    config = SimpleNamespace(backend=SimpleNamespace(value="replay"), replay_file=path, replay_loop=True)
-    backend = gpu.make_backend(config, interval_s=10)  # type: ignore[arg-type]
+    config = settings(backend="replay", replay_file=str(path), replay_loop=True).gpu
+    backend = gpu.make_backend(config, interval_s=10)
     assert isinstance(backend, ReplayBackend) and backend.loop
     with pytest.raises(GpuBackendUnavailable, match="replay_file"):
-        gpu.make_backend(SimpleNamespace(backend=SimpleNamespace(value="replay")), interval_s=10)  # type: ignore[arg-type]
+        gpu.make_backend(settings(backend="replay").gpu, interval_s=10)
 
 
 def test_collect_publishes_processes_for_attribution():
     """The GPU collector hands each cycle's pids to the attribution collector, which runs after it."""
     from datetime import datetime, timezone
 
-    from gpuwatch.collectors.attribution import GPU_PROCESSES
     from gpuwatch.collectors.gpu import GpuCollector
+    from gpuwatch.collectors.gpu_processes import GPU_PROCESSES
     from gpuwatch.collectors.sim_backend import SimulatedBackend
 
     now = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pynvml
 import pytest
 
-from gpuwatch.collectors.gpu import GpuBackendUnavailable
+from gpuwatch.collectors.gpu_backend import GpuBackendUnavailable
 from gpuwatch.collectors.nvml_backend import NvmlBackend, reasons_from_mask
 from tests.gpu.fake_pynvml import CARDS, FakeNvml
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pynvml
 import pytest
 
-from gpuwatch.collectors.gpu import reduce_xids
+from gpuwatch.collectors.gpu_backend import reduce_xids
 from gpuwatch.collectors.nvml_backend import NvmlBackend
 from gpuwatch.collectors.nvml_events import XID_DOUBLE_BIT_ECC, XidEventWatcher, handle_address
 from gpuwatch.collectors.sim_backend import SimulatedBackend

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.collectors.attribution import AttributionCollector, GpuProcessBoard
+from gpuwatch.collectors.attribution import AttributionCollector
+from gpuwatch.collectors.gpu_processes import GpuProcessBoard
 from gpuwatch.config import HostPaths, SlurmConfig
 from gpuwatch.daemon.slurm_sync import SlurmSync
 from gpuwatch.slurm.attribution import read_gpu_maps

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.collectors.attribution import AttributionCollector, GpuProcessBoard
+from gpuwatch.collectors.attribution import AttributionCollector
+from gpuwatch.collectors.gpu_processes import GpuProcessBoard
 from gpuwatch.config import HostPaths, SlurmConfig
 from gpuwatch.daemon.slurm_sync import SlurmSync
 from gpuwatch.slurm.commands import SlurmClient
@@ -25,8 +26,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 def test_input_bound_workload_job(slurm_cluster: None, engine: sa.Engine, tmp_path: Path) -> None:
-    from gpuwatch.workload.activity import read_stream, shares
-    from gpuwatch.workload.sim_bridge import WorkloadDrivenBackend
+    from gpuwatch.collectors.activity_stream import read_stream, shares
+    from gpuwatch.collectors.workload_backend import WorkloadDrivenBackend
 
     activity = tmp_path / "activity.jsonl"
     tmp_path.chmod(0o777)

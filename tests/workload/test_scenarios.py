@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
+from gpuwatch.collectors.workload_backend import WorkloadDrivenBackend
 from gpuwatch.wire import GpuSample
 from gpuwatch.workload.scenarios import RunResult
-from gpuwatch.workload.sim_bridge import WorkloadDrivenBackend
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 #: CPU runs last seconds, not minutes: sample them on a 0.1 s poll grid
@@ -168,7 +168,7 @@ def test_cli_json_and_activity_file(tmp_path) -> None:
 
     require_torch()
     from gpuwatch.cli.main import cli
-    from gpuwatch.workload.activity import read_stream
+    from gpuwatch.collectors.activity_stream import read_stream
 
     path = tmp_path / "idle.jsonl"
     result = CliRunner().invoke(

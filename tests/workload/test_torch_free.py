@@ -26,7 +26,7 @@ EXPECTED = {
 
 def test_importing_the_cli_does_not_import_torch() -> None:
     code = (
-        "import sys, gpuwatch.cli.main, gpuwatch.workload.sim_bridge, gpuwatch.workload.scenarios;"
+        "import sys, gpuwatch.cli.main, gpuwatch.collectors.workload_backend, gpuwatch.workload.scenarios;"
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.collectors.gpu import GpuBackendUnavailable, make_backend
+from gpuwatch.collectors.activity_stream import StepRecord, Stream, StreamHeader
+from gpuwatch.collectors.gpu import make_backend
+from gpuwatch.collectors.gpu_backend import GpuBackendUnavailable
+from gpuwatch.collectors.workload_backend import WorkloadDrivenBackend
 from gpuwatch.config import GpuBackendKind, GpuConfig
-from gpuwatch.workload.activity import StepRecord, Stream, StreamHeader
-from gpuwatch.workload.sim_bridge import WorkloadDrivenBackend
 from gpuwatch.workload.validate import (
     EXPECTED,
     CpuTracker,

@@ -1,8 +1,10 @@
-"""The workload's own timeline: one record per step, in memory and as JSON lines.
+"""The activity stream: the reference workload's own timeline, one record per step, as JSON lines.
 
-The reference workload times every step itself and writes what it did here; the simulated
-bridge (:mod:`gpuwatch.workload.sim_bridge`) turns the same records into NVML-shaped GPU
-readings. No torch here, so the bridge reads a stream on a machine without the extra.
+The reference workload (:mod:`gpuwatch.workload`) times every step itself and writes what it
+did here; the workload-driven backend (:mod:`gpuwatch.collectors.workload_backend`) turns the
+same records into NVML-shaped GPU readings. The format sits with the backend that reads it,
+below the workload that writes it, and imports no torch, so the agent reads a stream on a
+machine without the ``workload`` extra.
 
 A stream is JSON lines, one object each:
 
@@ -30,7 +32,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,8 +248,3 @@ def shares(records: Iterable[StepRecord]) -> dict[str, float]:
     for key, value in totals.items():
         out[key.replace("_s", "_share")] = round(value / whole, 4) if whole > 0 else 0.0
     return out
-
-
-def iter_device_records(records: Iterable[StepRecord]) -> Iterator[StepRecord]:
-    """The records that did device work (not host-only, not sleep)."""
-    return (rec for rec in records if rec.kind == "step")

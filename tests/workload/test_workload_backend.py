@@ -6,8 +6,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpuwatch.workload.activity import ActivityRecorder, StepRecord, Stream, StreamHeader, read_stream
-from gpuwatch.workload.sim_bridge import WorkloadDrivenBackend
+from gpuwatch.collectors.activity_stream import (
+    ActivityRecorder,
+    StepRecord,
+    Stream,
+    StreamHeader,
+    read_stream,
+)
+from gpuwatch.collectors.workload_backend import WorkloadDrivenBackend
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 GIB = 1024**3

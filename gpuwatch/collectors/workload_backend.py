@@ -1,10 +1,10 @@
 """Simulated GPUs driven by the reference workload's own step timing.
 
-:class:`WorkloadDrivenBackend` reads an activity stream (:mod:`gpuwatch.workload.activity`)
+:class:`WorkloadDrivenBackend` reads an activity stream (:mod:`gpuwatch.collectors.activity_stream`)
 and reports what NVML would have said about the GPU(s) that ran it. It *is* the simulated
 backend (:class:`~gpuwatch.collectors.sim_backend.SimulatedBackend`): the same poll grid,
 integer percents, noise, energy counter, memory reserve, GPM-per-model rule and
-:func:`~gpuwatch.collectors.gpu.util_stats` reduction, with one scenario per GPU whose
+:func:`~gpuwatch.collectors.gpu_backend.util_stats` reduction, with one scenario per GPU whose
 activity at poll time ``t`` is computed from the steps inside the trailing poll window
 ``(t - poll, t]``, as NVML's utilization is a trailing-window average:
 
@@ -50,10 +50,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpuwatch.collectors.gpu import clamp_ratio
+from gpuwatch.collectors.activity_stream import ActivityRecorder, StepRecord, Stream, parse_lines
+from gpuwatch.collectors.gpu_backend import clamp_ratio
 from gpuwatch.collectors.sim_backend import Activity, Scenario, SimulatedBackend
 from gpuwatch.wire import GpuSample
-from gpuwatch.workload.activity import ActivityRecorder, StepRecord, Stream, parse_lines
 
 #: the batch that fills the simulated card (the SMs' share of a step scales with batch / this)
 FULL_BATCH = 64
