@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from gpuwatch.alerts.config import AlertsConfig, alerts_config
 from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.config.alerts import AlertsConfig
 
 LIST_COLUMNS = [
     ("id", "id"),
@@ -47,7 +47,7 @@ def _ctx() -> Any:
 
 
 def _config() -> AlertsConfig:
-    return alerts_config(_ctx().settings)
+    return _ctx().settings.alerts
 
 
 def _engine() -> Any:

@@ -23,11 +23,11 @@ from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
-from gpuwatch.alerts.config import HEALTHY, AlertsConfig, RecipientKind
 from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
 from gpuwatch.alerts.rules import RecipientResolver
 from gpuwatch.alerts.templates import digest as tpl
 from gpuwatch.alerts.templates.causes import cause_text
+from gpuwatch.config.alerts import HEALTHY, AlertsConfig, RecipientKind
 from gpuwatch.sql.schema import slurm_jobs, verdicts
 
 log = logging.getLogger(__name__)

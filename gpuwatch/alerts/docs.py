@@ -11,9 +11,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpuwatch.alerts.config import AlertsConfig, RecipientKind
 from gpuwatch.alerts.rules import Target, job_notice
 from gpuwatch.alerts.templates.job import JobFacts
+from gpuwatch.config.alerts import AlertsConfig, RecipientKind
 
 BEGIN = "<!-- BEGIN GENERATED EXAMPLES (python -m gpuwatch.alerts.docs docs/alerts.md) -->"
 END = "<!-- END GENERATED EXAMPLES -->"

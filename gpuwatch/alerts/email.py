@@ -24,7 +24,7 @@ from email.policy import SMTP as SMTP_POLICY
 from email.utils import formatdate
 
 from gpuwatch.alerts.base import Channel, ChannelError, Delivery, Message
-from gpuwatch.alerts.config import EmailConfig, TlsMode
+from gpuwatch.config.alerts import EmailConfig, TlsMode
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from gpuwatch.alerts.config import AlertsConfig, EnforceMode, RecipientKind
 from gpuwatch.alerts.outbox import SENT, Notice, dedup_key, enqueue
 from gpuwatch.alerts.rules import RecipientResolver
 from gpuwatch.alerts.templates import enforce as tpl
+from gpuwatch.config.alerts import AlertsConfig, EnforceMode, RecipientKind
 from gpuwatch.sql.engine import is_postgres
 from gpuwatch.sql.schema import alert_outbox, enforcement_actions, slurm_jobs, verdicts
 

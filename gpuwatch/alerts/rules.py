@@ -2,7 +2,7 @@
 
 Per job, only its latest evaluation counts (a job that recovered says 'healthy' and gets no
 notice). Of that evaluation's causes, each recipient hears about the one with the most wasted
-GPU-hours that passes the first matching :class:`~gpuwatch.alerts.config.AlertRule`
+GPU-hours that passes the first matching :class:`~gpuwatch.config.alerts.AlertRule`
 (thresholds on wasted GPU-hours, window length and confidence). Then, in order:
 
 * the **dedup key** (job, cause, window kind/start/end, recipient, channel) makes a re-run over
@@ -27,10 +27,10 @@ from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
-from gpuwatch.alerts.config import HEALTHY, AlertRule, AlertsConfig, QuietHours, RecipientKind
 from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
 from gpuwatch.alerts.templates import job as job_tpl
 from gpuwatch.alerts.templates.job import JobFacts
+from gpuwatch.config.alerts import HEALTHY, AlertRule, AlertsConfig, QuietHours, RecipientKind
 from gpuwatch.sql.schema import alert_outbox, slurm_jobs, verdicts
 
 log = logging.getLogger(__name__)

@@ -1,12 +1,8 @@
-"""The alert jobs the daemon schedules, and ``register_alert_jobs`` that adds them.
+"""One pass of the alerts: rules and digests decide, the outbox worker sends.
 
-Two jobs, both run only by the leader (:mod:`.leader`):
-
-* ``alerts-rules`` every ``alerts.worker.interval_s``: verdicts → notices, due digests,
-  enforcement; everything found is queued in the outbox;
-* ``alerts-send`` at the same interval: the worker sends what is due.
-
-``gpuwatch alerts send`` runs the same :meth:`AlertService.tick` once.
+:meth:`AlertService.decide` turns verdicts into notices (and runs enforcement),
+:meth:`AlertService.send` delivers what is due. The daemon schedules both
+(:mod:`gpuwatch.daemon.alert_jobs`); ``gpuwatch alerts send`` runs :meth:`AlertService.tick` once.
 """
 
 from __future__ import annotations
@@ -15,17 +11,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.alerts.config import AlertsConfig, alerts_config
 from gpuwatch.alerts.digest import Digests
 from gpuwatch.alerts.enforce import Action, Enforcer
 from gpuwatch.alerts.outbox import Notice, enqueue
 from gpuwatch.alerts.rules import RecipientResolver, evaluate
 from gpuwatch.alerts.worker import Report, Worker
-from gpuwatch.daemon.leader import LeaderLock
+from gpuwatch.config.alerts import AlertsConfig
 from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
@@ -85,36 +79,3 @@ class AlertService:
 
     def tick(self) -> tuple[Decisions, Report]:
         return self.decide(), self.send()
-
-
-def register_alert_jobs(scheduler: Any, settings: Any, engine: sa.Engine) -> AlertService | None:
-    """Add the alert jobs to the daemon's APScheduler ``scheduler``; nothing if alerts are off.
-
-    The leader lock is taken lazily by the first job run and released when the scheduler
-    shuts down."""
-    cfg = alerts_config(settings)
-    if not cfg.enabled:
-        log.info("alerts: disabled (alerts.enabled = false)")
-        return None
-    from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
-
-    service = AlertService(engine, cfg)
-    leader = LeaderLock(engine, cfg.leader_lock_key)
-
-    def rules_job() -> None:
-        if leader.is_leader():
-            d = service.decide()
-            if d.queued or d.actions:
-                log.info("alerts: %d notice(s) queued, %d enforcement action(s)", d.queued, len(d.actions))
-
-    def send_job() -> None:
-        if leader.is_leader():
-            service.send()
-
-    interval = cfg.worker.interval_s
-    scheduler.add_job(
-        rules_job, "interval", seconds=interval, id="alerts-rules", name="alert rules and digests"
-    )
-    scheduler.add_job(send_job, "interval", seconds=interval, id="alerts-send", name="alert outbox worker")
-    scheduler.add_listener(lambda _event: leader.release(), EVENT_SCHEDULER_SHUTDOWN)
-    return service

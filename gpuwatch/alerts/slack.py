@@ -15,7 +15,7 @@ from collections.abc import Callable
 import requests
 
 from gpuwatch.alerts.base import Channel, ChannelError, Delivery, Message
-from gpuwatch.alerts.config import SlackConfig
+from gpuwatch.config.alerts import SlackConfig
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import sqlalchemy as sa
 
 from gpuwatch.alerts import outbox
 from gpuwatch.alerts.base import Channel, ChannelError, Message
-from gpuwatch.alerts.config import AlertsConfig, InDoubtPolicy
 from gpuwatch.alerts.email import EmailChannel
 from gpuwatch.alerts.slack import SlackChannel
+from gpuwatch.config.alerts import AlertsConfig, InDoubtPolicy
 from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)

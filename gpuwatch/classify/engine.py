@@ -28,8 +28,8 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.features import WindowFeatures, job_windows, load_scope
 from gpuwatch.classify.rules import RULES, unknown_low
-from gpuwatch.classify.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.classify.verdict import Cause, Skipped, Verdict
+from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.sql.schema import attribution_samples, slurm_jobs, verdicts
 
 #: bump when a rule or threshold default changes meaning, so stored verdicts can be told apart

@@ -29,7 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.classify.thresholds import Thresholds
+from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql.rollups import MINUTE, floor_minute
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,

@@ -4,7 +4,7 @@ Jobs now: create partitions ahead (hourly, and once at start); roll raw samples 
 minute (every minute); classify running jobs (every ``classify.evaluate_interval_s``, from
 the rollups) and store their verdicts; with ``slurm.enabled`` the Slurm sync (squeue every
 ``sync_interval_s``, sacct every ``sacct_interval_s``); retention (``[retention]``); alerts
-(``gpuwatch/alerts/service.py``: rules, outbox worker, digests, enforcement, leader-only).
+(``daemon/alert_jobs.py``: rules, outbox worker, digests, enforcement, leader-only).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
             scheduler.add_job(
                 leader_only(fn), "interval", seconds=every, id=job_id, name=job_id, next_run_time=start
             )
-    from gpuwatch.alerts.service import register_alert_jobs
+    from gpuwatch.daemon.alert_jobs import register_alert_jobs
 
     register_alert_jobs(scheduler, settings, store.engine)
     return scheduler

@@ -26,8 +26,8 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.engine import classify_job, store_evaluations
 from gpuwatch.classify.features import load_scope
-from gpuwatch.classify.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.classify.verdict import Cause, Verdict
+from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.slurm.model import TERMINAL_STATES
 from gpuwatch.sql.jobs import apply_job_filters
 from gpuwatch.sql.rollups import epoch_seconds, floor_minute

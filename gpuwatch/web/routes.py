@@ -1,7 +1,7 @@
 """The web view's routes: ``/`` overview, ``/jobs`` low-utilization list, ``/jobs/{id}`` one job.
 
 Read-only (GET only), server-rendered HTML with inline SVG; auth per ``[web]``
-(:mod:`gpuwatch.web.config`) as a router dependency, so every page is behind it.
+(:mod:`gpuwatch.config.web`) as a router dependency, so every page is behind it.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse
 
+from gpuwatch.config.web import WebAuth, WebConfig
 from gpuwatch.web import data, svg
-from gpuwatch.web.config import WebAuth, WebConfig
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#fafafa}

@@ -61,8 +61,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.collectors.base import Collector
+from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.wire import JobSample
 
 #: expected (cause, window) per scenario: the cause the classifier must give as the window's

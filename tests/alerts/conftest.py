@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from aiosmtpd.controller import Controller
 
-from gpuwatch.alerts.config import AlertsConfig
+from gpuwatch.config.alerts import AlertsConfig
 from gpuwatch.sql.schema import slurm_jobs, verdicts
 from tests.conftest import free_port
 

@@ -11,8 +11,8 @@ import os
 import signal
 import sys
 
-from gpuwatch.alerts.config import AlertsConfig
 from gpuwatch.alerts.worker import Worker
+from gpuwatch.config.alerts import AlertsConfig
 from gpuwatch.sql.engine import create_engine
 
 

@@ -8,8 +8,8 @@ import time
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from gpuwatch.alerts.service import register_alert_jobs
 from gpuwatch.config import Settings
+from gpuwatch.daemon.alert_jobs import register_alert_jobs
 from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.sql.engine import create_engine
 from tests.alerts.conftest import make_config
@@ -48,18 +48,11 @@ def test_sqlite_always_leads(sqlite_url):
         engine.dispose()
 
 
-class WithAlerts:
-    """Settings as they will be once ``alerts: AlertsConfig`` is in Settings."""
-
-    def __init__(self, cfg) -> None:
-        self.alerts = cfg
-
-
 def test_register_alert_jobs(engine):
     scheduler = BackgroundScheduler(timezone="UTC")
     assert register_alert_jobs(scheduler, Settings(), engine) is None  # alerts off by default
     assert scheduler.get_jobs() == []
-    service = register_alert_jobs(scheduler, WithAlerts(make_config()), engine)
+    service = register_alert_jobs(scheduler, Settings(alerts=make_config()), engine)
     assert service is not None
     assert sorted(j.id for j in scheduler.get_jobs()) == ["alerts-rules", "alerts-send"]
     for job in scheduler.get_jobs():

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from gpuwatch.alerts import outbox
-from gpuwatch.alerts.config import QuietHours, RecipientKind
 from gpuwatch.alerts.rules import RecipientResolver, evaluate, quiet_until
+from gpuwatch.config.alerts import QuietHours, RecipientKind
 from tests.alerts.conftest import T0, add_job, add_verdict, make_config
 
 

@@ -8,11 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from gpuwatch.alerts import docs
-from gpuwatch.alerts.config import CAUSES, AlertsConfig, alerts_config
 from gpuwatch.alerts.templates import format as fmt
 from gpuwatch.alerts.templates import job as job_tpl
 from gpuwatch.alerts.templates.causes import CAUSE_TEXTS
 from gpuwatch.config import Settings
+from gpuwatch.config.alerts import CAUSES, AlertsConfig
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 
@@ -62,7 +62,7 @@ def test_config_validation():
         AlertsConfig.model_validate({"emial": {}})
     cfg = AlertsConfig.model_validate({"account_owners": {"ml": "pi@x.edu"}})
     assert cfg.account_owners == {"ml": ["pi@x.edu"]} and not cfg.enabled
-    assert alerts_config(Settings()) == AlertsConfig()
+    assert Settings().alerts == AlertsConfig()
 
 
 def test_docs_examples_are_the_current_rendering():

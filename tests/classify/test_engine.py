@@ -9,7 +9,7 @@ import pytest
 
 from gpuwatch.classify.engine import RULES_VERSION, classify_job, evaluate_running, latest_verdicts
 from gpuwatch.classify.features import job_windows, load_scope, quantile_from_bins
-from gpuwatch.classify.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.sql.rollups import Rollup
 from tests.classify import corpus
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.alerts.config import AlertsConfig
+from gpuwatch.config.alerts import AlertsConfig
 from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine

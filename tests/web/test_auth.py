@@ -8,7 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from gpuwatch.web.config import WebConfig
+from gpuwatch.config.web import WebConfig
 from gpuwatch.web.routes import build_web_router
 
 

@@ -4,7 +4,7 @@ Texts are :class:`string.Template` strings (Jinja2 is not a dependency); the pla
 the keys of :func:`gpuwatch.alerts.templates.job.context` — ``$gpus``, ``$mean_util``,
 ``$duration``, ``$gpu_hours_wasted``, ``$job_id`` — and any top-level evidence key. The
 verdict's own ``fix`` (written by the cause rule from its evidence) wins over ``fix`` here.
-A test holds this table to :data:`gpuwatch.alerts.config.CAUSES`.
+A test holds this table to :data:`gpuwatch.config.alerts.CAUSES`.
 """
 
 from __future__ import annotations

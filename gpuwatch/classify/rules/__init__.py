@@ -26,8 +26,8 @@ from gpuwatch.classify.rules import (
     small_work,
     throttled,
 )
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Skipped, Verdict
+from gpuwatch.config.thresholds import Thresholds
 
 Rule = Callable[[WindowFeatures, Thresholds], "Verdict | Skipped | None"]
 

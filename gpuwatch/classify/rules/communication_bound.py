@@ -5,8 +5,8 @@ without GPM SM activity this can only be claimed weakly, when utilization is low
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, efficiency, make_verdict, pct, rate
+from gpuwatch.config.thresholds import Thresholds
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:

@@ -7,8 +7,8 @@ its GPUs and then went idle is ``idle_allocation``, not this.
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, make_verdict, pct
+from gpuwatch.config.thresholds import Thresholds
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, efficiency, make_verdict, pct
+from gpuwatch.config.thresholds import Thresholds
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:

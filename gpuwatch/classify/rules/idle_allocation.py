@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Verdict, make_verdict
+from gpuwatch.config.thresholds import Thresholds
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:

@@ -8,8 +8,8 @@ communication (NVLink/NIC/IB traffic low) and gets a lower confidence."""
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, efficiency, make_verdict, pct
+from gpuwatch.config.thresholds import Thresholds
 
 
 def duty_cycling(f: WindowFeatures, t: Thresholds, ev: Evidence) -> bool | None:

@@ -6,8 +6,8 @@ says it could not check, and the final verdict lists that."""
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, make_verdict, pct
+from gpuwatch.config.thresholds import Thresholds
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:

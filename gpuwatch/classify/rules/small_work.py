@@ -4,8 +4,8 @@ and occupancy, low power, little memory (small batches, tiny kernels)."""
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Verdict, efficiency, make_verdict, pct
+from gpuwatch.config.thresholds import Thresholds
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:

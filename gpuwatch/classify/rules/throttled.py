@@ -6,8 +6,8 @@ the reasons apart nor the SM clock, so "thermal" is told by the max temperature.
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Verdict, make_verdict, pct
+from gpuwatch.config.thresholds import Thresholds
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
 from gpuwatch.classify.rules.input_bound import duty_cycling
-from gpuwatch.classify.thresholds import Thresholds
 from gpuwatch.classify.verdict import Cause, Evidence, Skipped, Verdict, efficiency, make_verdict
+from gpuwatch.config.thresholds import Thresholds
 
 
 def is_low(f: WindowFeatures, t: Thresholds, ev: Evidence) -> bool:

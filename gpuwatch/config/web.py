@@ -17,7 +17,9 @@ from __future__ import annotations
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from gpuwatch.config.section import Section
 
 
 class WebAuth(str, Enum):
@@ -26,10 +28,8 @@ class WebAuth(str, Enum):
     HEADER = "header"
 
 
-class WebConfig(BaseModel):
+class WebConfig(Section):
     """``[web]`` section (see the module docstring and ``deploy/gpuwatch.toml``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = Field(True, description="Serve the web view at / on the daemon's port.")
     auth: WebAuth = Field(WebAuth.NONE, description="'none' | 'token' | 'header'.")

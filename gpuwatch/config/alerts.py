@@ -1,9 +1,7 @@
 """``[alerts]``: who hears about which verdicts, through which channel, and when.
 
-One frozen, validated model, meant to sit in :class:`gpuwatch.config.Settings` as
-``alerts: AlertsConfig``. Until it does, :func:`alerts_config` hands every caller the
-defaults (alerts off), so nothing here depends on that line having been added.
-``docs/alerts.md`` documents every key with an example.
+One frozen, validated model, :class:`gpuwatch.config.Settings` ``.alerts``; the alert code
+under :mod:`gpuwatch.alerts` reads it. ``docs/alerts.md`` documents every key with an example.
 """
 
 from __future__ import annotations
@@ -14,7 +12,9 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from gpuwatch.config.section import Section
 
 #: every cause the classifier writes; 'healthy' is never alerted
 CAUSES: tuple[str, ...] = (
@@ -31,12 +31,6 @@ CAUSES: tuple[str, ...] = (
     "unknown_low",
 )
 HEALTHY = "healthy"
-
-
-class _Section(BaseModel):
-    # same settings as gpuwatch.config._Section; not imported from there, because
-    # gpuwatch.config imports this module
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class RecipientKind(str, Enum):
@@ -78,7 +72,7 @@ def _zone(value: str) -> str:
     return value
 
 
-class AlertRule(_Section):
+class AlertRule(Section):
     """Verdicts of these causes, past these thresholds, notify these recipients.
 
     A verdict takes the first rule whose ``causes`` list its cause (``"*"``: any cause).
@@ -102,7 +96,7 @@ class AlertRule(_Section):
         return "*" in self.causes or cause in self.causes
 
 
-class QuietHours(_Section):
+class QuietHours(Section):
     """No notices to these recipients between ``start`` and ``end`` (local time in
     ``timezone``); they wait in the outbox and go out when quiet hours end."""
 
@@ -117,7 +111,7 @@ class QuietHours(_Section):
         return _zone(value)
 
 
-class SlackConfig(_Section):
+class SlackConfig(Section):
     """An incoming webhook (https://api.slack.com/messaging/webhooks) for the admin channel."""
 
     webhook_url: SecretStr | None = None
@@ -145,7 +139,7 @@ class SlackConfig(_Section):
         return self.webhook_url is not None or self.webhook_url_file is not None
 
 
-class EmailConfig(_Section):
+class EmailConfig(Section):
     """SMTP submission: a local relay by default; STARTTLS or TLS and login when set."""
 
     host: str | None = Field(None, description="SMTP server; unset: email is off.")
@@ -181,7 +175,7 @@ class EmailConfig(_Section):
         return self.message_id_domain or self.from_address.rpartition("@")[2] or "gpuwatch.invalid"
 
 
-class DigestConfig(_Section):
+class DigestConfig(Section):
     """A daily digest for admins and a weekly one per user, sent once per period each."""
 
     daily_admin: bool = True
@@ -199,7 +193,7 @@ class DigestConfig(_Section):
         return _zone(value)
 
 
-class WorkerConfig(_Section):
+class WorkerConfig(Section):
     """The outbox worker: lease, retries, back-off."""
 
     interval_s: float = Field(15.0, ge=1)
@@ -210,7 +204,7 @@ class WorkerConfig(_Section):
     give_up_after_s: float = Field(3 * 86400.0, gt=0, description="Then 'failed' (kept, retryable).")
 
 
-class EnforcementConfig(_Section):
+class EnforcementConfig(Section):
     """Optional: warn, then ``scancel``, jobs whose GPUs all stay at 0%. Off by default."""
 
     mode: EnforceMode = EnforceMode.OFF
@@ -232,7 +226,7 @@ class EnforcementConfig(_Section):
         return self
 
 
-class AlertsConfig(_Section):
+class AlertsConfig(Section):
     """Everything about notices; see docs/alerts.md."""
 
     enabled: bool = Field(False, description="Evaluate rules and send from inside the daemon.")
@@ -290,9 +284,3 @@ class AlertsConfig(_Section):
         if self.job_url is None or not job_id:
             return None
         return self.job_url.replace("{job_id}", job_id)
-
-
-def alerts_config(settings: Any) -> AlertsConfig:
-    """``settings.alerts`` once Settings has that section; the defaults (alerts off) until then."""
-    value = getattr(settings, "alerts", None)
-    return value if isinstance(value, AlertsConfig) else AlertsConfig()

@@ -18,17 +18,17 @@ The model is standalone: ``Thresholds()`` gives the defaults, ``Thresholds(**tab
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gpuwatch.config.section import Section
 
 
 def _r(default: float, description: str) -> float:
     return Field(default, ge=0.0, le=1.0, description=description)
 
 
-class Thresholds(BaseModel):
+class Thresholds(Section):
     """Classifier thresholds (ratios are 0..1; rates in bytes/s; durations in seconds)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     # ------------------------------------------------------------------ windows
     grace_period_s: float = Field(

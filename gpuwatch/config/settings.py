@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,9 +25,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from gpuwatch.alerts.config import AlertsConfig
-from gpuwatch.classify.thresholds import Thresholds
-from gpuwatch.web.config import WebConfig
+from gpuwatch.config.alerts import AlertsConfig
+from gpuwatch.config.section import Section
+from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.config.web import WebConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 DEFAULT_PORT = 8470
@@ -35,10 +36,6 @@ DEFAULT_PORT = 8470
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the key and the problem."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class GpuBackendKind(str, Enum):
@@ -52,7 +49,7 @@ class GpuBackendKind(str, Enum):
     WORKLOAD = "workload"  # simulated GPUs driven by a reference workload's activity file
 
 
-class HostPaths(_Section):
+class HostPaths(Section):
     """Roots of every host file a collector reads, so tests point them at fixture trees."""
 
     proc: Path = Path("/proc")
@@ -66,7 +63,7 @@ class HostPaths(_Section):
         return self.run / "gpuwatch" / "gpu"
 
 
-class GpuConfig(_Section):
+class GpuConfig(Section):
     backend: GpuBackendKind = GpuBackendKind.AUTO
     sim_scenario: str = Field("training", description="Scenario name for backend = 'sim'.")
     sim_gpus: int = Field(4, ge=0, le=64)
@@ -82,7 +79,7 @@ class GpuConfig(_Section):
     )
 
 
-class AgentConfig(_Section):
+class AgentConfig(Section):
     node: str = Field(default_factory=lambda: socket.gethostname().split(".")[0])
     daemon_url: str = f"http://127.0.0.1:{DEFAULT_PORT}"
     token: str | None = Field(None, description="Per-node token; prefer token_file.")
@@ -152,7 +149,7 @@ class AgentConfig(_Section):
         return None
 
 
-class DaemonConfig(_Section):
+class DaemonConfig(Section):
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     max_batch_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     partition_days_ahead: int = Field(3, ge=1, le=60)
@@ -234,7 +231,7 @@ class DaemonConfig(_Section):
         return int(self.listen.rpartition(":")[2])
 
 
-class SlurmConfig(_Section):
+class SlurmConfig(Section):
     """The daemon's Slurm sync (``gpuwatch/daemon/slurm_sync.py``)."""
 
     enabled: bool = Field(False, description="Poll Slurm for jobs and their GPUs.")
@@ -258,7 +255,7 @@ class SlurmConfig(_Section):
     )
 
 
-class RetentionConfig(_Section):
+class RetentionConfig(Section):
     """How long each kind of data is kept (``gpuwatch/sql/retention.py``)."""
 
     raw_days: int = Field(14, ge=1, description="Raw samples (PostgreSQL: whole daily partitions).")
@@ -290,7 +287,7 @@ class RetentionConfig(_Section):
 
 
 class ClassifyConfig(Thresholds):
-    """``[classify]``: every threshold of :class:`~gpuwatch.classify.thresholds.Thresholds`,
+    """``[classify]``: every threshold of :class:`~gpuwatch.config.thresholds.Thresholds`,
     plus how often the daemon evaluates running jobs."""
 
     evaluate_interval_s: float = Field(300.0, ge=30, description="Evaluate running jobs this often.")
@@ -302,7 +299,7 @@ def default_database_url() -> str:
     return f"sqlite:///{data / 'gpuwatch.db'}"
 
 
-class DatabaseConfig(_Section):
+class DatabaseConfig(Section):
     url: str = Field(default_factory=default_database_url)
     echo: bool = False
 

@@ -1,0 +1,57 @@
+"""The alert jobs the daemon schedules, both run only by the holder of their leader lock.
+
+* ``alerts-rules`` every ``alerts.worker.interval_s``: verdicts → notices, due digests,
+  enforcement (:meth:`~gpuwatch.alerts.service.AlertService.decide`); everything found is
+  queued in the outbox;
+* ``alerts-send`` at the same interval: the worker sends what is due.
+
+Alerts take their own advisory lock (``alerts.leader_lock_key``, :mod:`gpuwatch.daemon.leader`),
+so one replica can evaluate alerts while another runs rollups.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+from apscheduler.schedulers.base import BaseScheduler
+
+from gpuwatch.alerts.service import AlertService
+from gpuwatch.config import Settings
+from gpuwatch.daemon.leader import LeaderLock
+
+log = logging.getLogger(__name__)
+
+
+def register_alert_jobs(
+    scheduler: BaseScheduler, settings: Settings, engine: sa.Engine
+) -> AlertService | None:
+    """Add the alert jobs to the daemon's APScheduler ``scheduler``; nothing if alerts are off.
+
+    The leader lock is taken lazily by the first job run and released when the scheduler
+    shuts down."""
+    cfg = settings.alerts
+    if not cfg.enabled:
+        log.info("alerts: disabled (alerts.enabled = false)")
+        return None
+    service = AlertService(engine, cfg)
+    leader = LeaderLock(engine, cfg.leader_lock_key)
+
+    def rules_job() -> None:
+        if leader.is_leader():
+            d = service.decide()
+            if d.queued or d.actions:
+                log.info("alerts: %d notice(s) queued, %d enforcement action(s)", d.queued, len(d.actions))
+
+    def send_job() -> None:
+        if leader.is_leader():
+            service.send()
+
+    interval = cfg.worker.interval_s
+    scheduler.add_job(
+        rules_job, "interval", seconds=interval, id="alerts-rules", name="alert rules and digests"
+    )
+    scheduler.add_job(send_job, "interval", seconds=interval, id="alerts-send", name="alert outbox worker")
+    scheduler.add_listener(lambda _event: leader.release(), EVENT_SCHEDULER_SHUTDOWN)
+    return service
