@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch import wire_v2
 from gpuwatch.agent import Agent
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
+from gpuwatch.wire import v2 as wire_v2
 
 
 def measure(agent: Agent, cycles: int, wire_format: int) -> tuple[list[float], int]:

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/columnar_wire.py [--cycles 1,30] [--gpus 8] [--rounds 15]
 
-v1 (``gpuwatch/wire.py``) sends one JSON object per sample; the daemon validates each into a
-pydantic model. v2 (``gpuwatch/wire_v2.py``) sends one array per field per sample kind; the
+v1 (``gpuwatch/wire/v1.py``) sends one JSON object per sample; the daemon validates each into a
+pydantic model. v2 (``gpuwatch/wire/v2.py``) sends one array per field per sample kind; the
 daemon validates lists. For each batch size (cycles per batch: 1 is the agent's normal push,
 30 a multi-cycle batch) this builds ``bench/ingest.py``'s realistic batch (8 GPUs with 2
 processes each, and the host samples), encodes it as the agent does (``wire_v2.encode``),
@@ -25,8 +25,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import make_batches
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
 from gpuwatch.gc_tuning import DAEMON_THRESHOLDS, settle
+from gpuwatch.wire import v2 as wire_v2
 
 
 def timed(parse: Any, body: bytes, repeat: int) -> float:

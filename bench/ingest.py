@@ -19,7 +19,7 @@ sends with ``agent.push_every = K``). With ``--compare-http``, each ``http`` mod
 as ``... py``: the daemon on uvicorn's pure-Python stack (``daemon.http_parser = "h11"``,
 ``daemon.event_loop = "asyncio"``, what it ran on before httptools and uvloop were
 dependencies), side by side. With ``--wire 1,2`` each ``http`` mode also runs as ``... v2``:
-the same batches in wire format v2 (columns, ``gpuwatch/wire_v2.py``) to ``/api/v2/ingest``.
+the same batches in wire format v2 (columns, ``gpuwatch/wire/v2.py``) to ``/api/v2/ingest``.
 With ``--merge K[,K...]``, ``http xN mK``: K consecutive one-cycle batches of a node merged
 into ONE v2 batch by the agent's own code (``gpuwatch/agent/merge.py``), one per request, as
 an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merge_backlog``,
@@ -46,14 +46,16 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.agent_vs_node_exporter import tree_cpu_seconds
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
 from gpuwatch.agent import merge
+from gpuwatch.clock import utcnow
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.pg_copy import copy_rows
 from gpuwatch.sql.schema import ingested_batches
+from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -63,7 +65,7 @@ def make_batches(
     nodes: int, cycles: int, gpus: int, shift: timedelta, per_batch: int = 1
 ) -> list[wire.Batch]:
     """``per_batch`` cycles of one node in each batch (1 = the agent's normal push)."""
-    start = wire.utcnow() - timedelta(hours=1) + shift
+    start = utcnow() - timedelta(hours=1) + shift
     out = []
     for c0 in range(0, cycles, per_batch):
         for n in range(nodes):

@@ -48,11 +48,11 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import drop_db, fresh_db, make_batches
-from gpuwatch import wire_v2
 from gpuwatch.agent import merge
 from gpuwatch.agent.push import Backoff
 from gpuwatch.daemon.ingest import checked_batch
 from gpuwatch.sql.nodes import create_token
+from gpuwatch.wire import v2 as wire_v2
 from tests.daemon_process import DaemonProcess
 
 UNBOUNDED = 64 * 2**30

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import _cycle, drop_db, fresh_db
 from gpuwatch import wire
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
@@ -73,7 +74,7 @@ def main() -> None:
     ap.add_argument("--bundle", type=int, default=1, help="cycles of every node stored per group")
     args = ap.parse_args()
     cycles = int(args.hours * 3600 / INTERVAL_S)
-    start = floor_minute(wire.utcnow() - timedelta(hours=args.hours, minutes=5))
+    start = floor_minute(utcnow() - timedelta(hours=args.hours, minutes=5))
     name, _url, engine = fresh_db()
     try:
         store = BatchStore(engine)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from gpuwatch import wire_v2
 from gpuwatch.agent.push import Outcome, Pusher
 from gpuwatch.wire import Batch
+from gpuwatch.wire import v2 as wire_v2
 
 
 class RecordingPusher(Pusher):

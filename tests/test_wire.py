@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
+from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 import pytest
 from pydantic import ValidationError
 
-from gpuwatch import wire, wire_v2
-from gpuwatch.wire_v2 import ColumnarBatch
+from gpuwatch import wire
+from gpuwatch.wire import v1 as wire_v1
+from gpuwatch.wire import v2 as wire_v2
+from gpuwatch.wire.v2 import ColumnarBatch
 from tests import factories
 
 
@@ -18,7 +20,7 @@ def _mixed_batch() -> wire.Batch:
     batch = factories.batch(cycles=3, gpus=3)
     samples = list(batch.samples)
     samples[0] = samples[0].model_copy(update={"processes": None, "state": "lost", "xid_errors": [79]})
-    east = factories.T0.astimezone(wire.timezone(timedelta(hours=2)))
+    east = factories.T0.astimezone(timezone(timedelta(hours=2)))
     samples.append(factories.gpu_sample(east, 7, processes=[wire.GpuProcess(pid=1), wire.GpuProcess(pid=2)]))
     samples.append(
         wire.AgentSample(ts=factories.T0, collector_errors={"nic": "boom"}, dropped_batches_total=3)
@@ -126,7 +128,7 @@ def test_samples_of_one_stamp_share_one_datetime_and_errors_keep_their_index():
 
 
 def test_at_most_max_samples_per_batch_over_all_kinds(monkeypatch):
-    monkeypatch.setattr(wire, "MAX_SAMPLES_PER_BATCH", 5)
+    monkeypatch.setattr(wire_v1, "MAX_SAMPLES_PER_BATCH", 5)
     doc = _gpu_doc()
     doc["disk"] = {
         "ts": [factories.T0.isoformat()] * 4,

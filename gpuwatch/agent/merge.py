@@ -21,7 +21,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
+from gpuwatch.wire import v2 as wire_v2
 
 #: namespace of merged batch ids: uuid5(MERGE_NAMESPACE, the constituents' ids joined by ",")
 MERGE_NAMESPACE = uuid.UUID("5d0c1a53-3f0e-4b7c-9a55-6f1b2e8c0d47")

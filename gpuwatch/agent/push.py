@@ -1,7 +1,7 @@
 """HTTP push of serialized batches to the daemon, and the retry backoff.
 
 The daemon's ingest endpoint is ``POST {daemon_url}/api/v{N}/ingest/{node}`` with a bearer
-token, N the wire format of the batch (``wire.py`` v1, ``wire_v2.py`` v2, told apart by
+token, N the wire format of the batch (``wire/v1.py`` v1, ``wire/v2.py`` v2, told apart by
 their first bytes); a spool backlog goes to ``.../bundle``, several batches one per line,
 each answered on its own. A daemon older than v2 answers 404 there: the agent then sends its
 v2 batches converted to v1 for :data:`V1_FALLBACK_S`, and tries v2 again after that. A
@@ -35,8 +35,9 @@ from urllib.parse import quote, urlsplit
 import requests
 import urllib3
 
-from gpuwatch import __version__, wire_v2
-from gpuwatch.wire import utcnow
+from gpuwatch import __version__
+from gpuwatch.clock import utcnow
+from gpuwatch.wire import v2 as wire_v2
 
 log = logging.getLogger(__name__)
 

@@ -26,13 +26,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from gpuwatch import __version__, wire_v2
+from gpuwatch import __version__
 from gpuwatch.agent import merge
 from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult
 from gpuwatch.agent.spool import Spool, SpooledBatch
+from gpuwatch.clock import utcnow
 from gpuwatch.collectors.base import Collector, run_collector
 from gpuwatch.config import AgentConfig, Settings
-from gpuwatch.wire import AgentSample, Batch, utcnow
+from gpuwatch.wire import AgentSample, Batch
+from gpuwatch.wire import v2 as wire_v2
 
 log = logging.getLogger(__name__)
 

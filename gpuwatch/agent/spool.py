@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from gpuwatch.wire import utcnow
+from gpuwatch.clock import utcnow
 
 log = logging.getLogger(__name__)
 

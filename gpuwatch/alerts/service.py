@@ -19,8 +19,8 @@ from gpuwatch.alerts.enforce import Action, Enforcer
 from gpuwatch.alerts.outbox import Notice, enqueue
 from gpuwatch.alerts.rules import RecipientResolver, evaluate
 from gpuwatch.alerts.worker import Report, Worker
+from gpuwatch.clock import utcnow
 from gpuwatch.config.alerts import AlertsConfig
-from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
 

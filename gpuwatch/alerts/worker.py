@@ -29,8 +29,8 @@ from gpuwatch.alerts import outbox
 from gpuwatch.alerts.base import Channel, ChannelError, Message
 from gpuwatch.alerts.email import EmailChannel
 from gpuwatch.alerts.slack import SlackChannel
+from gpuwatch.clock import utcnow
 from gpuwatch.config.alerts import AlertsConfig, InDoubtPolicy
-from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
 

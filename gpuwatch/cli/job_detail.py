@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuwatch.wire import utcnow
+from gpuwatch.clock import utcnow
 
 if TYPE_CHECKING:
     from gpuwatch.cli.main import Context

@@ -22,9 +22,9 @@ import click
 
 from gpuwatch.classify.verdict import Cause
 from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.jobs import JobFilters, JobSummary, jobs_query
 from gpuwatch.sql.lowutil import SORTS, LowUtilFilters, low_util_jobs
-from gpuwatch.wire import utcnow
 
 if TYPE_CHECKING:  # gpuwatch.cli.main imports this module from its last lines: no import back
     from gpuwatch.cli.main import Context

@@ -412,7 +412,8 @@ def nodes(ctx: Context, fmt: str, window: int) -> None:
 )
 def wire_schema(markdown: bool, version: str) -> None:
     """Print the JSON Schema of wire-format batches."""
-    from gpuwatch import wire, wire_v2
+    from gpuwatch import wire
+    from gpuwatch.wire import v2 as wire_v2
 
     if markdown:
         click.echo(wire.fields_markdown())
@@ -420,10 +421,10 @@ def wire_schema(markdown: bool, version: str) -> None:
     click.echo(json.dumps(wire.json_schema() if version == "1" else wire_v2.json_schema(), indent=2))
 
 
-#: modules adding their own commands with ``register(cli)``: each feature keeps its CLI beside it
+#: modules adding their own commands with ``register(cli)``
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "gpuwatch.cli.jobs",
-    "gpuwatch.alerts.cli",
+    "gpuwatch.cli.alerts",
     "gpuwatch.workload.cli",
     "gpuwatch.cli.job_detail",
     "gpuwatch.cli.trace_import",

@@ -18,7 +18,7 @@ import click
 
 from gpuwatch.cli.main import FORMAT_OPTION
 from gpuwatch.cli.render import OutputFormat, render
-from gpuwatch.wire import utcnow
+from gpuwatch.clock import utcnow
 
 if TYPE_CHECKING:
     from gpuwatch.cli.main import Context

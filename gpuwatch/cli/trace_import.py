@@ -93,8 +93,8 @@ def parse_jobs(doc: Any) -> list[SlurmJob]:
 def _node_ids(engine: sa.Engine, names: set[str]) -> dict[str, int]:
     import sqlalchemy as sa
 
+    from gpuwatch.clock import utcnow
     from gpuwatch.sql.schema import nodes
-    from gpuwatch.wire import utcnow
 
     with engine.begin() as conn:
         have = dict(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpuwatch.config import Settings
-from gpuwatch.wire import _Sample
+from gpuwatch.wire.v1 import _Sample
 
 log = logging.getLogger(__name__)
 

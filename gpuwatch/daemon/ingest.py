@@ -1,7 +1,7 @@
 """``POST /api/v{1,2}/ingest/{node}`` (one batch) and ``.../bundle`` (several): how samples get in.
 
-Each wire format has its endpoints: v1 (``wire.py``, a list of samples) and v2
-(``wire_v2.py``, the same samples as columns, what agents send); the checks and answers
+Each wire format has its endpoints: v1 (``wire/v1.py``, a list of samples) and v2
+(``wire/v2.py``, the same samples as columns, what agents send); the checks and answers
 below are the same for both.
 
 Checks, in order, each with its own status so an agent (and an admin reading its log)
@@ -48,14 +48,15 @@ from fastapi import APIRouter, HTTPException, Request
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
-from gpuwatch import wire_v2
+from gpuwatch.clock import utcnow
 from gpuwatch.daemon.admission import Admission, Busy
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
 from gpuwatch.sql.ingest import IngestResult, IngestStatus
-from gpuwatch.wire import Batch, json_schema, utcnow
-from gpuwatch.wire_v2 import ColumnarBatch
+from gpuwatch.wire import Batch, json_schema
+from gpuwatch.wire import v2 as wire_v2
+from gpuwatch.wire.v2 import ColumnarBatch
 
 #: a batch in either wire format
 WireBatch = Batch | ColumnarBatch

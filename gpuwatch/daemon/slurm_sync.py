@@ -33,12 +33,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.config import SlurmConfig
 from gpuwatch.slurm.commands import SlurmClient
 from gpuwatch.slurm.errors import SlurmError
 from gpuwatch.slurm.model import SlurmJob
 from gpuwatch.sql import jobs as store
-from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A batch as the store needs it: per sample kind, one list per field; either wire format.
 
 The store (``sql/ingest.py``) sends PostgreSQL one array per column, and builds dict rows
-from columns for SQLite. A v2 batch (``wire_v2.py``) arrives in columns: its lists are used
+from columns for SQLite. A v2 batch (``wire/v2.py``) arrives in columns: its lists are used
 as they are. A v1 batch's models are transposed once here (in C: ``itemgetter`` over each
 model's ``__dict__`` and ``zip``). Everything after this point does not know which format a
 batch came in, so the two cannot store different rows (``tests/sql/test_batch_columns.py``).
@@ -16,8 +16,9 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
 from gpuwatch.sql.schema import GPU_IDENTITY_FIELDS
+from gpuwatch.wire import v2 as wire_v2
 
 #: fields of a ``wire.GpuProcess``, in order; ``sample`` (the GPU row) comes first in columns
 PROCESS_FIELDS = ("pid", "used_memory_bytes", "sm_util_ratio", "memory_util_ratio", "job_id")

@@ -44,7 +44,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from gpuwatch import wire_v2
+from gpuwatch.clock import utcnow
 from gpuwatch.sql import pg_arrays, pg_copy, process_packs
 from gpuwatch.sql.batch_columns import DEFAULTS, BatchColumns, columns_of
 from gpuwatch.sql.partitions import PartitionManager, utc_day
@@ -56,8 +56,9 @@ from gpuwatch.sql.schema import (
     ingested_batches,
     nodes,
 )
-from gpuwatch.wire import Batch, utcnow
-from gpuwatch.wire_v2 import ColumnarBatch
+from gpuwatch.wire import Batch
+from gpuwatch.wire import v2 as wire_v2
+from gpuwatch.wire.v2 import ColumnarBatch
 
 
 class IngestStatus(str, Enum):

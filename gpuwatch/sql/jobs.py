@@ -34,10 +34,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, SlurmJob, normalize_state
 from gpuwatch.sql.schema import attribution_samples, gpu_samples, job_gpus, nodes, slurm_jobs
 from gpuwatch.sql.types import UtcDateTime
-from gpuwatch.wire import utcnow
 
 #: rows per statement for IN lists and multi-row inserts (SQLite's variable limit is 32766)
 CHUNK = 500

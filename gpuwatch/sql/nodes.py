@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.schema import nodes
-from gpuwatch.wire import utcnow
 
 TOKEN_PREFIX = "gw1_"
 

@@ -12,7 +12,7 @@ ids): their arrays encode each distinct value once and look the rest up.
 
 Wrap a list in the class of its column type (:func:`array_type`); the dumpers are
 registered on the connection or cursor that sends it (:func:`register`). Values must fit
-the type: the wire format's bounds (``wire.Count``, ``wire.SmallIndex``, string lengths)
+the type: the wire format's bounds (``wire.v1.Count``, ``wire.v1.SmallIndex``, string lengths)
 guarantee that for ingest.
 """
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
-from gpuwatch.wire import utcnow
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from datetime import date, datetime, timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.partitions import list_partitions, partition_name
 from gpuwatch.sql.schema import PARTITIONED_TABLES, ROLLUP_TABLES, gpu_process_packs, ingested_batches
-from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.schema import (
     UTIL_BINS,
     cpu_samples,
@@ -49,7 +50,6 @@ from gpuwatch.sql.schema import (
     rollup_state,
 )
 from gpuwatch.sql.types import UtcDateTime
-from gpuwatch.wire import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,12 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
 from gpuwatch.collectors.base import Collector
 from gpuwatch.config import AgentConfig
-from gpuwatch.wire import CpuSample, NicSample, _Sample
+from gpuwatch.wire import CpuSample, NicSample
+from gpuwatch.wire import v2 as wire_v2
+from gpuwatch.wire.v1 import _Sample
 
 NODE = "node01"
 TOKEN = "s3cret-token"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import wire_v2
 from gpuwatch.agent import Outcome
 from gpuwatch.agent.runner import BUNDLE_RETRY_AFTER_S
+from gpuwatch.wire import v2 as wire_v2
 from tests.agent.fakes import Reply, ScriptedDaemon, agent_config
 from tests.agent.test_agent_runner import make_agent, wait_for
 

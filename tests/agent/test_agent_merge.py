@@ -7,8 +7,8 @@ import json
 import threading
 from pathlib import Path
 
-from gpuwatch import wire_v2
 from gpuwatch.agent import Outcome, merge
+from gpuwatch.wire import v2 as wire_v2
 from tests.agent.fakes import Reply, ScriptedDaemon
 from tests.agent.fakes import agent_config as make_config
 from tests.agent.test_agent_runner import make_agent, wait_for

@@ -20,7 +20,8 @@ from gpuwatch.agent import Agent, Outcome, Pusher, PushResult, Spool
 from gpuwatch.agent import spool as spool_mod
 from gpuwatch.collectors.base import Collector
 from gpuwatch.config import AgentConfig, Settings
-from gpuwatch.wire import AgentSample, Batch, CpuSample, _Sample
+from gpuwatch.wire import AgentSample, Batch, CpuSample
+from gpuwatch.wire.v1 import _Sample
 from tests.agent.fakes import NODE, TOKEN, BrokenCollector, CpuCollector, RateCollector, Reply, ScriptedDaemon
 from tests.agent.fakes import agent_config as make_config
 

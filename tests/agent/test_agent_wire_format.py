@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import wire_v2
 from gpuwatch.agent import Outcome
 from gpuwatch.agent.push import V1_FALLBACK_S, Pusher
+from gpuwatch.wire import v2 as wire_v2
 from tests.agent.fakes import ScriptedDaemon
 from tests.agent.fakes import agent_config as make_config
 from tests.agent.test_agent_runner import make_agent

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
 from gpuwatch.agent import merge
+from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 
 

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from gpuwatch.alerts import outbox
 from gpuwatch.cli.main import cli
+from gpuwatch.clock import utcnow
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.wire import utcnow
 from tests.alerts.conftest import add_job, add_verdict, make_config
 
 
@@ -35,7 +35,7 @@ def test_send_dry_run_then_send_list_attempts(db, monkeypatch, slack_server, smt
         smtp_port=smtp_server.port,
         digest={"daily_admin": False, "weekly_user": False},  # the real clock may be past daily_at
     )
-    monkeypatch.setattr("gpuwatch.alerts.cli._config", lambda: cfg)
+    monkeypatch.setattr("gpuwatch.cli.alerts._config", lambda: cfg)
     add_job(engine, "900", user="zoe")
     add_verdict(engine, "900", evaluated_at=utcnow())
     dry = run(url, "send", "--dry-run")
@@ -69,7 +69,7 @@ def test_retry_and_test_commands(db, monkeypatch, slack_server, smtp_server):
     cfg = make_config(
         slack_url=slack_server.url, smtp_port=smtp_server.port, admin_emails=["ops@example.edu"]
     )
-    monkeypatch.setattr("gpuwatch.alerts.cli._config", lambda: cfg)
+    monkeypatch.setattr("gpuwatch.cli.alerts._config", lambda: cfg)
     out = run(url, "test", "slack")
     assert out.exit_code == 0 and "slack: sent to #gpu-admins (200 ok)" in out.output
     assert slack_server.bodies[0]["text"].startswith("gpuwatch test message")
@@ -85,6 +85,6 @@ def test_retry_and_test_commands(db, monkeypatch, slack_server, smtp_server):
 
 def test_unconfigured_channel(db, monkeypatch):
     url, _ = db
-    monkeypatch.setattr("gpuwatch.alerts.cli._config", make_config)
+    monkeypatch.setattr("gpuwatch.cli.alerts._config", make_config)
     out = CliRunner().invoke(cli, ["--db", url, "alerts", "test", "email"])
     assert out.exit_code == 1 and "alerts.email is not configured" in out.output

@@ -14,9 +14,9 @@ import pytest
 from gpuwatch.alerts import outbox
 from gpuwatch.alerts.rules import evaluate
 from gpuwatch.alerts.worker import Worker
+from gpuwatch.clock import utcnow
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.wire import utcnow
 from tests.alerts.conftest import Clock, add_job, add_verdict, make_config
 
 ROOT = Path(__file__).resolve().parents[2]

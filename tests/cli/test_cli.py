@@ -34,7 +34,7 @@ def test_token_create_db_and_nodes_formats(db_url, tmp_path):
         node = get_node(conn, "gpu017")
     from datetime import timedelta
 
-    from gpuwatch.wire import utcnow
+    from gpuwatch.clock import utcnow
     from tests import factories
 
     BatchStore(engine).store(node.id, factories.batch(node="gpu017", start=utcnow() - timedelta(minutes=2)))

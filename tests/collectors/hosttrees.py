@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuwatch.collectors.base import Collector
 from gpuwatch.config import HostPaths
-from gpuwatch.wire import _Sample
+from gpuwatch.wire.v1 import _Sample
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
 NOW = datetime(2025, 6, 2, 12, 0, 0, tzinfo=timezone.utc)

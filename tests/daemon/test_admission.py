@@ -9,11 +9,11 @@ import pytest
 import requests
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.admission import Admission, Busy
 from gpuwatch.daemon.server import BackgroundServer
 from gpuwatch.sql.nodes import create_token
-from gpuwatch.wire import utcnow
 from tests import factories
 
 

@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
+from gpuwatch.clock import utcnow
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.app import create_app
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.sql.nodes import create_token
-from gpuwatch.wire import utcnow
 from tests import factories
 
 LOGGER = "gpuwatch.daemon.ingest"

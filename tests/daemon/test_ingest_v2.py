@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch import wire_v2
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.ingest import count_rows
 from gpuwatch.sql.process_packs import count_processes, read_processes
 from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_packs
-from gpuwatch.wire import utcnow
+from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 from tests.daemon.test_ingest_api import _stored
 
@@ -76,7 +77,7 @@ def test_v1_and_v2_of_one_batch_store_the_same_rows(bundle_api):
     with engine.begin() as conn:  # empty the tables, keep the nodes
         for table in (*SAMPLE_TABLES.values(), gpu_process_packs):
             conn.execute(table.delete())
-    renamed = batch.model_copy(update={"batch_id": factories.wire.uuid.uuid4()})
+    renamed = batch.model_copy(update={"batch_id": uuid.uuid4()})
     assert _post(client, tokens["node001"], wire_v2.encode(renamed, 2)).status_code == 200
     assert _table_rows(engine) == after_v1
 

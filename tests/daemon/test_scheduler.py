@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.scheduler import build_scheduler
 from gpuwatch.sql import migrate
@@ -13,7 +14,6 @@ from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import gpu_minutes, rollup_state
-from gpuwatch.wire import utcnow
 from tests import factories
 
 

@@ -12,10 +12,10 @@ import requests
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuwatch.clock import utcnow
 from gpuwatch.collectors.recording import ReplayBackend
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import gpu_samples
-from gpuwatch.wire import utcnow
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow

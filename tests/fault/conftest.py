@@ -22,12 +22,12 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.agent import Agent, Spool
+from gpuwatch.clock import utcnow
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.schema import gpu_samples, ingested_batches
-from gpuwatch.wire import utcnow
 from tests.conftest import free_port
 from tests.pushers import RecordingPusher
 

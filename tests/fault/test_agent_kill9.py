@@ -19,10 +19,10 @@ from collections import Counter
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch import wire_v2
 from gpuwatch.agent.spool import TMP_PREFIX
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import gpu_samples
+from gpuwatch.wire import v2 as wire_v2
 from tests.daemon_process import DaemonProcess
 from tests.fault.conftest import make_agent, stored_batches, wait_for
 

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.partitions import list_partitions, partition_name
 from gpuwatch.sql.schema import gpu_samples
-from gpuwatch.wire import utcnow
 from tests.daemon_process import DaemonProcess
 from tests.fault.conftest import make_agent, stored_batches, wait_for
 

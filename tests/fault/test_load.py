@@ -25,12 +25,14 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch import wire, wire_v2
+from gpuwatch import wire
 from gpuwatch.agent import merge
+from gpuwatch.clock import utcnow
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import TOKEN_PREFIX, hash_token
 from gpuwatch.sql.schema import gpu_samples, ingested_batches, nodes
+from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 from tests.daemon_process import DaemonProcess
 
@@ -45,7 +47,7 @@ BACKLOG = 6  # the replay case: a minute of 10 s cycles per agent
 
 def _register(engine: sa.Engine) -> dict[str, str]:
     """1,000 nodes with their tokens in one statement (create_token is one transaction each)."""
-    now = wire.utcnow()
+    now = utcnow()
     tokens = {f"load{i:04d}": f"{TOKEN_PREFIX}load-{i:04d}-{time.time_ns()}" for i in range(AGENTS)}
     with engine.begin() as conn:
         conn.execute(
@@ -59,7 +61,7 @@ def _register(engine: sa.Engine) -> dict[str, str]:
 
 
 def _body(node: str, k: int, batches: int) -> bytes:
-    ts = wire.utcnow() - timedelta(seconds=10 * (batches - k))
+    ts = utcnow() - timedelta(seconds=10 * (batches - k))
     samples = [factories.gpu_sample(ts, i) for i in range(2)] + factories.host_samples(ts)
     return wire.Batch(node=node, agent_version="load", seq=k, samples=samples).model_dump_json().encode()
 

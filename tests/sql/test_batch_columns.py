@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gpuwatch import wire_v2
 from gpuwatch.sql.batch_columns import FIELDS, columns_of
 from gpuwatch.sql.ingest import days_of, gpu_identities, sample_count, sample_rows
 from gpuwatch.sql.process_packs import pack_rows
+from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 from tests.test_wire_v2 import _mixed_batch
 

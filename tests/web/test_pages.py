@@ -54,8 +54,8 @@ def test_heat_colours_and_line_gaps():
 def test_job_view_has_exactly_the_jobs_gpus(demo):
     """The GPU series are read for the job's own (node, GPU) pairs only, in SQL; jobs that
     share a node with others (the demo's 1- and 2-GPU jobs) get none of their neighbours'."""
+    from gpuwatch.clock import utcnow
     from gpuwatch.web.data import job_view
-    from gpuwatch.wire import utcnow
 
     _, engine, result = demo
     shared = 0

@@ -1,4 +1,4 @@
-"""Wire format v2: the same samples as v1 (``gpuwatch/wire.py``), sent as columns.
+"""Wire format v2: the same samples as v1 (``gpuwatch/v1.py``), sent as columns.
 
 Why: in v1 every sample is a JSON object the daemon validates into a pydantic model, and the
 store then reads the models back into one array per column (``sql/ingest.py``). Parsing was
@@ -39,7 +39,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticUndefined
 
-from gpuwatch import wire
+from gpuwatch.wire import v1
 
 SCHEMA_VERSION = 2
 
@@ -60,7 +60,7 @@ def _shared_stamps(value: Any, handler: ValidatorFunctionWrapHandler) -> list[da
         distinct = list(dict.fromkeys(value))
     except TypeError:  # an unhashable element: let validation say what it is
         return handler(value)
-    if len(distinct) == len(value) or len(value) > wire.MAX_SAMPLES_PER_BATCH:
+    if len(distinct) == len(value) or len(value) > v1.MAX_SAMPLES_PER_BATCH:
         return handler(value)
     try:
         parsed = handler(distinct)
@@ -78,7 +78,7 @@ class _Columns(BaseModel):
     defaults: ClassVar[dict[str, Any]]
 
     ts: Annotated[list[AwareDatetime], WrapValidator(_shared_stamps)] = Field(
-        max_length=wire.MAX_SAMPLES_PER_BATCH
+        max_length=v1.MAX_SAMPLES_PER_BATCH
     )
 
     @model_validator(mode="after")
@@ -110,11 +110,11 @@ class GpuProcessColumns(BaseModel):
     model_config = _STRICT
 
     sample: list[Annotated[int, Field(ge=0)]]
-    pid: list[wire.Count]
-    used_memory_bytes: list[wire.Count | None] | None = None
-    sm_util_ratio: list[wire.Ratio | None] | None = None
-    memory_util_ratio: list[wire.Ratio | None] | None = None
-    job_id: list[wire.JobId | None] | None = None
+    pid: list[v1.Count]
+    used_memory_bytes: list[v1.Count | None] | None = None
+    sm_util_ratio: list[v1.Ratio | None] | None = None
+    memory_util_ratio: list[v1.Ratio | None] | None = None
+    job_id: list[v1.JobId | None] | None = None
 
     @model_validator(mode="after")
     def _same_lengths(self) -> GpuProcessColumns:
@@ -146,7 +146,7 @@ def _columns_model(kind: str, model: type[BaseModel]) -> type[_Columns]:
         else:
             defaults[name] = info.get_default(call_default_factory=True)
             fields[name] = (column | None, Field(None, description=info.description))
-    if model is wire.GpuSample:
+    if model is v1.GpuSample:
         fields["processes"] = (GpuProcessColumns | None, None)
     name = f"{model.__name__.removesuffix('Sample')}Columns"
     columns = create_model(name, __base__=_Columns, __doc__=f"``{kind}`` samples as columns.", **fields)
@@ -156,12 +156,12 @@ def _columns_model(kind: str, model: type[BaseModel]) -> type[_Columns]:
 
 #: kind -> its columns model, in v1's kind order
 COLUMNS: dict[str, type[_Columns]] = {
-    kind: _columns_model(kind, model) for kind, model in wire.SAMPLE_KINDS.items()
+    kind: _columns_model(kind, model) for kind, model in v1.SAMPLE_KINDS.items()
 }
 
 
 #: a batch's fields other than its version and samples: v1's, in both formats
-ENVELOPE = tuple(name for name in wire.Batch.model_fields if name not in ("schema_version", "samples"))
+ENVELOPE = tuple(name for name in v1.Batch.model_fields if name not in ("schema_version", "samples"))
 
 
 class _Envelope(BaseModel):
@@ -175,8 +175,8 @@ class _Envelope(BaseModel):
     @model_validator(mode="after")
     def _at_most_max_samples(self) -> _Envelope:
         total = sample_count(self)
-        if total > wire.MAX_SAMPLES_PER_BATCH:
-            raise ValueError(f"{total} samples; a batch holds at most {wire.MAX_SAMPLES_PER_BATCH}")
+        if total > v1.MAX_SAMPLES_PER_BATCH:
+            raise ValueError(f"{total} samples; a batch holds at most {v1.MAX_SAMPLES_PER_BATCH}")
         return self
 
 
@@ -185,7 +185,7 @@ ColumnarBatch = create_model(
     "ColumnarBatch",
     __base__=_Envelope,
     __doc__="One push from one agent, each sample kind as columns (wire format v2).",
-    **{name: (wire.Batch.model_fields[name].annotation, wire.Batch.model_fields[name]) for name in ENVELOPE},
+    **{name: (v1.Batch.model_fields[name].annotation, v1.Batch.model_fields[name]) for name in ENVELOPE},
     **{kind: (model | None, None) for kind, model in COLUMNS.items()},  # type: ignore[dict-item]
 )
 
@@ -206,7 +206,7 @@ def timestamps(batch: Any) -> list[datetime]:
     return [ts for _, cols in kinds(batch) for ts in cols.ts]
 
 
-def from_v1(batch: wire.Batch) -> Any:
+def from_v1(batch: v1.Batch) -> Any:
     """The v1 batch's samples as a v2 batch (the agent's encoder).
 
     A column whose every value is the field's default is left out, as the format allows.
@@ -233,7 +233,7 @@ def from_v1(batch: wire.Batch) -> Any:
     return ColumnarBatch.model_validate({**envelope, **members})
 
 
-def _process_columns(samples: list[wire.GpuSample]) -> dict[str, list[Any]] | None:
+def _process_columns(samples: list[v1.GpuSample]) -> dict[str, list[Any]] | None:
     owned = [(row, p) for row, s in enumerate(samples) for p in s.processes or ()]
     if not owned:
         return None
@@ -246,27 +246,27 @@ def _process_columns(samples: list[wire.GpuSample]) -> dict[str, list[Any]] | No
     return out
 
 
-def to_v1(batch: Any) -> wire.Batch:
+def to_v1(batch: Any) -> v1.Batch:
     """The same samples as a v1 batch: what tests compare, and what a v1-only reader takes."""
     samples: list[Any] = []
     for kind, cols in kinds(batch):
         names = [n for n in type(cols).model_fields if n != "processes"]
         columns = [cols.column(n) for n in names]
-        processes: list[list[wire.GpuProcess]] = [[] for _ in cols.ts]
+        processes: list[list[v1.GpuProcess]] = [[] for _ in cols.ts]
         procs = cols.__dict__.get("processes")
         if procs is not None:
             fields = [n for n in GpuProcessColumns.model_fields if n != "sample"]
             for row, *values in zip(procs.sample, *(procs.column(n) for n in fields), strict=True):
-                processes[row].append(wire.GpuProcess(**dict(zip(fields, values, strict=True))))
+                processes[row].append(v1.GpuProcess(**dict(zip(fields, values, strict=True))))
         for row, values in enumerate(zip(*columns, strict=True)):
             fields_of = dict(zip(names, values, strict=True))
             if kind == "gpu":
                 fields_of["processes"] = processes[row] or None
-            samples.append(wire.SAMPLE_KINDS[kind](**fields_of))
-    return wire.Batch(**{name: getattr(batch, name) for name in ENVELOPE}, samples=samples)
+            samples.append(v1.SAMPLE_KINDS[kind](**fields_of))
+    return v1.Batch(**{name: getattr(batch, name) for name in ENVELOPE}, samples=samples)
 
 
-def encode(batch: wire.Batch, version: int) -> bytes:
+def encode(batch: v1.Batch, version: int) -> bytes:
     """The batch as the body of a request in wire format ``version`` (what the agent spools)."""
     if version == 1:
         return batch.model_dump_json().encode()
@@ -291,11 +291,11 @@ def version_of(body: bytes) -> int:
     return found if found in (1, 2) else 1
 
 
-def decode(body: bytes) -> wire.Batch:
+def decode(body: bytes) -> v1.Batch:
     """A serialized batch of either format as a v1 batch (tools and tests that read spools)."""
     if version_of(body) == 2:
         return to_v1(ColumnarBatch.model_validate_json(body))
-    return wire.Batch.model_validate_json(body)
+    return v1.Batch.model_validate_json(body)
 
 
 def downgraded(body: bytes) -> bytes:

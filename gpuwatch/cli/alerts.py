@@ -98,7 +98,7 @@ def attempts_cmd(outbox_id: int, fmt: str) -> None:
 def retry_cmd(outbox_ids: tuple[int, ...]) -> None:
     """Put failed or in-doubt notices back in the queue."""
     from gpuwatch.alerts.outbox import requeue
-    from gpuwatch.wire import utcnow
+    from gpuwatch.clock import utcnow
 
     n = requeue(_engine(), outbox_ids, utcnow())
     click.echo(f"{n} notice(s) queued again")
@@ -112,7 +112,7 @@ def test_cmd(channel: str, to: str | None) -> None:
     from gpuwatch.alerts.base import ChannelError, Message
     from gpuwatch.alerts.outbox import dedup_key
     from gpuwatch.alerts.worker import build_channels
-    from gpuwatch.wire import utcnow
+    from gpuwatch.clock import utcnow
 
     cfg = _config()
     ch = build_channels(cfg).get(channel)
@@ -157,7 +157,7 @@ def send_cmd(dry_run: bool) -> None:
     """Evaluate the rules, queue new notices, send what is due (what the daemon does each interval)."""
     from gpuwatch.alerts.outbox import PENDING, SENDING, list_rows
     from gpuwatch.alerts.service import AlertService
-    from gpuwatch.wire import utcnow
+    from gpuwatch.clock import utcnow
 
     cfg = _config()
     engine = _engine()

@@ -20,10 +20,11 @@ Schema generated from it.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from gpuwatch.clock import utcnow
 
 SCHEMA_VERSION = 1
 
@@ -35,11 +36,6 @@ Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 SmallIndex = Annotated[int, Field(ge=0, le=32767)]
 NodeName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 JobId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_.+-]+$")]
-
-
-def utcnow() -> datetime:
-    """Aware now in UTC; the only clock wire objects are stamped with."""
-    return datetime.now(timezone.utc)
 
 
 class _Sample(BaseModel):
@@ -294,7 +290,7 @@ def fields_markdown() -> str:
     lines = [
         "# Wire format v1: field reference",
         "",
-        "Generated from `gpuwatch/wire.py` by `gpuwatch wire-schema --markdown`; a test keeps it current.",
+        "Generated from `gpuwatch/wire/v1.py` by `gpuwatch wire-schema --markdown`; a test keeps it current.",
         "",
     ]
     for model in (Batch, *SAMPLE_KINDS.values(), GpuProcess):
