@@ -25,7 +25,7 @@ into ONE v2 batch by the agent's own code (``gpuwatch/agent/merge.py``), one per
 an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merge_backlog``,
 and ``http xN wW mK`` the same against ``daemon.workers = W`` when ``--workers`` W > 1.
 With ``--compare-copy`` each merged mode also runs as ``... c512``: the daemon with
-``daemon.copy_min_rows = 512`` (a group's GPU rows by binary COPY, ``sql/pg_copy.py``), side
+``daemon.copy_min_rows = 512`` (a group's GPU rows by binary COPY, ``daemon/store/pg_copy.py``), side
 by side with the default (every table by the unnest INSERT).
 """
 
@@ -49,11 +49,11 @@ from bench.agent_vs_node_exporter import tree_cpu_seconds
 from gpuwatch import wire
 from gpuwatch.agent import merge
 from gpuwatch.clock import utcnow
+from gpuwatch.daemon.store.batch_store import BatchStore
+from gpuwatch.daemon.store.pg_copy import copy_rows
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
-from gpuwatch.sql.pg_copy import copy_rows
 from gpuwatch.sql.schema import ingested_batches
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
@@ -183,7 +183,7 @@ def bench_raw_copy(
     straight into their tables in one transaction — no HTTP, no validation, no idempotency, no
     conflict check. Timed from the rows (building them from the batches is not counted).
     ``gpu_only``: only the GPU and process rows, to see what the host rows cost."""
-    from gpuwatch.sql.ingest import sample_rows
+    from gpuwatch.daemon.store.batch_store import sample_rows
     from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_packs
 
     ids = register(engine, BatchStore(engine), batches)

@@ -11,7 +11,7 @@ the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each 
   (packed since the fifth session; a row per process before) by raw COPY
   in one transaction (the physical limit ``bench/ingest.py`` compares with);
 * ``packed``: a sketch table with ONE row per (node, GPU, batch) and one array per metric, the
-  GPU's processes as arrays too, built from the same wire models with ``sql/pg_arrays.py`` and
+  GPU's processes as arrays too, built from the same wire models with ``daemon/store/pg_arrays.py`` and
   loaded the same way (binary COPY, one transaction: each layout's physical limit; until the
   fifth session a transaction per batch, and text COPY for the rows);
 * ``node-cycle``: one row per (node, cycle) whatever the batching, every GPU metric an array
@@ -52,10 +52,10 @@ from bench.ingest import (
     register,
 )
 from gpuwatch import wire
-from gpuwatch.sql import pg_arrays
-from gpuwatch.sql.ingest import BatchStore, sample_rows
-from gpuwatch.sql.pg_copy import copy_type
-from gpuwatch.sql.process_packs import PROCESS_FIELDS as _PROCESS_NAMES
+from gpuwatch.daemon.store import pg_arrays
+from gpuwatch.daemon.store.batch_store import BatchStore, sample_rows
+from gpuwatch.daemon.store.columns import PROCESS_FIELDS as _PROCESS_NAMES
+from gpuwatch.daemon.store.pg_copy import copy_type
 from gpuwatch.sql.schema import gpu_process_packs, gpu_samples
 
 _PG = postgresql.dialect()

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import drop_db, fresh_db, make_batches, register
 from gpuwatch import wire
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.gc_tuning import DAEMON_THRESHOLDS, settle
-from gpuwatch.sql.ingest import BatchStore
 
 
 def without_processes(batch: wire.Batch) -> wire.Batch:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.ingest import _cycle, drop_db, fresh_db
 from gpuwatch import wire
 from gpuwatch.clock import utcnow
-from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.rollups import Rollup, floor_minute

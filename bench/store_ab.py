@@ -3,7 +3,7 @@
     .venv/bin/python bench/store_ab.py --rev REV [--nodes 32] [--cycles 10] [--per-batch 1]
                                        [--group 1] [--rounds 3] [--old-bulk M] [--new-bulk M]
 
-Loads ``gpuwatch/sql/ingest.py`` as it was at ``REV`` beside the current one and, in
+Loads ``gpuwatch/daemon/store/batch_store.py`` as it was at ``REV`` beside the current one and, in
 interleaved rounds (old, new, old, new, ...; each on a fresh PostgreSQL database), stores
 the same batches (``bench/ingest.py``'s realistic ones) with ``store_many`` in groups of
 ``--group`` batches. Prints samples/s and the median time per ``store_many`` call for each
@@ -26,14 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import gpuwatch.sql.ingest as current  # noqa: E402
+import gpuwatch.daemon.store.batch_store as current  # noqa: E402
 from bench.ingest import drop_db, fresh_db, make_batches, register  # noqa: E402
 
 
 def load_at(rev: str, folder: Path):  # type: ignore[no-untyped-def]
-    """``gpuwatch.sql.ingest`` as of ``rev``, as a module of its own."""
+    """``gpuwatch.daemon.store.batch_store`` as of ``rev``, as a module of its own."""
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:gpuwatch/sql/ingest.py"],
+        ["git", "-C", str(ROOT), "show", f"{rev}:gpuwatch/daemon/store/batch_store.py"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     path = folder / "ingest_at_rev.py"

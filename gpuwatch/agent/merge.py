@@ -10,7 +10,7 @@ the samples of several spooled batches, each kind's columns concatenated in spoo
 The merged batch's ``batch_id`` is a UUIDv5 of its constituents' ids, so re-sending the same
 backlog after a lost answer is a duplicate the daemon recognises. If the agent crashes and
 regroups the backlog differently, the new batch has another id; its samples are still stored
-once (the sample tables' primary keys, ``sql/ingest.py``). A merged batch the daemon refuses
+once (the sample tables' primary keys, ``daemon/store/batch_store.py``). A merged batch the daemon refuses
 (422, 413) is sent again as a bundle of its constituents, so each is settled by its own answer
 and only a bad one lands in ``rejected/``.
 """

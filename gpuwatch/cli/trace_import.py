@@ -3,7 +3,7 @@
 ``FILE`` is wire-format batches as JSON lines (one :class:`gpuwatch.wire.Batch` per line, as
 ``gpuwatch agent --record`` or ``docs/examples/make_example.py`` write them). Nodes are
 created as needed **without tokens** (an imported node cannot push). Batches are stored with
-:class:`~gpuwatch.sql.ingest.BatchStore` (a batch id already stored is skipped, so importing
+:class:`~gpuwatch.daemon.store.batch_store.BatchStore` (a batch id already stored is skipped, so importing
 twice is harmless); the job file goes through :func:`gpuwatch.sql.jobs.upsert_jobs` and
 :func:`~gpuwatch.sql.jobs.replace_job_gpus`; the imported time span is rolled up
 (:meth:`Rollup.roll <gpuwatch.sql.rollups.Rollup.roll>`); with ``--classify-at`` the jobs are
@@ -109,7 +109,7 @@ def _node_ids(engine: sa.Engine, names: set[str]) -> dict[str, int]:
 
 def import_trace(engine: sa.Engine, batches_path: Path, jobs_doc: Any, group: int = 50) -> dict[str, Any]:
     """Store the batches and jobs, roll up their span; returns counts, the span and the job ids."""
-    from gpuwatch.sql.ingest import BatchStore, IngestStatus
+    from gpuwatch.daemon.store.batch_store import BatchStore, IngestStatus
     from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
     from gpuwatch.sql.rollups import Rollup, floor_minute
     from gpuwatch.wire import Batch

@@ -39,11 +39,6 @@ class RecipientKind(str, Enum):
     ADMIN = "admin"  # the admin Slack channel, and admin_emails
 
 
-class ChannelKind(str, Enum):
-    SLACK = "slack"
-    EMAIL = "email"
-
-
 class TlsMode(str, Enum):
     NONE = "none"  # plain SMTP (a local relay)
     STARTTLS = "starttls"  # plain connect, then STARTTLS (port 587)

@@ -161,7 +161,7 @@ class DaemonConfig(Section):
         2, ge=1, le=16, description="Group-commit writer threads (PostgreSQL; SQLite uses one)."
     )
     copy_min_rows: int = Field(
-        0,  # sql/ingest.COPY_MIN_ROWS (tests/sql/test_ingest_store.py keeps them equal)
+        0,  # sql/ingest.COPY_MIN_ROWS (tests/daemon/store/test_batch_store.py keeps them equal)
         ge=0,
         description=(
             "PostgreSQL: a sample table with at least this many rows in one commit group is loaded "

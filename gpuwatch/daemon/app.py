@@ -17,9 +17,9 @@ from gpuwatch.config import Settings
 from gpuwatch.daemon.admission import Admission
 from gpuwatch.daemon.ingest import build_router, openapi_components
 from gpuwatch.daemon.ingest_log import IngestLog
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import queries
-from gpuwatch.sql.ingest import BatchStore
 
 
 def _lifespan(writer: IngestWriter, ingest_log: IngestLog):  # type: ignore[no-untyped-def]

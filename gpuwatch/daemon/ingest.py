@@ -51,9 +51,9 @@ from pydantic import ValidationError
 from gpuwatch.clock import utcnow
 from gpuwatch.daemon.admission import Admission, Busy
 from gpuwatch.daemon.ingest_log import IngestLog
+from gpuwatch.daemon.store.batch_store import IngestResult, IngestStatus
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
-from gpuwatch.sql.ingest import IngestResult, IngestStatus
 from gpuwatch.wire import Batch, json_schema
 from gpuwatch.wire import v2 as wire_v2
 from gpuwatch.wire.v2 import ColumnarBatch

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gpuwatch.config import Settings
-from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.rollups import Rollup
 
 log = logging.getLogger(__name__)

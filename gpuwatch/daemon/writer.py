@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.ingest import AnyBatch, BatchStore, IngestResult, IngestStatus, sample_count
+from gpuwatch.daemon.store.batch_store import AnyBatch, BatchStore, IngestResult, IngestStatus, sample_count
 
 log = logging.getLogger(__name__)
 

@@ -37,11 +37,3 @@ def load_document(data: str | bytes | dict[str, Any], list_key: str, what: str) 
     if len(out) != len(items):
         log.warning("%s: skipped %d non-object entries", what, len(items) - len(out))
     return out
-
-
-def slurm_release(data: dict[str, Any]) -> str | None:
-    """``meta.Slurm.release`` (both 22.05 and 24.x put it there), for logs and version checks."""
-    meta = data.get("meta") if isinstance(data, dict) else None
-    slurm = meta.get("Slurm") or meta.get("slurm") if isinstance(meta, dict) else None
-    release = slurm.get("release") if isinstance(slurm, dict) else None
-    return str(release) if release else None

@@ -3,7 +3,7 @@
 Writes (:class:`~gpuwatch.daemon.slurm_sync.SlurmSync`):
 
 - :func:`upsert_jobs` — one dialect upsert (``INSERT ... ON CONFLICT DO UPDATE``, as
-  :mod:`gpuwatch.sql.ingest` does) for any number of :class:`~gpuwatch.slurm.model.SlurmJob`.
+  :mod:`gpuwatch.daemon.store.batch_store` does) for any number of :class:`~gpuwatch.slurm.model.SlurmJob`.
   Sources disagree on what they know (``sacct`` has no uid and no GPU indices, counts no
   GPU when ``gres/gpu`` is not tracked, ``squeue`` loses the reason once a job runs), so the
   merge rules are per column: ``state``, ``state_reason`` and ``source`` are the newest

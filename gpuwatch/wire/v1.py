@@ -44,7 +44,7 @@ class _Sample(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # Any zone is accepted and kept (the agent sends UTC, "Z"); storage is by instant, and the
-    # one place that needs a calendar day converts (``sql.ingest.days_of``). A Python
+    # one place that needs a calendar day converts (``daemon.store.batch_store.days_of``). A Python
     # validator converting every sample to UTC was a quarter of a batch's parse time.
     ts: AwareDatetime = Field(
         description="When the reading was taken (RFC 3339 with a zone; the agent sends UTC)."

@@ -1,7 +1,7 @@
 """Wire format v2: the same samples as v1 (``gpuwatch/v1.py``), sent as columns.
 
 Why: in v1 every sample is a JSON object the daemon validates into a pydantic model, and the
-store then reads the models back into one array per column (``sql/ingest.py``). Parsing was
+store then reads the models back into one array per column (``daemon/store/batch_store.py``). Parsing was
 the largest part of the daemon's Python per batch (237 µs of ~600 µs for a one-cycle batch
 of 8 GPUs, issue 7 notes). In v2 a batch holds, per sample kind, one array per field: the
 daemon validates lists of numbers (in pydantic's Rust core, no model per sample) and hands

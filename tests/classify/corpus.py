@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from gpuwatch import wire
 from gpuwatch.collectors import sim_backend as sim
 from gpuwatch.collectors.sim_host import HostProfile, host_samples
-from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import job_gpus, slurm_jobs
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from gpuwatch.cli.main import cli
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import get_node
 from gpuwatch.wire import Batch
 

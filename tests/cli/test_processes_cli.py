@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from gpuwatch import wire
 from gpuwatch.cli.main import cli
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.migrate import upgrade
 from gpuwatch.sql.nodes import create_token, get_node
 from tests import factories

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from gpuwatch.clock import utcnow
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.app import create_app
-from gpuwatch.sql.ingest import count_rows
+from gpuwatch.daemon.store.batch_store import count_rows
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import ingested_batches
 from tests import factories

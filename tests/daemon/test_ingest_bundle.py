@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql.ingest import count_rows
+from gpuwatch.daemon.store.batch_store import count_rows
 from gpuwatch.sql.schema import ingested_batches
 from tests import factories, refusals
 from tests.daemon.test_ingest_api import _future, _out_of_range, _stored, _with

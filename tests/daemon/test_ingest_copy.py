@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.app import create_app
-from gpuwatch.sql.ingest import count_rows
+from gpuwatch.daemon.store.batch_store import count_rows
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories

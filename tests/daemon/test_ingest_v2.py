@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql.ingest import count_rows
+from gpuwatch.daemon.store.batch_store import count_rows
 from gpuwatch.sql.process_packs import count_processes, read_processes
 from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_packs
 from gpuwatch.wire import v2 as wire_v2

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 from gpuwatch.clock import utcnow
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.scheduler import build_scheduler
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import gpu_minutes, rollup_state
 from tests import factories

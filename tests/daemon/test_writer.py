@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from gpuwatch.daemon.store.batch_store import BatchStore, IngestStatus, count_rows
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.ingest import BatchStore, IngestStatus, count_rows
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import ingested_batches
 from tests import factories, refusals

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from gpuwatch.agent import Agent, Spool
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
-from gpuwatch.sql.ingest import count_rows
+from gpuwatch.daemon.store.batch_store import count_rows
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
 from tests.pushers import RecordingPusher

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from gpuwatch.cli.jobs import COLUMNS, parse_since
 from gpuwatch.cli.main import cli
 from gpuwatch.clock import utcnow
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.slurm.model import SlurmJob
 from gpuwatch.sql import jobs, migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.wire import Batch, GpuSample
 

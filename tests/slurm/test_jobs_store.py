@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.slurm.model import SlurmJob
 from gpuwatch.slurm.sacct import parse_sacct_json
 from gpuwatch.slurm.squeue import parse_squeue_json
 from gpuwatch.sql import jobs
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import job_gpus, slurm_jobs
 from gpuwatch.wire import AttributionSample, Batch, GpuSample

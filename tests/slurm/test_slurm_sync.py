@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from gpuwatch.config import Settings, SlurmConfig
 from gpuwatch.daemon.scheduler import build_scheduler
 from gpuwatch.daemon.slurm_sync import MAX_LOOKBACK, SlurmSync
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.slurm.commands import SlurmClient
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.schema import job_gpus, slurm_jobs
 
 from .conftest import V2205

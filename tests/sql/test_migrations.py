@@ -7,9 +7,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from gpuwatch import wire
+from gpuwatch.daemon.store.columns import PROCESS_FIELDS
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.process_packs import ELEMENT_FIELDS, PROCESS_FIELDS
+from gpuwatch.sql.process_packs import ELEMENT_FIELDS
 from gpuwatch.sql.schema import GPU_IDENTITY_FIELDS, SAMPLE_TABLES, gpu_process_packs, metadata
 
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from gpuwatch import wire
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.ingest import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.process_packs import (
     ProcessReading,
@@ -164,10 +164,10 @@ def test_a_group_too_big_for_one_statement_is_stored_whole(pg_url, monkeypatch):
     forever). A group's packs therefore go ``ROWS_PER_INSERT`` per INSERT, and the store splits
     a group's statements at the limit, in one transaction. Both limits are lowered here so
     that a small group (40 nodes: 40 packs) needs several statements."""
-    from gpuwatch.sql import ingest, process_packs
+    from gpuwatch.daemon.store import batch_store, packing
 
-    monkeypatch.setattr(process_packs, "ROWS_PER_INSERT", 3)
-    monkeypatch.setattr(ingest, "MAX_STATEMENT_PARAMETERS", 200)
+    monkeypatch.setattr(packing, "ROWS_PER_INSERT", 3)
+    monkeypatch.setattr(batch_store, "MAX_STATEMENT_PARAMETERS", 200)
     engine = create_engine(pg_url)
     migrate.upgrade(engine)
     node_ids = [_node(engine, f"node{i:03d}") for i in range(40)]
@@ -183,8 +183,8 @@ def test_a_group_too_big_for_one_statement_is_stored_whole(pg_url, monkeypatch):
         for i, node_id in enumerate(node_ids)
     ]
     statements = list(
-        ingest._by_parameter_limit(
-            list(BatchStore._unnest_statements([(n, ingest._columns(b)) for n, b in batches]))
+        batch_store._by_parameter_limit(
+            list(BatchStore._unnest_statements([(n, batch_store._columns(b)) for n, b in batches]))
         )
     )
     assert len(statements) > 1  # the limit splits this group

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.ingest import BatchStore, count_rows
+from gpuwatch.daemon.store.batch_store import BatchStore, count_rows
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.process_packs import read_processes

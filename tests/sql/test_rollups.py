@@ -7,7 +7,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from gpuwatch import wire
-from gpuwatch.sql.ingest import BatchStore
+from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.rollups import Rollup
 from gpuwatch.sql.schema import gpu_minutes, job_minutes, node_minutes

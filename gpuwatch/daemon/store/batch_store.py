@@ -12,8 +12,8 @@ How rows go in depends on the database (``BulkMode``):
 
 * ``unnest`` (the PostgreSQL default): ONE statement for the whole group, an
   ``INSERT INTO t (...) SELECT * FROM unnest(%b::type[], ...)`` per table as data-modifying
-  CTEs, one binary array per column (``sql/pg_arrays.py``) from the batches' columns
-  (``sql/batch_columns.py``: a v2 batch's own lists, a v1 batch's models transposed; no dict
+  CTEs, one binary array per column (``daemon/store/pg_arrays.py``) from the batches' columns
+  (``daemon/store/columns.py``: a v2 batch's own lists, a v1 batch's models transposed; no dict
   per row). It runs without ``ON CONFLICT`` inside a savepoint and, only if it meets
   a sample stored before, again with ``ON CONFLICT DO NOTHING`` (:meth:`BatchStore._write_unnest`);
   the batch claim is the same kind of insert with ``RETURNING``. It replaced ``COPY`` into the
@@ -21,7 +21,7 @@ How rows go in depends on the database (``BulkMode``):
   round trip per table, and its per-row Python was the larger cost (``bench/store_ab.py``,
   figures in ``bench/README.md``). Since the eighth session a table with many rows in one group
   can go by binary COPY again, from the columns (``BatchStore.copy_min_rows``, off by default,
-  ``sql/pg_copy.py``): a third less server CPU, more daemon CPU.
+  ``daemon/store/pg_copy.py``): a third less server CPU, more daemon CPU.
 * ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy executemany of
   dict rows per table, pipelined on PostgreSQL.
 """
@@ -45,8 +45,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql import pg_arrays, pg_copy, process_packs
-from gpuwatch.sql.batch_columns import DEFAULTS, BatchColumns, columns_of
+from gpuwatch.daemon.store import packing, pg_arrays, pg_copy
+from gpuwatch.daemon.store.columns import DEFAULTS, BatchColumns, columns_of
 from gpuwatch.sql.partitions import PartitionManager, utc_day
 from gpuwatch.sql.schema import (
     GPU_IDENTITY_FIELDS,
@@ -82,7 +82,7 @@ def _insert(conn: sa.Connection, table: sa.Table) -> Any:
 def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
     """Rows (dicts) per table name: the ``insert`` path's rows, and the benchmarks' raw COPY.
 
-    GPU processes become packed rows (``sql/process_packs.py``), one per UTC day of the batch.
+    GPU processes become packed rows (``daemon/store/packing.py``), one per UTC day of the batch.
     """
     columns = _columns(batch)
     rows: dict[str, list[dict]] = {}
@@ -95,7 +95,7 @@ def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
             {"node_id": node_id, **dict(zip(names, values, strict=True))}
             for values in zip(*(columns.column(kind, name) for name in names), strict=True)
         ]
-    packs = process_packs.pack_rows(node_id, columns)
+    packs = packing.pack_rows(node_id, columns)
     if packs:
         rows[gpu_process_packs.name] = packs
     return rows
@@ -163,7 +163,7 @@ class BatchStore:
     ) -> None:
         self.engine = engine
         #: ``unnest`` mode: a table with at least this many rows in a group goes by binary COPY
-        #: (``sql/pg_copy.py``); 0: never
+        #: (``daemon/store/pg_copy.py``); 0: never
         self.copy_min_rows = copy_min_rows
         self.partitions = PartitionManager(engine)
         self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_packs)}
@@ -273,14 +273,14 @@ class BatchStore:
     ) -> None:
         """``unnest``: per table ONE ``INSERT ... SELECT FROM unnest(<one array per column>)``.
 
-        The batches' columns (``sql/batch_columns.py``) are concatenated per table; no per-row
+        The batches' columns (``daemon/store/columns.py``) are concatenated per table; no per-row
         dicts. The tables' inserts go as ONE statement (data-modifying CTEs, :func:`_as_one`): its
         text depends only on which tables have rows, so psycopg prepares it, and per-statement
         overhead (a tenth of a millisecond each in psycopg) is paid once. Everything, ``then``
         included, goes in one pipeline sync. A table with ``copy_min_rows`` or more rows in the
         group (a merged backlog's GPU rows) goes before that by binary COPY instead, which costs
         the server about a third less CPU per cycle but a round trip of its own and more client
-        CPU (``sql/pg_copy.py``).
+        CPU (``daemon/store/pg_copy.py``).
         Optimistic: the rows first go without ``ON CONFLICT`` inside a savepoint, a quarter less
         server CPU (``bench/README.md``); a sample already stored (a restored spool copy re-sent
         under new batch ids, or twice in one group) is a unique violation, and then all of it runs
@@ -345,7 +345,7 @@ class BatchStore:
             joined["node_id"] = list(chain.from_iterable(map(repeat, (n for n, _ in parts), counts)))
             yield insert, insert.arrays(joined)
         if "gpu" in by_kind:
-            for packs in process_packs.PackInsert.of(stored):
+            for packs in packing.PackInsert.of(stored):
                 yield packs, packs.params
 
     def _write_small(

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.sql.ingest import COPY_MIN_ROWS, BatchStore, IngestStatus, count_rows
+from gpuwatch.daemon.store.batch_store import COPY_MIN_ROWS, BatchStore, IngestStatus, count_rows
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.process_packs import read_processes
@@ -277,7 +277,7 @@ def test_a_statement_failing_at_the_pipeline_sync_is_a_sqlalchemy_error_and_roll
     OperationalError to 503) and leave nothing of the transaction behind."""
     import uuid
 
-    from gpuwatch.sql.ingest import _pipelined
+    from gpuwatch.daemon.store.batch_store import _pipelined
 
     node_id = _node_id(engine)
     claim = {"node_id": node_id, "seq": 0, "received_at": factories.T0, "samples": 0}
@@ -323,7 +323,7 @@ def test_unnest_refuses_a_string_longer_than_its_column(pg_engine, copy_min_rows
 
 
 def test_unnest_statements_are_numbered_once_for_a_raw_cursor():
-    from gpuwatch.sql.ingest import _numbered
+    from gpuwatch.daemon.store.batch_store import _numbered
 
     assert (
         _numbered("SELECT * FROM unnest(%b::INT8[], %b::TEXT[])")

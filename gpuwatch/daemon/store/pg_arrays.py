@@ -1,6 +1,6 @@
 """Column arrays sent to PostgreSQL in binary, packed by ``struct``.
 
-The ingest's ``unnest`` insert (``sql/ingest.py``) sends one array per column. psycopg's
+The ingest's ``unnest`` insert (``daemon/store/batch_store.py``) sends one array per column. psycopg's
 generic list dumper formats such an array element by element in Python, which was ~14 % of
 the daemon's ingest CPU (py-spy, issue 7 notes). A column of one known numeric type needs
 none of that: the array's binary form (``array_send``: header, then a length word and the
@@ -214,7 +214,7 @@ def encoded_each(
 ) -> list[Any]:
     """Each value ``encode``d, once per distinct ``key`` (values whose key is their identity
     are encoded each time); None becomes ``null``. For values that repeat but are not hashable
-    as they are (JSON lists): the array memo here and binary COPY (``sql/pg_copy.py``)."""
+    as they are (JSON lists): the array memo here and binary COPY (``daemon/store/pg_copy.py``)."""
     by_key: dict[Any, bytes] = {}
     out: list[Any] = []
     for value in values:

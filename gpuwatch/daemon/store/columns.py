@@ -1,10 +1,10 @@
 """A batch as the store needs it: per sample kind, one list per field; either wire format.
 
-The store (``sql/ingest.py``) sends PostgreSQL one array per column, and builds dict rows
+The store (``daemon/store/batch_store.py``) sends PostgreSQL one array per column, and builds dict rows
 from columns for SQLite. A v2 batch (``wire/v2.py``) arrives in columns: its lists are used
 as they are. A v1 batch's models are transposed once here (in C: ``itemgetter`` over each
 model's ``__dict__`` and ``zip``). Everything after this point does not know which format a
-batch came in, so the two cannot store different rows (``tests/sql/test_batch_columns.py``).
+batch came in, so the two cannot store different rows (``tests/daemon/store/test_columns.py``).
 """
 
 from __future__ import annotations

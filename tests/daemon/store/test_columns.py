@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gpuwatch.sql.batch_columns import FIELDS, columns_of
-from gpuwatch.sql.ingest import days_of, gpu_identities, sample_count, sample_rows
-from gpuwatch.sql.process_packs import pack_rows
+from gpuwatch.daemon.store.batch_store import days_of, gpu_identities, sample_count, sample_rows
+from gpuwatch.daemon.store.columns import FIELDS, columns_of
+from gpuwatch.daemon.store.packing import pack_rows
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 from tests.test_wire_v2 import _mixed_batch

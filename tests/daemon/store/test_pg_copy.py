@@ -1,4 +1,4 @@
-"""Binary COPY from columns (``sql/pg_copy.py``): values arrive as an INSERT would store them."""
+"""Binary COPY from columns (``daemon/store/pg_copy.py``): values arrive as an INSERT would store them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.sql import pg_arrays, pg_copy
+from gpuwatch.daemon.store import pg_arrays, pg_copy
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.types import Double, Json, UtcDateTime
 

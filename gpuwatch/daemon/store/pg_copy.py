@@ -22,7 +22,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from gpuwatch.sql import pg_arrays
+from gpuwatch.daemon.store import pg_arrays
 
 #: SQLAlchemy's PostgreSQL type names -> psycopg's, for a binary COPY's ``set_types``
 _COPY_TYPES = {
@@ -45,11 +45,6 @@ def copy_type(sql_type: str) -> str:
     base = sql_type.removesuffix("[]")
     name = "varchar" if base.startswith("VARCHAR") else _COPY_TYPES[base]
     return name + ("[]" if sql_type.endswith("[]") else "")
-
-
-def copy_types(table: sa.Table) -> list[str]:
-    """``table``'s column types for a binary COPY, in column order."""
-    return list(_types_and_statement(table)[0])
 
 
 @lru_cache(maxsize=64)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from gpuwatch.sql import pg_arrays
+from gpuwatch.daemon.store import pg_arrays
 from tests.conftest import PG_ADMIN_URL, require_postgres
 
 #: class -> (the SQL type name pg_typeof reports, values at the type's edges)
