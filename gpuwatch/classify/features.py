@@ -33,6 +33,7 @@ from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql.rollups import MINUTE, floor_minute
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
+    NODE_MINUTE_SUMS,
     UTIL_BINS,
     attribution_samples,
     gpu_minutes,
@@ -421,16 +422,8 @@ def _job_rows(conn: sa.Connection, job_id: str, start: datetime, end: datetime) 
 
 def _node_rows(conn: sa.Connection, node_ids: tuple[int, ...], start: datetime, end: datetime) -> list[dict]:
     n = node_minutes.c
-    names = (
-        "busy_ratio",
-        "iowait_ratio",
-        "swap_in_bytes_per_s",
-        "swap_out_bytes_per_s",
-        "nic_bytes_per_s",
-        "ib_bytes_per_s",
-    )
     cols: list[sa.ColumnElement] = [n.node_id]
-    for name in names:
+    for name in NODE_MINUTE_SUMS:
         cols += [
             sa.func.sum(n[f"{name}_sum"]).label(f"{name}_sum"),
             sa.func.sum(n[f"{name}_n"]).label(f"{name}_n"),

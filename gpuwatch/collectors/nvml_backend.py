@@ -64,7 +64,7 @@ from gpuwatch.collectors.gpu_backend import (
     reduce_xids,
     util_stats,
 )
-from gpuwatch.collectors.nvml_events import DEFAULT_WAIT_MS, XidEventWatcher, start_watcher
+from gpuwatch.collectors.nvml_events import DEFAULT_WAIT_MS, ThreadOwner, XidEventWatcher, start_watcher
 from gpuwatch.wire import GpuProcess, GpuSample
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,19 @@ class _Device:
     mig_layout: tuple[tuple[int, str | None], ...] = ()
 
 
-class NvmlBackend(GpuBackend):
+def _identity(dev: _Device, now: datetime, interval_s: float) -> dict[str, Any]:
+    """What names a GPU's sample, lost or not: the stamp, the interval and the GPU as last opened."""
+    return {
+        "ts": now,
+        "gpu_index": dev.index,
+        "uuid": dev.uuid,
+        "name": dev.name,
+        "pci_bus_id": dev.pci_bus_id,
+        "interval_s": interval_s,
+    }
+
+
+class NvmlBackend(GpuBackend, ThreadOwner):
     """Every GPU NVML sees on this host.
 
     ``nvml`` is ``pynvml`` or a module-shaped stand-in (tests pass a fake that returns the
@@ -398,16 +410,8 @@ class NvmlBackend(GpuBackend):
             mig.extend(self._mig_devices(dev))
         except _DeviceLost as exc:
             self._mark_lost(dev, exc)
-            return GpuSample(
-                ts=now,
-                gpu_index=dev.index,
-                uuid=dev.uuid,
-                name=dev.name,
-                pci_bus_id=dev.pci_bus_id,
-                state="lost",
-                interval_s=interval_s,
-                xid_errors=xids or None,  # as the simulated backend: only when one arrived
-            )
+            # as the simulated backend: XIDs only when one arrived
+            return GpuSample(**_identity(dev, now, interval_s), state="lost", xid_errors=xids or None)
         if dev.lost:
             log.warning("GPU %d (%s) answers again", dev.index, dev.uuid)
             dev.lost = False
@@ -417,12 +421,7 @@ class NvmlBackend(GpuBackend):
         for mask in masks:
             union |= mask
         return GpuSample(
-            ts=now,
-            gpu_index=dev.index,
-            uuid=dev.uuid,
-            name=dev.name,
-            pci_bus_id=dev.pci_bus_id,
-            interval_s=interval_s,
+            **_identity(dev, now, interval_s),
             util_gpu_ratio=stats.mean,
             util_gpu_idle_fraction_ratio=stats.idle_fraction,
             util_gpu_stddev_ratio=stats.stddev,
@@ -655,12 +654,8 @@ class NvmlBackend(GpuBackend):
 
     def close(self) -> None:
         """Stop the poller, free GPM buffers, ``nvmlShutdown``; safe to call twice."""
-        if self._closed:
+        if not self._end_thread():
             return
-        self._closed = True
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
         if self.events is not None:  # the event set must go before nvmlShutdown
             self.events.close()
         nv = self._nvml

@@ -51,7 +51,25 @@ def handle_address(handle: Any) -> int | None:
         return None
 
 
-class XidEventWatcher:
+class ThreadOwner:
+    """Owns one daemon thread that runs until ``_stop`` is set: the NVML poller, the XID watcher."""
+
+    _stop: threading.Event
+    _thread: threading.Thread | None
+    _closed: bool
+
+    def _end_thread(self) -> bool:
+        """Set ``_stop`` and join the thread; False when already done, so ``close`` is safe twice."""
+        if self._closed:
+            return False
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return True
+
+
+class XidEventWatcher(ThreadOwner):
     """One NVML event set for every GPU, and the thread that waits on it.
 
     ``nvml`` is ``pynvml`` or the test fake. Pass ``start=False`` and call :meth:`wait_once`
@@ -184,12 +202,8 @@ class XidEventWatcher:
 
     def close(self) -> None:
         """Stop the thread (within one wait period) and ``nvmlEventSetFree``; safe twice."""
-        if self._closed:
+        if not self._end_thread():
             return
-        self._closed = True
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
         try:
             self._nvml.nvmlEventSetFree(self._set)
         except self._nvml.NVMLError as exc:

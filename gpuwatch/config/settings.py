@@ -26,7 +26,7 @@ from pydantic_settings import (
 )
 
 from gpuwatch.config.alerts import AlertsConfig
-from gpuwatch.config.section import Section
+from gpuwatch.config.section import Section, secret_of
 from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.config.web import WebConfig
 
@@ -139,14 +139,10 @@ class AgentConfig(Section):
 
     def resolve_token(self) -> str | None:
         """The token from ``token`` or, if set, the first line of ``token_file``."""
-        if self.token:
-            return self.token
-        if self.token_file is not None:
-            try:
-                return self.token_file.read_text().strip() or None
-            except OSError as exc:
-                raise ConfigError(f"agent.token_file: cannot read {self.token_file}: {exc}") from exc
-        return None
+        try:
+            return secret_of(self.token, self.token_file)
+        except OSError as exc:
+            raise ConfigError(f"agent.token_file: cannot read {self.token_file}: {exc}") from exc
 
 
 class DaemonConfig(Section):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from gpuwatch.config.section import Section
+from gpuwatch.config.section import Section, secret_of
 
 
 class WebAuth(str, Enum):
@@ -49,11 +49,8 @@ class WebConfig(Section):
         return self
 
     def resolve_token(self) -> str | None:
-        if self.token:
-            return self.token
-        if self.token_file is not None:
-            try:
-                return self.token_file.read_text().strip() or None
-            except OSError:
-                return None
-        return None
+        """The token from ``token`` or ``token_file``; None if neither has one or the file is unreadable."""
+        try:
+            return secret_of(self.token, self.token_file)
+        except OSError:
+            return None

@@ -391,19 +391,21 @@ job_minutes = sa.Table(
 sa.Index("ix_job_minutes_job", job_minutes.c.job_id, job_minutes.c.minute)
 
 #: per node per minute: host CPU, memory/swap and network, for input-bound and comm-bound rules
+#: node_minutes' metrics, each rolled up as a ``<name>_sum`` and ``<name>_n`` column pair
+NODE_MINUTE_SUMS = (
+    "busy_ratio",
+    "iowait_ratio",
+    "swap_in_bytes_per_s",
+    "swap_out_bytes_per_s",
+    "nic_bytes_per_s",
+    "ib_bytes_per_s",
+)
 node_minutes = sa.Table(
     "node_minutes",
     metadata,
     sa.Column("node_id", sa.Integer, primary_key=True),
     sa.Column("minute", UtcDateTime, primary_key=True),
-    *_rollup_sums(
-        "busy_ratio",
-        "iowait_ratio",
-        "swap_in_bytes_per_s",
-        "swap_out_bytes_per_s",
-        "nic_bytes_per_s",
-        "ib_bytes_per_s",
-    ),
+    *_rollup_sums(*NODE_MINUTE_SUMS),
     _i("available_bytes_min"),
     _i("total_bytes"),
 )
