@@ -3,17 +3,15 @@
     .venv/bin/python bench/packed_layout.py [--nodes 40] [--batches-per-node 4] [--cycles 30] [--rounds 3]
     .venv/bin/python bench/packed_layout.py --cycles 1 --batches-per-node 60   # what agents send
 
-A question for issue 7's 100k GPU-samples/s goal, not a code path of gpuwatch. Makes a
+A question for the 100k GPU-samples/s goal (``docs/scaling.md``), not a code path of gpuwatch. Makes a
 throwaway database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and, in interleaved rounds, loads
 the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each per cycle):
 
 * ``rows``: today's layout — the ``gpu_samples`` rows and the batch's ``gpu_process_packs`` row
-  (packed since the fifth session; a row per process before) by raw COPY
-  in one transaction (the physical limit ``bench/ingest.py`` compares with);
+  by raw COPY in one transaction (the physical limit ``bench/ingest.py`` compares with);
 * ``packed``: a sketch table with ONE row per (node, GPU, batch) and one array per metric, the
   GPU's processes as arrays too, built from the same wire models with ``daemon/store/pg_arrays.py`` and
-  loaded the same way (binary COPY, one transaction: each layout's physical limit; until the
-  fifth session a transaction per batch, and text COPY for the rows);
+  loaded the same way (binary COPY, one transaction: each layout's physical limit);
 * ``node-cycle``: one row per (node, cycle) whatever the batching, every GPU metric an array
   over the node's GPUs and the processes arrays with their GPU index: the unit that still
   packs when agents send one-cycle batches (they do, bundled), where a row per

@@ -2,10 +2,8 @@
 
     .venv/bin/python bench/process_rows.py [--nodes 32] [--cycles 30] [--group 32] [--rounds 5]
 
-The processes (2 per GPU in ``bench/ingest.py``'s batches) were a row each until the fifth
-session — half the rows a cycle wrote, ~40 % of raw bytes, 1.18-1.30x on this path — and are
-a packed row per batch and day since (``gpu_process_packs``, ``sql/process_packs.py``); this
-shows what they still cost. Stores the same
+The processes (2 per GPU in ``bench/ingest.py``'s batches) are a packed row per batch and day
+(``gpu_process_packs``, ``sql/process_packs.py``); this shows what they cost. Stores the same
 one-cycle batches with ``BatchStore.store_many`` in groups of ``--group``, once as they are
 and once with every GPU sample's ``processes`` removed, in interleaved rounds on fresh
 PostgreSQL databases (127.0.0.1:5432 or $GPUWATCH_BENCH_PG); prints samples/s, medians and

@@ -9,8 +9,8 @@ throwaway PostgreSQL database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and lets ``
 client threads post one such bundle each (one-cycle batches of ``--gpus`` GPUs, as
 ``bench/ingest.py`` makes them), all released together. A client answered 503 waits as the
 agent does (``Agent.retry_delay``: its backoff, but at least uniform(1x, 1.5x) the daemon's
-``Retry-After``) and sends again; with ``--compare-retry``, also as agents did before the
-fifth session (the backoff, but at least exactly ``Retry-After``: in lockstep). For the
+``Retry-After``) and sends again; with ``--compare-retry``, also in lockstep (the backoff, but
+at least exactly ``Retry-After``), to show why the agent spreads its retries. For the
 first ``--stall-s`` seconds the database is stalled (another session holds an exclusive lock
 on ``ingested_batches``, as a failover, a restart or a long lock would): without a bound,
 every request that arrives meanwhile is read, parsed and queued in memory. With a healthy
@@ -23,10 +23,10 @@ process), ``unbounded`` (a bound no storm reaches) and, with ``--compare-retry``
 (bounded, clients retrying exactly after ``Retry-After``). Prints, for each, the daemon's peak
 RSS (``VmHWM``), the time until every bundle was stored, and the 503s. Also measures once
 what a parsed body costs in memory against its size (the factor the bound's docs quote).
-``--wire`` is the wire format of the bundles: 2 (what agents send since the sixth session of
-issue 7; the default) or 1 (what the figures before it used). With ``--merge`` each backlog
-goes as what agents send since the seventh session (``agent.merge_backlog``): ONE v2 batch
-merged from its batches by the agent's code (``gpuwatch/agent/merge.py``), not a bundle.
+``--wire`` is the wire format of the bundles: 2 (what agents send; the default) or 1. With
+``--merge`` each backlog goes as agents send it with ``agent.merge_backlog`` (the default):
+ONE v2 batch merged from its batches by the agent's code (``gpuwatch/agent/merge.py``), not a
+bundle.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def parsed_factor(body: bytes, node: str, version: int) -> float:
 
 def retry_wait(backoff: Backoff, retry_after_s: float, spread: bool) -> float:
     """The agent's wait after a 503 with ``Retry-After`` (``Agent.retry_delay``, default config:
-    backoff 1 s .. 300 s); ``spread=False``: as agents waited before the fifth session."""
+    backoff 1 s .. 300 s); ``spread=False``: exactly ``Retry-After`` at least, in lockstep."""
     floor = backoff.after(retry_after_s) if spread else retry_after_s
     return max(backoff.next_delay(), floor)
 

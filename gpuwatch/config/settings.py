@@ -96,7 +96,7 @@ class AgentConfig(Section):
         le=4096,
         description=(
             "A spool backlog goes to the daemon up to this many batches per request (1: one batch "
-            "per request, as agents before bundles did)."
+            "per request)."
         ),
     )
     bundle_max_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Most bytes in one bundle request.")

@@ -18,10 +18,9 @@ this process cached it fails with "no partition of relation ... found for row", 
 constraint violation too. A database outage (:func:`is_outage`, confirmed by the database not
 answering a ``SELECT 1``) is not retried batch by batch: every waiting request gets the
 exception at once (the handler answers 503, the agents keep their batches). An "outage" error
-while the database answers is the batch's own (*sixth session*: SQLite's errors and psycopg's
-client-side ones have no SQLSTATE, so a batch the daemon could not even send was answered 503
-forever, its node's newer batches queued behind it): it is stored alone, and refused if it
-fails twice.
+while the database answers is the batch's own (SQLite's errors and psycopg's client-side ones
+have no SQLSTATE; answered 503, such a batch would come back forever, its node's newer batches
+queued behind it): it is stored alone, and refused if it fails twice.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ they are small, and the CLI's history of a job needs them.
 A job that runs across partition boundaries keeps its history: its minutes live in the
 rollup tables, which outlive the raw partitions.
 
-Per-process GPU readings (``gpu_process_packs``, packed per batch since the fifth session:
-see ``sql/process_packs.py``) can go sooner (``process_days``): no rollup, view or rule reads them;
+Per-process GPU readings (``gpu_process_packs``, packed per batch: see
+``sql/process_packs.py``) can go sooner (``process_days``): no rollup, view or rule reads them;
 they are there for "which pid held that GPU" in SQL.
 """
 

@@ -138,9 +138,9 @@ gpu_samples = _sample_table(
 
 #: per-process GPU readings, packed: ONE row per node, UTC day and stored batch (on PostgreSQL, per
 #: group of batches stored together), an array per field
-#: (element i of every array is one process on one GPU at one stamp). A row per process per
-#: cycle was half the rows a cycle wrote and 273 of 671 bytes per GPU-sample on disk
-#: (issue 7 notes); see ``sql/process_packs.py`` for writing and reading them.
+#: (element i of every array is one process on one GPU at one stamp): 110 of 507 bytes per
+#: GPU-sample on disk, where a row per process took 273 of 671 (``python bench/storage.py``);
+#: ``sql/process_packs.py`` reads them, ``daemon/store/packing.py`` writes them.
 gpu_process_packs = sa.Table(
     "gpu_process_packs",
     metadata,

@@ -1,11 +1,11 @@
-"""Wire format v2: the same samples as v1 (``gpuwatch/v1.py``), sent as columns.
+"""Wire format v2: the same samples as v1 (:mod:`gpuwatch.wire.v1`), sent as columns.
 
 Why: in v1 every sample is a JSON object the daemon validates into a pydantic model, and the
-store then reads the models back into one array per column (``daemon/store/batch_store.py``). Parsing was
-the largest part of the daemon's Python per batch (237 µs of ~600 µs for a one-cycle batch
-of 8 GPUs, issue 7 notes). In v2 a batch holds, per sample kind, one array per field: the
-daemon validates lists of numbers (in pydantic's Rust core, no model per sample) and hands
-the lists to the store as they are.
+store then reads the models back into one array per column (``daemon/store/batch_store.py``).
+Parsing is the largest part of the daemon's Python per v1 batch (237 µs of ~600 µs for a
+one-cycle batch of 8 GPUs; ``python bench/columnar_wire.py`` compares the two formats). In v2
+a batch holds, per sample kind, one array per field: the daemon validates lists of numbers
+(in pydantic's Rust core, no model per sample) and hands the lists to the store as they are.
 
 A v2 batch has v1's envelope (``batch_id``, ``node``, ``agent_version``, ``seq``,
 ``created_at``) and an optional member per sample kind (``gpu``, ``cpu``, ``memory``, ...).
@@ -52,7 +52,7 @@ def _shared_stamps(value: Any, handler: ValidatorFunctionWrapHandler) -> list[da
     sample stamped with it, so the daemon's later per-stamp work (the clock check, the set of
     a batch's stamps, the array memo) hashes one object per cycle, not one per sample: an
     aware datetime's first hash or UTC conversion costs ~0.5 µs, ~1 ms per merged 64-cycle
-    batch (py-spy ``--gil`` on the daemon, eighth session). Anything else (datetimes given
+    batch (py-spy ``--gil`` on the daemon under ``bench/ingest.py``). Anything else (datetimes given
     in Python, an invalid list) is validated as it is, so errors name the sample's own index."""
     if type(value) is not list or not value or type(value[0]) is not str:
         return handler(value)

@@ -16,12 +16,12 @@ How rows go in depends on the database (``BulkMode``):
   (``daemon/store/columns.py``: a v2 batch's own lists, a v1 batch's models transposed; no dict
   per row). It runs without ``ON CONFLICT`` inside a savepoint and, only if it meets
   a sample stored before, again with ``ON CONFLICT DO NOTHING`` (:meth:`BatchStore._write_unnest`);
-  the batch claim is the same kind of insert with ``RETURNING``. It replaced ``COPY`` into the
-  table inside a savepoint with a temp-table fallback: COPY cannot pipeline, needs a savepoint
-  round trip per table, and its per-row Python was the larger cost (``bench/store_ab.py``,
-  figures in ``bench/README.md``). Since the eighth session a table with many rows in one group
-  can go by binary COPY again, from the columns (``BatchStore.copy_min_rows``, off by default,
-  ``daemon/store/pg_copy.py``): a third less server CPU, more daemon CPU.
+  the batch claim is the same kind of insert with ``RETURNING``. Why not ``COPY`` per table:
+  COPY cannot pipeline, needs a savepoint round trip per table, and building its rows in
+  Python cost more than the insert saves (``bench/store_ab.py``, figures in
+  ``bench/README.md``). A table with many rows in one group can still go by binary COPY, from
+  the columns (``BatchStore.copy_min_rows``, off by default, ``daemon/store/pg_copy.py``): a
+  third less server CPU, more daemon CPU.
 * ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy executemany of
   dict rows per table, pipelined on PostgreSQL.
 """
@@ -135,10 +135,11 @@ class BulkMode(str, Enum):
 
 
 #: rows of one table in one group from which the store loads it by ``COPY`` (0: never, the
-#: default). Measured (``bench/README.md``, eighth session) with 512, i.e. a merged backlog's GPU
-#: rows: PostgreSQL's CPU per cycle fell by about a third, the daemon's rose by 10-70 %, and
-#: one daemon process sharing 2 cores with the database ingested 4-31 % less. Worth it only
-#: where the database server, not the daemons, is what runs out (``docs/scaling.md``).
+#: default). Measured with 512, i.e. a merged backlog's GPU rows (``python bench/ingest.py
+#: --merge 64 --compare-copy``, figures in ``bench/README.md``): PostgreSQL's CPU per cycle fell
+#: by about a third, the daemon's rose by 10-70 %, and one daemon process sharing 2 cores with
+#: the database ingested 4-31 % less. Worth it only where the database server, not the
+#: daemons, is what runs out (``docs/scaling.md``).
 COPY_MIN_ROWS = 0
 
 #: ``gpus.last_seen_at`` is refreshed at most this often per GPU when its identity is unchanged

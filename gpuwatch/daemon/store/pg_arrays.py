@@ -1,8 +1,8 @@
 """Column arrays sent to PostgreSQL in binary, packed by ``struct``.
 
 The ingest's ``unnest`` insert (``daemon/store/batch_store.py``) sends one array per column. psycopg's
-generic list dumper formats such an array element by element in Python, which was ~14 % of
-the daemon's ingest CPU (py-spy, issue 7 notes). A column of one known numeric type needs
+generic list dumper formats such an array element by element in Python, ~14 % of the
+daemon's ingest CPU (py-spy on the daemon under ``bench/ingest.py``). A column of one known numeric type needs
 none of that: the array's binary form (``array_send``: header, then a length word and the
 big-endian value per element, length -1 for NULL) is one ``struct.pack`` over the whole
 list when it has no NULL, and one short ``pack`` per element when it has.

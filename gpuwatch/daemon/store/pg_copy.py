@@ -2,7 +2,7 @@
 
 COPY is the cheapest way PostgreSQL loads rows: it writes them in multi-row heap batches, with
 no executor plan, no per-row function scan and fewer WAL records than an ``INSERT ... SELECT
-FROM unnest(...)``. Measured on the ingest path (issue 7, eighth session): for 64-cycle merged
+FROM unnest(...)``. Measured on the ingest path (``bench/ingest.py``): for 64-cycle merged
 batches the server spent about a third less CPU per cycle with COPY and the daemon 10-70 %
 more (``bench/README.md``), and COPY cannot join psycopg's pipeline (a round trip per table).
 So the store uses it only when told to, for tables with many rows in a group
