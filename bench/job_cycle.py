@@ -1,6 +1,6 @@
 """CPU per cycle of the jobs collector (Slurm job cgroups) at 8 / 64 / 256 jobs.
 
-    .venv/bin/python bench/job_cycle.py [--jobs 8,64,256] [--cycles 300] [--rounds 5]
+    .venv/bin/python bench/job_cycle.py [--jobs 8,64,256] [--cycles 100] [--rounds 3]
                                         [--cgroup 2,1] [--baseline main] [--kernfs MOUNT]
 
 Builds a fake cgroup tree of N jobs in a temp dir: real files, each job a copy of a recorded
@@ -196,8 +196,8 @@ def compare(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", default="8,64,256", help="comma-separated job counts")
-    ap.add_argument("--cycles", type=int, default=300, help="cycles per round")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cycles", type=int, default=100, help="cycles per round")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cgroup", default="2,1", help="comma-separated cgroup versions (2, 1)")
     ap.add_argument("--baseline", default="main", help="git rev to compare with; 'none' to skip")
     ap.add_argument("--interval", type=float, default=10.0, help="virtual seconds between cycles")

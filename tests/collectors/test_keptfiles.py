@@ -87,3 +87,22 @@ def test_a_per_read_file_that_went_away_raises_enoent(tmp_path):
 
 def test_default_fd_limit_leaves_half_the_soft_limit():
     assert 0 < default_fd_limit() <= 65536
+
+
+def test_out_of_fds_at_open_falls_back_to_opening_per_read(tmp_path, monkeypatch):
+    path = tmp_path / "cpuacct.usage"
+    path.write_text("5\n")
+    real_open = os.open
+
+    def no_fds(file, flags, *args, **kwargs):
+        if str(file) == str(path):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(file))
+        return real_open(file, flags, *args, **kwargs)
+
+    budget = FdBudget(4)
+    kept = KeptFile(str(path), budget)
+    monkeypatch.setattr(os, "open", no_fds)
+    kept.open()
+    monkeypatch.undo()
+    assert (kept.fd, kept.absent, budget.used) == (None, False, 0)
+    assert kept.read() == b"5\n"
