@@ -173,9 +173,7 @@ class StepClock:
         return self.now
 
 
-def compare(
-    paths: HostPaths, baseline: ModuleType | None, cycles: int, rounds: int, options: argparse.Namespace
-) -> dict[str, float]:
+def compare(paths: HostPaths, baseline: ModuleType | None, options: argparse.Namespace) -> dict[str, float]:
     """Median over rounds of CPU per cycle for this checkout's collector and the baseline's."""
     sides: dict[str, Any] = {
         "new": JobsCollector(paths, clock=StepClock(options.interval), max_kept_fds=options.max_kept_fds)
@@ -185,9 +183,9 @@ def compare(
     per_round: dict[str, list[float]] = {name: [] for name in sides}
     for collector in sides.values():
         collector.collect(datetime.now(timezone.utc))  # first cycle opens and primes rates
-    for _ in range(rounds):
+    for _ in range(options.rounds):
         for name, collector in sides.items():
-            per_round[name].append(cpu_per_cycle(collector.collect, cycles))
+            per_round[name].append(cpu_per_cycle(collector.collect, options.cycles))
     for collector in sides.values():
         collector.close()
     return {name: statistics.median(values) for name, values in per_round.items()}
@@ -215,7 +213,7 @@ def main() -> None:
     for version in versions:
         for jobs in (int(n) for n in args.jobs.split(",")):
             with job_tree(jobs, version, args.kernfs) as cgroup:
-                result = compare(HostPaths(cgroup=cgroup), baseline, args.cycles, args.rounds, args)
+                result = compare(HostPaths(cgroup=cgroup), baseline, args)
             line = f"cgroup v{version} ({where}) {jobs:>4} jobs: new {result['new'] * 1e3:6.3f} ms/cycle"
             if "baseline" in result:
                 line += (
