@@ -59,7 +59,7 @@ TEXTS: dict[Cause, CauseText] = {
         "sure every rank selects its own device (LOCAL_RANK), and end interactive sessions when done.",
     ),
     Cause.GPU_MEMORY_PRESSURE: CauseText(
-        "job $job: GPU memory $mem_pct full while GPU busy only $util_pct",
+        "job $job: GPU memory $mem_pct full while $busy_part",
         "GPU memory is near full and the GPU waits (allocator thrash, unified-memory paging or CPU "
         "offload): lower the batch size or use gradient checkpointing / activation offload sparingly, "
         "or use a GPU with more memory.",

@@ -99,6 +99,14 @@ class Thresholds(Section):
     gpu_memory_pressure_util_ratio: float = _r(
         0.5, "... with mean utilization below this is GPU memory pressure. Source: project."
     )
+    pcie_spill_bytes_per_s: float = Field(
+        10e9,
+        ge=0,
+        description="Mean PCIe tx+rx per GPU at or above this, with GPU memory full and SM activity low, "
+        "is spilling over the bus (offload, unified-memory paging): NVML utilization then reads high from "
+        "the copies alone. Source: measured on an H200 (tests/gpu/fixtures/h200): the memory-pressure run "
+        "moved 38 GB/s at 1 % SM activity, well-fed training 0.25-1.5 GB/s.",
+    )
     host_memory_limit_ratio: float = _r(
         0.95, "Job cgroup memory max / limit at or above this is 'at limit'. Source: project."
     )
@@ -110,6 +118,15 @@ class Thresholds(Section):
     memory_pressure_high_ratio: float = _r(
         0.1,
         "cgroup v2 memory PSI 'some' avg10 at or above this is pressure. Source: project (kernel PSI docs).",
+    )
+
+    # ------------------------------------------------------------------ never used
+    gpu_memory_no_context_bytes: int = Field(
+        128 * 1024 * 1024,
+        ge=0,
+        description="GPU memory used at or below this (128 MiB) means no CUDA context: the driver's own "
+        "use with no process reads 0-3.4 MB on an H200, a context costs hundreds of MiB (780 MB to 1.7 GB "
+        "measured). Source: measured on an H200 (tests/gpu/fixtures/h200).",
     )
 
     # ------------------------------------------------------------------ communication

@@ -108,7 +108,9 @@ def render_validate(report: object) -> str:
     buffer = StringIO()
     console = Console(file=buffer, width=200, no_color=True, highlight=False)
     label = "REAL GPU"
-    if report.simulated:
+    if report.device.startswith("replay"):
+        label = "REPLAY of recorded GPU readings through today's agent, daemon and classifier"
+    elif report.simulated:
         label = "SIMULATION (GPU signals simulated from the workload's step timing)"
     console.print(f"gpuwatch validate: {label}; device {report.device}")
     matrix = report.confusion()
@@ -193,6 +195,12 @@ def render_validate(report: object) -> str:
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--replay",
+    "replay_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Score a recorded run again (a `--out` folder of a CUDA run) without its GPU; needs no torch.",
+)
 def validate(
     scenario_list: str | None,
     duration: float,
@@ -203,12 +211,17 @@ def validate(
     cpus: int | None,
     fmt: str,
     seed: int,
+    replay_dir: Path | None,
 ) -> None:
     """Run scenarios under a daemon + agent, classify each one's job, print the confusion matrix.
 
-    Exit status 1 when any scenario is not classified as expected. Needs the workload extra.
+    Exit status 1 when any scenario is not classified as expected. Needs the workload extra,
+    except with --replay.
     """
-    import sys
+
+    if replay_dir is not None:
+        report = _replay(replay_dir, scenario_list, db)
+        _finish(report, fmt, None)
 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -260,6 +273,27 @@ def validate(
             on_progress=on_progress,
             on_done=on_done,
         )
+    _finish(report, fmt, out_dir)
+
+
+def _replay(replay_dir: Path, scenario_list: str | None, db: str | None) -> object:
+    from gpuwatch.workload.replay import replay_validate
+    from gpuwatch.workload.validate import parse_scenarios
+
+    try:
+        names = parse_scenarios(scenario_list) if scenario_list else None
+        return replay_validate(replay_dir, scenarios=names, db_url=db)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _finish(report: object, fmt: str, out_dir: Path | None) -> None:
+    """Print the report (table or JSON), keep validate.txt in ``out_dir``; exit 1 on any miss."""
+    import sys
+
+    from gpuwatch.workload.validate import ValidateReport
+
+    assert isinstance(report, ValidateReport)
     text = render_validate(report)
     if out_dir is not None:
         (out_dir / "validate.txt").write_text(text)

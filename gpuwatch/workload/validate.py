@@ -38,7 +38,8 @@ NVML's own readings (utilization's window, GPM's counter rates, power) stay real
 and the NVML poller polls often enough (:func:`nvml_poll_interval`) that each sample still
 averages several polls. Every CUDA run records what NVML returned, scenario by scenario, to
 ``<name>.nvml.jsonl`` in the output folder (the recording format of
-:mod:`gpuwatch.collectors.recording`): the golden inputs for replay tests.
+:mod:`gpuwatch.collectors.recording`), and every run the job's CPU samples to
+``<name>.job.jsonl``: :mod:`gpuwatch.workload.replay` scores them again without the GPU.
 
 The daemon's own scheduler is paused: validate rolls the job's minutes up and classifies it
 itself, with thresholds for short runs (:func:`validate_thresholds`).
@@ -130,12 +131,35 @@ def _proc_table(proc: Path) -> dict[int, tuple[int, float]]:
     return out
 
 
-class CpuTracker:
-    """CPU seconds used by a process and all its descendants, sampled every ``period_s``.
+def cpu_demand_seconds(proc: Path, pid: int) -> float | None:
+    """Seconds the process's threads ran plus waited runnable for a CPU; None where unreadable.
 
-    A process that exits keeps its last seen CPU time in the total (at most one period of
-    it is lost). Times are seconds on ``clock`` (the stream's clock: wall seconds since
-    the workload's header).
+    From ``/proc/<pid>/task/<tid>/schedstat`` (ns on a CPU, ns waiting on a run queue). A Slurm
+    job's cpuset is its own, so what its threads wait for there is each other; validate pins the
+    workload to cores other processes share too (CI, a laptop), and counting the wait makes the
+    job's CPU use read the same however busy the machine is.
+    """
+    total = 0
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            run_ns, wait_ns, *_ = (task / "schedstat").read_text().split()
+            total += int(run_ns) + int(wait_ns)
+        except (OSError, ValueError):
+            continue
+    return total / 1e9 if tasks else None
+
+
+class CpuTracker:
+    """CPU seconds a process and all its descendants used or waited for, every ``period_s``.
+
+    Each process counts the larger of its CPU time (utime + stime) and its demand (run plus
+    run-queue wait, :func:`cpu_demand_seconds`). A process that exits keeps its last seen
+    figure in the total (at most one period of it is lost). Times are seconds on ``clock``
+    (the stream's clock: wall seconds since the workload's header).
     """
 
     def __init__(
@@ -164,7 +188,8 @@ class CpuTracker:
                     frontier.append(child)
         for pid in tree:
             if pid in table:
-                self._seen[pid] = max(self._seen.get(pid, 0.0), table[pid][1])
+                demand = cpu_demand_seconds(self.proc, pid) or 0.0
+                self._seen[pid] = max(self._seen.get(pid, 0.0), table[pid][1], demand)
         with self._lock:
             self.points.append((self.clock(), sum(self._seen.values())))
 
@@ -198,17 +223,27 @@ class CpuTracker:
 
 
 class JobCpuCollector(Collector):
-    """The synthetic job's ``job`` samples: cores used since the previous sample, cores allocated."""
+    """The synthetic job's ``job`` samples: cores used since the previous sample, cores allocated.
+
+    With ``record``, each sample is also appended to that file as one JSON line
+    (:func:`job_cpu_line`), so ``gpuwatch validate --replay`` can send the same CPU use again.
+    """
 
     name = "job"
 
     def __init__(
-        self, tracker: CpuTracker, job_id: str, cpus: int, stream_time: Callable[[datetime], float]
+        self,
+        tracker: CpuTracker,
+        job_id: str,
+        cpus: int,
+        stream_time: Callable[[datetime], float],
+        record: Path | None = None,
     ) -> None:
         self.tracker = tracker
         self.job_id = job_id
         self.cpus = cpus
         self.stream_time = stream_time
+        self.record = record
         self._last: float | None = None
 
     def collect(self, now: datetime) -> list[JobSample]:
@@ -216,12 +251,18 @@ class JobCpuCollector(Collector):
         last, self._last = self._last, t
         if last is None or t <= last:
             return []
-        used = (self.tracker.cpu_at(t) - self.tracker.cpu_at(last)) / (t - last)
-        return [
-            JobSample(
-                ts=now, job_id=self.job_id, cpu_used_cores=max(0.0, used), cpu_allocated_cores=self.cpus
-            )
-        ]
+        used = max(0.0, (self.tracker.cpu_at(t) - self.tracker.cpu_at(last)) / (t - last))
+        if self.record is not None:
+            with self.record.open("a", encoding="utf-8") as out:
+                out.write(job_cpu_line(now, used, self.cpus) + "\n")
+        return [JobSample(ts=now, job_id=self.job_id, cpu_used_cores=used, cpu_allocated_cores=self.cpus)]
+
+
+def job_cpu_line(now: datetime, used_cores: float, allocated_cores: int) -> str:
+    """One line of a ``<name>.job.jsonl`` recording."""
+    return json.dumps(
+        {"t": now.isoformat(), "cpu_used_cores": round(used_cores, 6), "cpu_allocated_cores": allocated_cores}
+    )
 
 
 # --------------------------------------------------------------------------- results
@@ -241,6 +282,7 @@ class ScenarioOutcome:
     time_scale: float = 1.0
     agent_cycles: int = 0
     cpus: int = 0
+    gpus: list[int] = field(default_factory=list)
     wall_s: float = 0.0
     error: str | None = None
 
@@ -266,6 +308,7 @@ class ScenarioOutcome:
             "time_scale": self.time_scale,
             "agent_cycles": self.agent_cycles,
             "cpus": self.cpus,
+            "gpus": self.gpus,
             "wall_s": round(self.wall_s, 2),
             "error": self.error,
         }
@@ -322,7 +365,7 @@ _KEY_FEATURES = (
 )
 
 
-def _floor_minute(ts: datetime) -> datetime:
+def floor_minute(ts: datetime) -> datetime:
     return ts.replace(second=0, microsecond=0)
 
 
@@ -417,7 +460,7 @@ class Harness:
             if self.compressed:
                 scale = self.virtual_minutes * 60.0 / self.duration_s
                 now = datetime.now(timezone.utc)
-                job_start = _floor_minute(now) - timedelta(minutes=self.virtual_minutes + 4)
+                job_start = floor_minute(now) - timedelta(minutes=self.virtual_minutes + 4)
                 lag = LAG_S if self.simulated else 0.0  # NVML reads the card as it is now
             else:
                 scale, lag = 1.0, 0.0
@@ -430,10 +473,12 @@ class Harness:
                 return (now - v0).total_seconds() / scale
 
             tracker = CpuTracker(proc.pid, stream_now).start()
+            job_record = self.out_dir / f"{name}.job.jsonl"
+            job_record.unlink(missing_ok=True)
             gpu_backend = self._gpu_backend(activity, v0, scale, name)
             collectors = [
                 GpuCollector(gpu_backend),
-                JobCpuCollector(tracker, job_id, len(self.cpus), stream_time),
+                JobCpuCollector(tracker, job_id, len(self.cpus), stream_time, record=job_record),
             ]
             spool_dir = Path(tempfile.mkdtemp(prefix=f"spool-{name}-", dir=self.out_dir))
             config = AgentConfig(
@@ -476,7 +521,17 @@ class Harness:
             )
             if not self.simulated:
                 gpus = [_physical_gpu(g) for g in gpus]
-            self._classify(outcome, job_id, node, gpus, job_start, v_end)
+            classify_run(
+                self.engine,
+                self.thresholds,
+                outcome,
+                job_id=job_id,
+                node=node,
+                gpus=gpus,
+                cpus=len(self.cpus),
+                start=job_start,
+                end=v_end,
+            )
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -542,66 +597,72 @@ class Harness:
             if self.on_progress is not None:
                 self.on_progress(name, s, max(expected_end, s))
 
-    def _classify(
-        self,
-        outcome: ScenarioOutcome,
-        job_id: str,
-        node: str,
-        gpus: Sequence[int],
-        v0: datetime,
-        v_end: datetime,
-    ) -> None:
-        from gpuwatch.classify.engine import classify_job
-        from gpuwatch.classify.features import job_windows, load_scope
-        from gpuwatch.slurm.model import SlurmJob
-        from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
-        from gpuwatch.sql.rollups import Rollup
 
-        job = SlurmJob(
-            job_id=job_id,
-            source="validate",
-            name=f"validate {outcome.scenario}",
-            state="COMPLETED",
-            start=v0,
-            end=v_end,
-            nodes=(node,),
-            cpus=len(self.cpus),
-            gpus=len(gpus),
-            gpu_indices={node: tuple(gpus)},
-        )
-        with self.engine.begin() as conn:
-            upsert_jobs(conn, [job])
-            replace_job_gpus(conn, {job_id: {node: list(gpus)}})
-        rollup = Rollup(self.engine)
-        rollup.roll(_floor_minute(v0), _floor_minute(v_end) + timedelta(minutes=1))
-        rollup.run_once()  # moves the rolled-until edge past this job (the scheduler is paused)
-        now = v_end + timedelta(seconds=1)
-        found = classify_job(self.engine, job_id, now, self.thresholds)
-        outcome.verdicts = [
-            {
-                "window": v.window_kind,
-                "cause": v.cause.value,
-                "confidence": v.confidence,
-                "summary": v.summary,
-                "evidence": v.evidence,
-            }
-            for v in found
-        ]
-        with self.engine.connect() as conn:
-            scope = load_scope(conn, job_id)
-            windows = job_windows(conn, scope, now, self.thresholds) if scope is not None else None
-        if windows is not None:
-            for f in windows:
-                data = f.to_dict()
-                outcome.features[f.kind] = {key: data.get(key) for key in _KEY_FEATURES}
-                outcome.features[f.kind]["minutes"] = max((g.minutes for g in f.gpus), default=0)
-        lead = next((v for v in found if v.window_kind == outcome.window), None)
-        if lead is None:
-            outcome.error = outcome.error or f"no verdict for the {outcome.window} window"
-            return
-        outcome.got = lead.cause.value
-        outcome.confidence = lead.confidence
-        outcome.summary_text = lead.summary
+def classify_run(
+    engine: Any,
+    thresholds: Thresholds,
+    outcome: ScenarioOutcome,
+    *,
+    job_id: str,
+    node: str,
+    gpus: Sequence[int],
+    cpus: int,
+    start: datetime,
+    end: datetime,
+) -> None:
+    """Store the run's job, roll its minutes up, classify it; verdicts and features into ``outcome``."""
+    from gpuwatch.classify.engine import classify_job
+    from gpuwatch.classify.features import job_windows, load_scope
+    from gpuwatch.slurm.model import SlurmJob
+    from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
+    from gpuwatch.sql.rollups import Rollup
+
+    job = SlurmJob(
+        job_id=job_id,
+        source="validate",
+        name=f"validate {outcome.scenario}",
+        state="COMPLETED",
+        start=start,
+        end=end,
+        nodes=(node,),
+        cpus=cpus,
+        gpus=len(gpus),
+        gpu_indices={node: tuple(gpus)},
+    )
+    outcome.gpus = list(gpus)
+    with engine.begin() as conn:
+        upsert_jobs(conn, [job])
+        replace_job_gpus(conn, {job_id: {node: list(gpus)}})
+    rollup = Rollup(engine)
+    rollup.roll(floor_minute(start), floor_minute(end) + timedelta(minutes=1))
+    rollup.run_once()  # moves the rolled-until edge past this job (the scheduler is paused)
+    now = end + timedelta(seconds=1)
+    found = classify_job(engine, job_id, now, thresholds)
+    outcome.verdicts = [
+        {
+            "window": v.window_kind,
+            "cause": v.cause.value,
+            "confidence": v.confidence,
+            "summary": v.summary,
+            "evidence": v.evidence,
+        }
+        for v in found
+    ]
+    with engine.connect() as conn:
+        scope = load_scope(conn, job_id)
+        windows = job_windows(conn, scope, now, thresholds) if scope is not None else None
+    if windows is not None:
+        for f in windows:
+            data = f.to_dict()
+            outcome.features[f.kind] = {key: data.get(key) for key in _KEY_FEATURES}
+            outcome.features[f.kind]["minutes"] = max((g.minutes for g in f.gpus), default=0)
+    lead = next((v for v in found if v.window_kind == outcome.window), None)
+    if lead is None:
+        outcome.error = outcome.error or f"no verdict for the {outcome.window} window"
+        return
+    outcome.got = lead.cause.value
+    outcome.confidence = lead.confidence
+    outcome.summary_text = lead.summary
 
 
 # --------------------------------------------------------------------------- the whole run

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import shutil
+from pathlib import Path
 
 import pytest
-from hosttrees import LATER, NOW, paths_at, real_host_two_reads, two_snapshots
+from hosttrees import INTERVAL_S, LATER, NOW, paths_at, real_host_two_reads, two_snapshots
 
 from gpuwatch.collectors.base import run_collector
 from gpuwatch.collectors.jobs import (
+    LIMITS_REFRESH_S,
     JobsCollector,
     cpu_used_cores,
     job_id_from_dir,
@@ -19,16 +24,35 @@ from gpuwatch.collectors.jobs import (
     parse_pressure_some_avg10,
     parse_v1_limit,
 )
+from gpuwatch.collectors.keptfiles import KeptFile
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import JobSample
 
 GIB = 1024**3
 V2_SCOPE = ("cgroup", "system.slice", "slurmstepd.scope")
+#: no cap (every counter file kept open), none kept (opened per read), some kept and some not
+FD_CAPS = [None, 0, 3]
 
 
-def test_cgroup_v2_three_jobs(host, clock):
+def fds_under(root: Path) -> list[str]:
+    """What this process's open fds point to inside ``root`` (``/proc/self/fd``)."""
+    fd_dir = "/proc/self/fd"
+    targets = []
+    for name in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+        except OSError:  # the fd listdir itself used, closed by now
+            continue
+        if target.startswith(str(root.resolve())):
+            targets.append(target)
+    return targets
+
+
+@pytest.mark.parametrize("max_kept_fds", FD_CAPS)
+def test_cgroup_v2_three_jobs(host, clock, max_kept_fds):
     tree = host("cgroup_v2")
-    first, second = two_snapshots(JobsCollector(tree.paths, clock=clock), tree, clock)
+    collector = JobsCollector(tree.paths, clock=clock, max_kept_fds=max_kept_fds)
+    first, second = two_snapshots(collector, tree, clock)
     assert [s.job_id for s in first] == ["100", "101", "102"]
     assert all(s.cpu_used_cores is None for s in first)  # first sighting: no rate yet
     # job 100 ended, job 103 started between the snapshots
@@ -66,9 +90,11 @@ def test_non_numeric_job_dir_is_skipped_with_a_debug_log_once(host, clock, caplo
     assert not any("/system:" in r.getMessage() for r in caplog.records)  # Slurm's own cgroup
 
 
-def test_cgroup_v1_two_jobs_one_under_slurm_nodename(host, clock):
+@pytest.mark.parametrize("max_kept_fds", FD_CAPS)
+def test_cgroup_v1_two_jobs_one_under_slurm_nodename(host, clock, max_kept_fds):
     tree = host("cgroup_v1")
-    first, second = two_snapshots(JobsCollector(tree.paths, clock=clock), tree, clock)
+    collector = JobsCollector(tree.paths, clock=clock, max_kept_fds=max_kept_fds)
+    first, second = two_snapshots(collector, tree, clock)
     assert [s.job_id for s in first] == ["201", "202"]
     j201, j202 = second
     assert j201 == JobSample(
@@ -121,6 +147,135 @@ def test_multiple_slurmd_v2_scope_name(copied_host, clock):
     scope.rename(scope.with_name("gpu-node-07_slurmstepd.scope"))
     samples = JobsCollector(paths_at(root), clock=clock).collect(NOW)
     assert [s.job_id for s in samples] == ["101", "102", "103"]
+
+
+def _job_dir(root: Path, job: str) -> Path:
+    return root.joinpath(*V2_SCOPE, job)
+
+
+def test_counters_are_reread_each_cycle(copied_host, clock):
+    root = copied_host("cgroup_v2", "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    collector.collect(NOW)
+    job = _job_dir(root, "job_101")
+    usage_usec = int((job / "cpu.stat").read_text().split()[1])
+    (job / "cpu.stat").write_text(f"usage_usec {usage_usec + 30_000_000}\nuser_usec 1\n")  # +30 s
+    (job / "memory.current").write_text(f"{3 * GIB}\n")
+    clock.advance(INTERVAL_S)
+    j101 = collector.collect(LATER)[0]
+    assert (j101.cpu_used_cores, j101.memory_used_bytes) == (3.0, 3 * GIB)
+
+
+def test_a_removed_job_cgroup_drops_out_and_its_files_are_closed(copied_host, clock):
+    root = copied_host("cgroup_v2", "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    collector.collect(NOW)
+    job = _job_dir(root, "job_102")
+    assert fds_under(job)
+    shutil.rmtree(job)
+    clock.advance(INTERVAL_S)
+    samples = collector.collect(LATER)
+    assert [s.job_id for s in samples] == ["101", "103"]
+    assert samples[0].cpu_used_cores == 0.0  # the others keep their rates
+    assert fds_under(job) == []
+
+
+@pytest.mark.parametrize("gone", [errno.ENODEV, errno.ENOENT])
+def test_a_job_gone_while_being_read_is_skipped_then_found_again(copied_host, clock, monkeypatch, gone):
+    root = copied_host("cgroup_v2", "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    collector.collect(NOW)
+    job = _job_dir(root, "job_101")
+    real_read = KeptFile.read
+
+    def read(self: KeptFile) -> bytes | None:
+        if self.path.startswith(str(job)):  # the kernel's answer for a removed cgroup's kept fd
+            raise OSError(gone, os.strerror(gone), self.path)
+        return real_read(self)
+
+    monkeypatch.setattr(KeptFile, "read", read)
+    assert [s.job_id for s in collector.collect(LATER)] == ["102", "103"]
+    assert fds_under(job) == []
+    monkeypatch.undo()
+    again = collector.collect(LATER)
+    assert [s.job_id for s in again] == ["101", "102", "103"]
+    assert again[0].cpu_used_cores is None  # a new sighting: no rate yet
+    assert again[0].memory_limit_bytes == 64 * GIB
+
+
+def test_a_new_job_appears_on_the_next_cycle(copied_host, clock):
+    root = copied_host("cgroup_v2", "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    assert [s.job_id for s in collector.collect(NOW)] == ["101", "102", "103"]
+    shutil.copytree(_job_dir(root, "job_103"), _job_dir(root, "job_1040"))
+    clock.advance(INTERVAL_S)
+    samples = collector.collect(LATER)
+    assert [s.job_id for s in samples] == ["101", "102", "103", "1040"]
+    assert samples[-1].cpu_used_cores is None
+    assert samples[-1].memory_limit_bytes == 16 * GIB
+
+
+def test_a_requeued_job_with_a_new_cgroup_is_read_from_the_new_one(copied_host, clock):
+    root = copied_host("cgroup_v2", "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    collector.collect(NOW)
+    old, new = _job_dir(root, "job_101"), _job_dir(root, "job_101.new")
+    shutil.copytree(old, new)  # made before the old one goes, so it cannot reuse its inode
+    (new / "memory.max").write_text(f"{2 * GIB}\n")
+    (new / "memory.current").write_text(f"{GIB}\n")
+    shutil.rmtree(old)
+    new.rename(old)
+    j101 = collector.collect(LATER)[0]
+    assert (j101.memory_limit_bytes, j101.memory_used_bytes) == (2 * GIB, GIB)
+    assert not [t for t in fds_under(root) if t.endswith("(deleted)")]  # none left on the old files
+
+
+def test_limits_are_cached_and_reread_every_refresh_period(copied_host, clock):
+    root = copied_host("cgroup_v2", "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    collector.collect(NOW)
+    job = _job_dir(root, "job_101")
+    (job / "memory.max").write_text(f"{96 * GIB}\n")  # an admin raised the limit
+    (job / "cpuset.cpus.effective").write_text("0-3\n")  # CPUs 8-11 went offline
+    clock.advance(INTERVAL_S)
+    cached = collector.collect(LATER)[0]
+    assert (cached.memory_limit_bytes, cached.cpu_allocated_cores) == (64 * GIB, 8)
+    clock.advance(LIMITS_REFRESH_S)
+    fresh = collector.collect(LATER)[0]
+    assert (fresh.memory_limit_bytes, fresh.cpu_allocated_cores) == (96 * GIB, 4)
+
+
+def test_an_optional_file_that_appears_is_read_after_the_refresh_period(copied_host, clock):
+    root = copied_host("cgroup_v2", "t1")
+    job = _job_dir(root, "job_101")
+    swap = (job / "memory.swap.current").read_text()
+    (job / "memory.swap.current").unlink()
+    collector = JobsCollector(paths_at(root), clock=clock)
+    assert collector.collect(NOW)[0].memory_swap_bytes is None
+    (job / "memory.swap.current").write_text(swap)
+    clock.advance(LIMITS_REFRESH_S)
+    assert collector.collect(LATER)[0].memory_swap_bytes == 0
+
+
+@pytest.mark.parametrize("case", ["cgroup_v2", "cgroup_v1"])
+def test_close_closes_every_file_and_a_later_collect_reopens(copied_host, clock, case):
+    root = copied_host(case, "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    before = collector.collect(NOW)
+    assert fds_under(root)
+    collector.close()
+    assert fds_under(root) == []
+    assert collector.collect(NOW) == before
+    collector.close()
+
+
+def test_cgroup_mount_gone_closes_every_file(copied_host, clock):
+    root = copied_host("cgroup_v2", "t1")
+    collector = JobsCollector(paths_at(root), clock=clock)
+    collector.collect(NOW)
+    (root / "cgroup").rename(root / "elsewhere")
+    assert collector.collect(LATER) == []
+    assert fds_under(root) == []
 
 
 def test_no_cgroup_or_no_slurm_is_an_empty_list(host, tmp_path, clock):

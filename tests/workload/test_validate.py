@@ -23,6 +23,7 @@ from gpuwatch.workload.validate import (
     JobCpuCollector,
     ScenarioOutcome,
     ValidateReport,
+    cpu_demand_seconds,
     parse_scenarios,
     validate_thresholds,
 )
@@ -107,6 +108,37 @@ def test_cpu_tracker_counts_children() -> None:
     used = tracker.cpu_at(time.time() - t0) - tracker.cpu_at(0.0)
     assert len(tracker._seen) >= 2
     assert 0.3 < used < 2.5  # ~1 core; less on a loaded machine
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity (Linux)")
+def test_cpu_tracker_counts_what_a_shared_core_kept_the_job_waiting_for() -> None:
+    """Two spinning processes share one core: each runs at most about half the time, but its
+    demand is the whole core, which it would have had in a job's own cpuset."""
+    spin = "import time\nend = time.time() + 3.0\nwhile time.time() < end: pass"
+    core = {sorted(os.sched_getaffinity(0))[0]}
+    job, rival = (subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2))
+    try:
+        for p in (job, rival):
+            os.sched_setaffinity(p.pid, core)
+        t0 = time.monotonic()
+        tracker = CpuTracker(job.pid, lambda: time.monotonic() - t0, period_s=0.05)
+        tracker.poll()
+        ran0 = _cpu_seconds(job.pid)
+        time.sleep(1.5)
+        tracker.poll()
+        ran = _cpu_seconds(job.pid) - ran0
+        (first_t, first), (last_t, last) = tracker.points[0], tracker.points[-1]
+    finally:
+        job.kill(), rival.kill(), job.wait(), rival.wait()
+    assert cpu_demand_seconds(Path("/proc"), os.getpid()) is not None
+    window = last_t - first_t
+    assert ran < 0.75 * window  # the rival really took part of the core
+    assert last - first > 0.85 * window  # always runnable: the whole core was wanted
 
 
 def test_job_collector_rate() -> None:

@@ -1,7 +1,9 @@
 """CPU-only job: GPUs allocated, never any utilization or GPU memory, while the job's CPUs work.
 
 "Never" is the whole job (the context carried into the recent window), so a job that used
-its GPUs and then went idle is ``idle_allocation``, not this.
+its GPUs and then went idle is ``idle_allocation``, not this. "No GPU memory" is at most
+``gpu_memory_no_context_bytes``: a real GPU with no process still reports the driver's few MB
+as used, and any CUDA context costs far more.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
     if ev.check("job_util_max", f.job_util_max, "<=", "util_never_used", 0.0) is not True:
         return None
     if (
-        ev.check("job_gpu_memory_max_bytes", f.job_gpu_memory_max_bytes, "<=", "gpu_memory_never_used", 0)
+        ev.check(
+            "job_gpu_memory_max_bytes",
+            f.job_gpu_memory_max_bytes,
+            "<=",
+            "gpu_memory_no_context_bytes",
+            t.gpu_memory_no_context_bytes,
+        )
         is False
     ):
         return None

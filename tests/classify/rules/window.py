@@ -1,0 +1,32 @@
+"""A job window's features for rule tests: one busy, well-fed H200 unless told otherwise."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from gpuwatch.classify.features import WindowFeatures
+
+START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+
+_HEALTHY = WindowFeatures(
+    job_id="j1", kind="job", start=START, end=START + timedelta(hours=1), gpu_source="rollup",
+    node_count=1, gpu_count=1, gpus_with_data=1, gpus=(), models=("NVIDIA H200",), has_gpm=True,
+    tensor_cores=True, gpu_hours=1.0, samples=360, lost_samples=0, util_mean=0.95, util_p50=0.96,
+    util_p95=0.99, util_max=1.0, util_std=0.03, zero_share=0.0, idle_fraction_mean=0.0, burst_util=0.95,
+    sm_active=0.8, sm_occupancy=0.4, tensor_active=0.5, dram_active=0.3, fp32_active=0.1,
+    fp16_active=0.0, memory_used_ratio_max=0.6, power_ratio=0.8, throttled_share=0.0, xid_samples=0,
+    pcie_bytes_per_s=1e9, nvlink_bytes_per_s=0.0, idle_gpus=(), faulty_gpus=(), cpu_used_cores=4.0,
+    cpu_allocated_cores=8.0, cpu_ratio=0.5, cpu_ratio_max_node=0.5, job_memory_used_max_bytes=None,
+    job_memory_limit_bytes=None, job_memory_ratio=None, job_swap_max_bytes=None, memory_pressure=None,
+    host_busy=0.3, iowait=0.0, swap_bytes_per_s=0.0, nic_bytes_per_s=1e6, ib_bytes_per_s=None,
+    network_bytes_per_s=1e6, job_util_max=1.0, job_gpu_memory_max_bytes=80 * 2**30,
+)  # fmt: skip
+
+
+def window(**changes: Any) -> WindowFeatures:
+    """The healthy window with ``changes``; ``cpu_ratio`` also sets the worst node's ratio."""
+    if "cpu_ratio" in changes and "cpu_ratio_max_node" not in changes:
+        changes["cpu_ratio_max_node"] = changes["cpu_ratio"]
+    return replace(_HEALTHY, **changes)
