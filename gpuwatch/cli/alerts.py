@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.config.alerts import AlertsConfig
 
 LIST_COLUMNS = [
@@ -33,13 +33,6 @@ ATTEMPT_COLUMNS = [
     ("status_code", "code"),
     ("detail", "detail"),
 ]
-FORMAT = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in OutputFormat]),
-    default=OutputFormat.TABLE.value,
-    show_default=True,
-)
 
 
 def _ctx() -> Any:
@@ -73,7 +66,7 @@ def alerts() -> None:
     help="Only these (repeatable).",
 )
 @click.option("--limit", default=50, show_default=True)
-@FORMAT
+@FORMAT_OPTION
 def list_cmd(statuses: tuple[str, ...], limit: int, fmt: str) -> None:
     """The outbox, newest first."""
     from gpuwatch.alerts.outbox import list_rows
@@ -84,7 +77,7 @@ def list_cmd(statuses: tuple[str, ...], limit: int, fmt: str) -> None:
 
 @alerts.command("attempts")
 @click.argument("outbox_id", type=int)
-@FORMAT
+@FORMAT_OPTION
 def attempts_cmd(outbox_id: int, fmt: str) -> None:
     """Every send attempt of one notice and its outcome."""
     from gpuwatch.alerts.outbox import attempts_of

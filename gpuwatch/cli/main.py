@@ -15,19 +15,10 @@ from typing import Any
 import click
 
 from gpuwatch import __version__
-from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.config import ConfigError, Settings, load_settings
 
 log = logging.getLogger("gpuwatch.cli")
-
-FORMAT_OPTION = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in OutputFormat]),
-    default=OutputFormat.TABLE.value,
-    show_default=True,
-    help="Output as a table for people, or JSON/CSV for tools.",
-)
 
 
 class Context:

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuwatch.cli.main import FORMAT_OPTION
-from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.clock import utcnow
 
 if TYPE_CHECKING:

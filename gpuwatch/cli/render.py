@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.table import Table
 
@@ -23,6 +24,17 @@ class OutputFormat(str, Enum):
     TABLE = "table"
     JSON = "json"
     CSV = "csv"
+
+
+#: ``--format`` for every command that lists rows
+FORMAT_OPTION = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in OutputFormat]),
+    default=OutputFormat.TABLE.value,
+    show_default=True,
+    help="Output as a table for people, or JSON/CSV for tools.",
+)
 
 
 Column = tuple[str, str]  # (key, header)
