@@ -565,7 +565,7 @@ class _UnnestInsert:
 
 
 def count_rows(conn: sa.Connection, tables: Iterable[sa.Table] | None = None) -> dict[str, int]:
-    """Row count per table (tests and ``gpuwatch nodes``' totals); for ``gpu_process_packs``,
-    packs, not processes (``process_packs.count_processes``)."""
+    """Row count per table, what the store tests check a write by; for ``gpu_process_packs``,
+    packs, not processes (``sql.process_packs.count_processes``)."""
     tables = tables or (*SAMPLE_TABLES.values(), gpu_process_packs)
     return {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for t in tables}
