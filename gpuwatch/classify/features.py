@@ -214,6 +214,8 @@ class GpuFeatures:
     temperature_max_celsius: float | None
     throttled_samples: int
     throttled_share: float | None
+    # throttled by something other than the power limiter alone (thermal, HW slowdown, ...)
+    clock_limited_share: float | None
     xid_samples: int
     pcie_bytes_per_s: float | None
     nvlink_bytes_per_s: float | None
@@ -310,6 +312,7 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
         sa.func.max(g.power_limit_watts).label("power_limit"),
         sa.func.max(g.temperature_celsius_max).label("temperature_max"),
         sa.func.sum(g.throttled_samples).label("throttled_samples"),
+        sa.func.sum(g.power_capped_samples).label("power_capped_samples"),
         sa.func.sum(g.xid_samples).label("xid_samples"),
     ]
     for name in _GPU_SUMS:
@@ -358,6 +361,7 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
     samples = int(row.get("samples") or 0)
     lost = int(row.get("lost_samples") or 0)
     throttled = int(row.get("throttled_samples") or 0)
+    power_capped = int(row.get("power_capped_samples") or 0)
     xid = int(row.get("xid_samples") or 0)
     return GpuFeatures(
         gpu=ref.label,
@@ -389,6 +393,7 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         temperature_max_celsius=_round(row.get("temperature_max")),
         throttled_samples=throttled,
         throttled_share=_div(throttled, samples),
+        clock_limited_share=_div(throttled - power_capped, samples),
         xid_samples=xid,
         pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),
         nvlink_bytes_per_s=_mean(row, "nvlink_bytes_per_s"),

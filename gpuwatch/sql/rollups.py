@@ -96,6 +96,10 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         sa.cast(g.throttle_reasons, sa.Text).not_in(["[]", '["gpu_idle"]', "null"]),
     )
     has_xid = sa.and_(g.xid_errors.is_not(None), sa.cast(g.xid_errors, sa.Text).not_in(["[]", "null"]))
+    # the power limiter and nothing else (gpu_idle aside): every quoted name gone once those two are
+    reasons = sa.cast(g.throttle_reasons, sa.Text)
+    others = sa.func.replace(sa.func.replace(reasons, '"gpu_idle"', ""), '"sw_power_cap"', "")
+    power_capped_only = sa.and_(reasons.like('%"sw_power_cap"%'), others.not_like('%"%'))
 
     def sum_n(name: str, expr: sa.ColumnElement) -> list[sa.ColumnElement]:
         return [sa.func.sum(expr).label(f"{name}_sum"), _count(expr).label(f"{name}_n")]
@@ -126,6 +130,7 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         sa.func.max(g.power_limit_watts).label("power_limit_watts"),
         sa.func.max(g.temperature_celsius).label("temperature_celsius_max"),
         _sum_if(not_idle_reasons).label("throttled_samples"),
+        _sum_if(power_capped_only).label("power_capped_samples"),
         _sum_if(has_xid).label("xid_samples"),
         (sa.func.max(sa.case((g.simulated, 1), else_=0)) > 0).label("simulated"),
     ]

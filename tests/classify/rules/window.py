@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from gpuwatch.classify.features import WindowFeatures
+from gpuwatch.classify.features import GpuFeatures, WindowFeatures
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 
@@ -30,3 +30,20 @@ def window(**changes: Any) -> WindowFeatures:
     if "cpu_ratio" in changes and "cpu_ratio_max_node" not in changes:
         changes["cpu_ratio_max_node"] = changes["cpu_ratio"]
     return replace(_HEALTHY, **changes)
+
+
+_BUSY_GPU = GpuFeatures(
+    gpu="n1/gpu0", model="NVIDIA H200", minutes=60, samples=360, lost_samples=0, util_samples=360,
+    util_mean=0.95, util_p50=0.96, util_p95=0.99, util_max=1.0, util_std=0.03, zero_share=0.0,
+    idle_fraction_mean=0.0, burst_util=0.95, sm_active=0.85, sm_occupancy=0.4, tensor_active=0.3,
+    dram_active=0.3, fp32_active=0.1, fp16_active=0.0, memory_used_max_bytes=80 * 2**30,
+    memory_total_bytes=141 * 2**30, memory_used_ratio=0.57, power_mean_watts=620.0,
+    power_limit_watts=700.0, power_ratio=0.89, temperature_max_celsius=62.0, throttled_samples=0,
+    throttled_share=0.0, clock_limited_share=0.0, xid_samples=0, pcie_bytes_per_s=1e9,
+    nvlink_bytes_per_s=0.0, idle=False,
+)  # fmt: skip
+
+
+def gpu(**changes: Any) -> GpuFeatures:
+    """One busy H200 over the window, with ``changes``."""
+    return replace(_BUSY_GPU, **changes)
