@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.thresholds import Thresholds
-from gpuwatch.sql.rollups import MINUTE, floor_minute
+from gpuwatch.sql.rollups import MINUTE, floor_minute, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
     UTIL_BINS,
@@ -217,6 +217,7 @@ class GpuFeatures:
     # throttled by something other than the power limiter alone (thermal, HW slowdown, ...)
     clock_limited_share: float | None
     xid_samples: int
+    xid_codes: tuple[int, ...]  # distinct XID codes seen (gpuwatch/classify/xid.py says whose)
     pcie_bytes_per_s: float | None
     nvlink_bytes_per_s: float | None
     idle: bool  # every (or idle_zero_share of) util sample at exactly 0 %
@@ -260,6 +261,7 @@ class WindowFeatures:
     power_ratio: float | None
     throttled_share: float | None
     xid_samples: int
+    xid_codes: tuple[int, ...]  # distinct over the job's GPUs
     pcie_bytes_per_s: float | None  # mean per GPU
     nvlink_bytes_per_s: float | None  # mean per GPU
     idle_gpus: tuple[str, ...]
@@ -314,6 +316,7 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
         sa.func.sum(g.throttled_samples).label("throttled_samples"),
         sa.func.sum(g.power_capped_samples).label("power_capped_samples"),
         sa.func.sum(g.xid_samples).label("xid_samples"),
+        join_distinct(conn, g.xid_codes).label("xid_codes"),
     ]
     for name in _GPU_SUMS:
         cols += [
@@ -395,6 +398,7 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         throttled_share=_div(throttled, samples),
         clock_limited_share=_div(throttled - power_capped, samples),
         xid_samples=xid,
+        xid_codes=xid_codes(row.get("xid_codes")),
         pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),
         nvlink_bytes_per_s=_mean(row, "nvlink_bytes_per_s"),
         idle=util_n > 0 and zero_share is not None and zero_share >= t.idle_zero_share,
@@ -579,6 +583,7 @@ def window_features(
         power_ratio=_avg([f.power_ratio for f in with_data]),
         throttled_share=_div(sum(f.throttled_samples for f in per_gpu), samples),
         xid_samples=sum(f.xid_samples for f in per_gpu),
+        xid_codes=tuple(sorted({code for f in per_gpu for code in f.xid_codes})),
         pcie_bytes_per_s=_avg([f.pcie_bytes_per_s for f in with_data]),
         nvlink_bytes_per_s=_avg([f.nvlink_bytes_per_s for f in with_data]),
         idle_gpus=tuple(f.gpu for f in per_gpu if f.idle),
