@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.classify.features import GpuRef, load_scope
+from gpuwatch.classify.features import GpuRef, JobScope, load_scope
 from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
@@ -156,9 +156,10 @@ def _job_view(
     conn: sa.Connection, text: str, now: datetime, columns: int | None, charts: bool
 ) -> JobView | None:
     stored = resolve_job(conn, text)
-    scope = None if stored is None else load_scope(conn, stored)
-    if stored is None or scope is None:
+    if stored is None:
         return None
+    # a job known only from its verdicts (its Slurm row and attribution gone) still shows them
+    scope = load_scope(conn, stored) or JobScope(stored, None, None, None, None, None, (), "none")
     slurm = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == stored)).mappings().first()
     stop = now if scope.end is None else min(scope.end, now)
     end = floor_minute(stop) + series.MINUTE
