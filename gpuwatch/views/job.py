@@ -23,6 +23,8 @@ from gpuwatch.views.jobs import display_id, run_seconds
 
 __all__ = ["GPU_METRICS", "GpuSummary", "JobCharts", "JobInfo", "JobView", "downsample", "job_view"]
 
+#: the timeline's default width, in columns
+TIMELINE_COLUMNS = 60
 #: at most this much of a job is charted per minute (its last day)
 MAX_CHART_SPAN = timedelta(hours=24)
 #: the window of a job without a known start: the hour before its end
@@ -137,13 +139,14 @@ def job_view(
     job_id: str,
     now: datetime,
     *,
-    columns: int | None = None,
+    columns: int | None = TIMELINE_COLUMNS,
     charts: bool = False,
 ) -> JobView | None:
     """Everything known about ``job_id`` (as users type it) at ``now``; None for an unknown job.
 
-    ``columns``: the timeline is that many columns wide (each the mean of its slice of the
-    run, computed in the database), a shorter job one column per minute; None: per minute.
+    ``columns``: the timeline is at most that many columns wide (each the mean of its slice of
+    the run, computed in the database: a week-long job is ~10,000 minutes per GPU); a shorter
+    job gets one column per minute, and so does every job with ``columns=None``.
     ``charts``: also the per-minute series of the job's last day (the web view's charts).
     """
     if isinstance(engine, sa.Connection):
