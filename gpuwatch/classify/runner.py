@@ -22,12 +22,11 @@ from gpuwatch.classify.engine import RULES_VERSION, classify_job
 from gpuwatch.classify.features import load_scope
 from gpuwatch.classify.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.classify.verdict import Verdict
-from gpuwatch.slurm.model import TERMINAL_STATES
+from gpuwatch.slurm.model import HOLDING_STATES, TERMINAL_STATES
 from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.sql.types import UtcDateTime
 
 MINUTE = timedelta(minutes=1)
-_RUNNING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED")
 
 
 def running_jobs(
@@ -40,7 +39,7 @@ def running_jobs(
             sa.select(s.job_id).where(
                 s.start_at.is_not(None),
                 s.start_at <= now,
-                sa.or_(s.state.in_(_RUNNING_STATES), sa.and_(s.state.is_(None), s.end_at.is_(None))),
+                sa.or_(s.state.in_(HOLDING_STATES), sa.and_(s.state.is_(None), s.end_at.is_(None))),
             )
         ).scalars()
     )

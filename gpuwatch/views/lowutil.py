@@ -19,13 +19,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.slurm.model import HOLDING_STATES
 from gpuwatch.sql.schema import slurm_jobs
 from gpuwatch.views.evaluations import VerdictRow, group_evaluations, latest_select, verdict_of
 from gpuwatch.views.jobs import apply_job_filters, display_id, run_seconds
 
 SORTS = ("wasted", "util", "duration", "start")
-#: Slurm states in which a job still holds its GPUs
-RUNNING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED")
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def low_util_jobs(
     )
     query = apply_job_filters(query, f)
     if f.running:
-        query = query.where(sa.or_(j.state.is_(None), j.state.in_(RUNNING_STATES)))
+        query = query.where(sa.or_(j.state.is_(None), j.state.in_(HOLDING_STATES)))
     if isinstance(engine, sa.Connection):
         rows = list(engine.execute(query).mappings())
     else:
