@@ -1,7 +1,7 @@
 """The daemon's read-only web view: server-rendered HTML with inline SVG charts.
 
-No JavaScript, no build step, no CDN: ``routes.py`` renders pages from ``data.py`` queries
-(the rollup tables and verdicts), ``svg.py`` draws the charts, ``config.py`` is ``[web]``.
+No JavaScript, no build step, no CDN: ``routes.py`` renders what :mod:`gpuwatch.views`
+returns (the same read model as the CLI), ``svg.py`` draws the charts, ``config.py`` is ``[web]``.
 This package's ``__init__`` imports nothing, so ``gpuwatch.config`` can import
 ``gpuwatch.web.config`` without pulling in FastAPI.
 """
