@@ -14,7 +14,7 @@ postgres, or $GPUWATCH_BENCH_PG), ``--nodes`` nodes x ``--gpus`` GPUs x ``--days
 - ``gpu_samples``: one sample per GPU per ``--interval`` s (util per job + noise), COPY into
   the daily partitions — only for the naive baseline (``--no-samples`` skips it).
 
-Then, median of ``--runs``: the listing (:func:`gpuwatch.sql.lowutil.low_util_jobs`,
+Then, median of ``--runs``: the listing (:func:`gpuwatch.views.low_util_jobs`,
 ``since = now - 7 d``, what the command runs) vs the naive query (mean ``util_gpu_ratio`` of
 each job's raw samples over its run, jobs under 50 %), and the ratio. The listing reads
 verdicts per job, never samples: its cost follows jobs x evaluations, not samples.
@@ -22,7 +22,7 @@ verdicts per job, never samples: its cost follows jobs x evaluations, not sample
 With samples, the daemon's own rollup (:class:`gpuwatch.sql.rollups.Rollup`) then builds
 ``gpu_minutes`` from them (timed: the rollup rate), and the per-job page is timed on the
 longest job: ``gpuwatch job ID``'s data (:func:`gpuwatch.cli.job_detail.job_detail`) and the web
-view's (:func:`gpuwatch.web.data.job_view`), against a naive per-minute timeline of that
+view's (:func:`gpuwatch.views.job_view` with its charts), against a naive per-minute timeline of that
 job's raw samples.
 """
 
@@ -47,9 +47,9 @@ from gpuwatch.slurm.model import SlurmJob
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
-from gpuwatch.sql.lowutil import LowUtilFilters, low_util_jobs
 from gpuwatch.sql.partitions import PartitionManager
 from gpuwatch.sql.schema import nodes
+from gpuwatch.views import LowUtilFilters, low_util_jobs
 
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 NOW = datetime(2026, 3, 9, 0, 0, tzinfo=timezone.utc)
@@ -228,7 +228,7 @@ def job_page(engine: sa.Engine, jobs, start: datetime, n_samples: int, runs: int
     """Roll the samples up with the daemon's own code, then time the per-job page."""
     from gpuwatch.cli.job_detail import job_detail
     from gpuwatch.sql.rollups import Rollup
-    from gpuwatch.web.data import job_view
+    from gpuwatch.views import job_view
 
     t = time.perf_counter()
     Rollup(engine).roll(start, NOW)
@@ -243,7 +243,7 @@ def job_page(engine: sa.Engine, jobs, start: datetime, n_samples: int, runs: int
     longest, _, _ = max(jobs, key=lambda j: ((j[0].end or NOW) - j[0].start, j[0].job_id))
     hours = ((longest.end or NOW) - longest.start).total_seconds() / 3600
     cli_s, detail = timed(lambda: job_detail(engine, longest.job_id, NOW), runs)
-    web_s, _ = timed(lambda: job_view(engine, longest.job_id, NOW), runs)
+    web_s, _ = timed(lambda: job_view(engine, longest.job_id, NOW, charts=True), runs)
     assert detail is not None and detail["gpus"], "the job page found no GPUs"
 
     def naive():  # type: ignore[no-untyped-def]
@@ -297,7 +297,8 @@ def main() -> None:
         )
         since = NOW - timedelta(days=7)
         listing_s, rows = timed(
-            lambda: low_util_jobs(engine, LowUtilFilters(since=since), now=NOW), args.runs
+            lambda: low_util_jobs(engine, LowUtilFilters(since=since, evaluated_since=since), now=NOW),
+            args.runs,
         )
         print(
             f"listing  (low_util_jobs, --since 7d): median {1000 * listing_s:8.1f} ms over {args.runs} runs, "

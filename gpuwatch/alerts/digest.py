@@ -1,10 +1,9 @@
 """Digests: daily for admins (top wasted GPU-hours by user, account, cause), weekly per user.
 
-Counting waste from verdicts without counting it twice: the classifier writes a verdict per
-evaluation, and rolling ("recent") windows overlap. Per (job, cause) a period counts the
-latest whole-job (``window_kind = 'job'``) verdict evaluated in it if there is one, else the
-largest ``gpu_hours_wasted`` among its recent windows (a lower bound). A job's total is its
-largest cause, not the sum: two causes of one job describe the same idle GPU-hours.
+The waste of a period is :func:`gpuwatch.views.waste_in_period`: per (job, cause), the
+latest whole-job verdict evaluated in it, else the largest recent window (a lower bound). A
+job's total is its largest cause, not the sum: two causes of one job describe the same idle
+GPU-hours.
 
 Each digest is due once per period (the daily one at ``daily_at``, the weekly one at
 ``weekly_at`` on ``weekly_weekday``, in the digest's time zone) and carries a dedup key of its
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -27,72 +26,19 @@ from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
 from gpuwatch.alerts.rules import RecipientResolver
 from gpuwatch.alerts.templates import digest as tpl
 from gpuwatch.alerts.templates.causes import cause_text
-from gpuwatch.config.alerts import HEALTHY, AlertsConfig, RecipientKind
-from gpuwatch.sql.schema import slurm_jobs, verdicts
+from gpuwatch.config.alerts import AlertsConfig, RecipientKind
+from gpuwatch.views import JobWaste, waste_in_period
 
 log = logging.getLogger(__name__)
 
 WEEKLY_CATCH_UP = timedelta(days=2)
 
 
-@dataclass(frozen=True)
-class JobWaste:
-    job_id: str
-    job_name: str | None
-    user_name: str | None
-    account: str | None
-    cause: str
-    gpu_hours_wasted: float
-    fix: str
-
-
-def _better(new: sa.Row, old: sa.Row) -> bool:
-    """Whole-job verdicts win over recent windows; the latest whole-job one; the largest window."""
-    if (new.window_kind == "job") != (old.window_kind == "job"):
-        return new.window_kind == "job"
-    if new.window_kind == "job":
-        return (new.evaluated_at, new.id) > (old.evaluated_at, old.id)
-    return new.gpu_hours_wasted > old.gpu_hours_wasted
-
-
-def waste(engine: sa.Engine, start: datetime, end: datetime, *, user: str | None = None) -> list[JobWaste]:
-    """One row per (job, cause) with waste in verdicts evaluated in [start, end)."""
-    v, j = verdicts.c, slurm_jobs.c
-    query = (
-        sa.select(
-            v.job_id,
-            v.cause,
-            v.window_kind,
-            v.evaluated_at,
-            v.gpu_hours_wasted,
-            v.fix,
-            v.id,
-            j.name,
-            j.user_name,
-            j.account,
-        )
-        .outerjoin(slurm_jobs, j.job_id == v.job_id)
-        .where(v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0)
-    )
-    if user is not None:
-        query = query.where(j.user_name == user)
-    best: dict[tuple[str, str], sa.Row] = {}
-    with engine.connect() as conn:
-        for r in conn.execute(query):
-            old = best.get((r.job_id, r.cause))
-            if old is None or _better(r, old):
-                best[(r.job_id, r.cause)] = r
+def waste(engine: sa.Engine, start: datetime, end: datetime) -> list[JobWaste]:
+    """:func:`gpuwatch.views.waste_in_period`, each verdict's fix filled from its cause's text."""
     return [
-        JobWaste(
-            r.job_id,
-            r.name,
-            r.user_name,
-            r.account,
-            r.cause,
-            float(r.gpu_hours_wasted),
-            r.fix or cause_text(r.cause).fix.safe_substitute(job_id=r.job_id),
-        )
-        for r in best.values()
+        r if r.fix else replace(r, fix=cause_text(r.cause).fix.safe_substitute(job_id=r.job_id))
+        for r in waste_in_period(engine, start, end)
     ]
 
 

@@ -1,12 +1,10 @@
 """Optional enforcement (``alerts.enforcement.mode``, off by default): warn the user of a job
 whose GPUs all stay at 0%, then ``scancel`` it if they still do.
 
-What counts as idle: the job's latest evaluations (newest first, back to the first that is
-not) each have an ``idle_allocation`` verdict with ``mean_util_ratio`` at most
+What counts as idle is :func:`gpuwatch.views.idle_jobs` with ``mean_util_ratio`` at most
 ``idle_util_max_ratio`` (0 by default: every GPU at 0%, since the mean of non-negative
-utilizations is 0 only if each is), and, where the evidence carries ``idle_gpus``, as many
-idle GPUs as the verdict's ``gpus``. Idle since the first window's start of that streak; a
-busy evaluation ends the streak and resets the clock.
+utilizations is 0 only if each is): RUNNING jobs whose latest evaluations all found every GPU
+idle, idle since the first window's start of that streak; a busy evaluation resets the clock.
 
 Order of events, each at most once per job (``enforcement_actions`` primary key):
 
@@ -37,27 +35,12 @@ from gpuwatch.alerts.rules import RecipientResolver
 from gpuwatch.alerts.templates import enforce as tpl
 from gpuwatch.config.alerts import AlertsConfig, EnforceMode, RecipientKind
 from gpuwatch.sql.engine import is_postgres
-from gpuwatch.sql.schema import alert_outbox, enforcement_actions, slurm_jobs, verdicts
+from gpuwatch.sql.schema import alert_outbox, enforcement_actions
+from gpuwatch.views import IdleJob, idle_jobs
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-IDLE_CAUSE = "idle_allocation"
-
-
-@dataclass(frozen=True)
-class IdleJob:
-    job_id: str
-    user_name: str | None
-    account: str | None
-    partition: str | None
-    gpus: int | None
-    idle_since: datetime
-    idle_until: datetime
-
-    @property
-    def idle_s(self) -> float:
-        return (self.idle_until - self.idle_since).total_seconds()
 
 
 @dataclass(frozen=True)
@@ -67,62 +50,6 @@ class Action:
     dry_run: bool
     command: list[str] | None = None
     returncode: int | None = None
-
-
-def _all_idle(rows: list[Any], max_ratio: float) -> Any | None:
-    for r in rows:
-        if r.cause != IDLE_CAUSE or r.mean_util_ratio is None or r.mean_util_ratio > max_ratio:
-            continue
-        ev = r.evidence if isinstance(r.evidence, dict) else {}
-        if "idle_gpus" in ev and r.gpus is not None and ev["idle_gpus"] != r.gpus:
-            continue
-        return r
-    return None
-
-
-def idle_jobs(engine: sa.Engine, cfg: AlertsConfig, now: datetime) -> list[IdleJob]:
-    """RUNNING jobs whose latest evaluation says all their GPUs are idle, with the streak's start."""
-    v, j = verdicts.c, slurm_jobs.c
-    since = now - timedelta(seconds=cfg.lookback_s)
-    max_ratio = cfg.enforcement.idle_util_max_ratio
-    with engine.connect() as conn:
-        job_ids = list(
-            conn.scalars(
-                sa.select(v.job_id)
-                .join(slurm_jobs, j.job_id == v.job_id)
-                .where(v.cause == IDLE_CAUSE, v.evaluated_at >= since, j.state == "RUNNING")
-                .distinct()
-            )
-        )
-        out: list[IdleJob] = []
-        for job_id in job_ids:
-            job = conn.execute(sa.select(slurm_jobs).where(j.job_id == job_id)).mappings().one()
-            rows = conn.execute(
-                sa.select(verdicts).where(v.job_id == job_id).order_by(v.evaluated_at.desc(), v.id)
-            ).all()
-            evaluations: dict[datetime, list[Any]] = {}
-            for r in rows:
-                evaluations.setdefault(r.evaluated_at, []).append(r)
-            streak = []
-            for _, group in sorted(evaluations.items(), reverse=True):
-                idle = _all_idle(group, max_ratio)
-                if idle is None:
-                    break
-                streak.append(idle)
-            if not streak or streak[0].evaluated_at < since:
-                continue
-            out.append(
-                IdleJob(
-                    job_id=job_id,
-                    user_name=job["user_name"],
-                    account=job["account"],
-                    partition=job["partition"],
-                    gpus=streak[0].gpus,
-                    idle_since=min(r.window_start for r in streak),
-                    idle_until=streak[0].window_end,
-                )
-            )
-    return out
 
 
 class Enforcer:
@@ -156,7 +83,10 @@ class Enforcer:
             return []
         dry = self.ecfg.mode is EnforceMode.DRY_RUN
         actions: list[Action] = []
-        for job in idle_jobs(self.engine, self.cfg, now):
+        since = now - timedelta(seconds=self.cfg.lookback_s)
+        for job in idle_jobs(
+            self.engine, evaluated_since=since, max_util_ratio=self.ecfg.idle_util_max_ratio
+        ):
             if self.allowed(job):
                 log.debug("enforcement: job %s is allow-listed", job.job_id)
                 continue

@@ -1,9 +1,12 @@
 """Verdicts → notices: which verdict tells whom, through which channel, and when.
 
-Per job, only its latest evaluation counts (a job that recovered says 'healthy' and gets no
-notice). Of that evaluation's causes, each recipient hears about the one with the most wasted
-GPU-hours that passes the first matching :class:`~gpuwatch.config.alerts.AlertRule`
-(thresholds on wasted GPU-hours, window length and confidence). Then, in order:
+The jobs are :func:`gpuwatch.views.low_util_jobs` — the listing the CLI and the web view
+show — so a notice names the cause and GPU-hours wasted those show. Per job only its latest
+evaluation counts (a job that recovered says 'healthy' and gets no notice). Each recipient
+hears about the listing's verdict when it passes the first matching
+:class:`~gpuwatch.config.alerts.AlertRule` (thresholds on wasted GPU-hours, window length and
+confidence), else about the next of the evaluation's causes that does, in the listing's order.
+Then, in order:
 
 * the **dedup key** (job, cause, window kind/start/end, recipient, channel) makes a re-run over
   the same verdict a no-op;
@@ -30,8 +33,9 @@ import sqlalchemy as sa
 from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
 from gpuwatch.alerts.templates import job as job_tpl
 from gpuwatch.alerts.templates.job import JobFacts
-from gpuwatch.config.alerts import HEALTHY, AlertRule, AlertsConfig, QuietHours, RecipientKind
-from gpuwatch.sql.schema import alert_outbox, slurm_jobs, verdicts
+from gpuwatch.config.alerts import AlertRule, AlertsConfig, QuietHours, RecipientKind
+from gpuwatch.sql.schema import alert_outbox
+from gpuwatch.views import LowUtilFilters, LowUtilJob, VerdictRow, low_util_jobs
 
 log = logging.getLogger(__name__)
 
@@ -116,49 +120,33 @@ def quiet_until(q: QuietHours | None, kind: RecipientKind, now: datetime) -> dat
     return end.astimezone(now.tzinfo)
 
 
-def latest_evaluations(engine: sa.Engine, since: datetime) -> dict[str, list[JobFacts]]:
-    """Per job evaluated since ``since``: the rows of its latest evaluation, with its Slurm facts."""
-    v, j = verdicts.c, slurm_jobs.c
-    latest = (
-        sa.select(v.job_id, sa.func.max(v.evaluated_at).label("at"))
-        .where(v.evaluated_at >= since)
-        .group_by(v.job_id)
-        .subquery()
-    )
-    query = (
-        sa.select(verdicts, j.name.label("job_name"), j.user_name, j.account, j.partition, j.state)
-        .join(latest, sa.and_(v.job_id == latest.c.job_id, v.evaluated_at == latest.c.at))
-        .outerjoin(slurm_jobs, j.job_id == v.job_id)
-        .order_by(v.job_id, v.id)
-    )
-    out: dict[str, list[JobFacts]] = {}
-    with engine.connect() as conn:
-        for r in conn.execute(query).mappings():
-            out.setdefault(r["job_id"], []).append(facts_from_row(r))
-    return out
+def wasting_jobs(engine: sa.Engine, since: datetime, now: datetime) -> dict[str, list[JobFacts]]:
+    """Per job wasting GPUs by its evaluation since ``since``: its waste verdicts, the listed one first."""
+    found = low_util_jobs(engine, LowUtilFilters(evaluated_since=since), now=now)
+    return {job.raw_job_id: [facts_of(job, v) for v in (job.verdict, *job.others)] for job in found}
 
 
-def facts_from_row(r: sa.RowMapping) -> JobFacts:
+def facts_of(job: LowUtilJob, v: VerdictRow) -> JobFacts:
     return JobFacts(
-        job_id=r["job_id"],
-        cause=r["cause"],
-        confidence=r["confidence"],
-        window_kind=r["window_kind"],
-        window_start=r["window_start"],
-        window_end=r["window_end"],
-        summary=r["summary"],
-        evidence=r["evidence"] if isinstance(r["evidence"], dict) else {"value": r["evidence"]},
-        fix=r["fix"],
-        gpus=r["gpus"],
-        gpu_hours=r["gpu_hours"],
-        gpu_hours_wasted=r["gpu_hours_wasted"],
-        mean_util_ratio=r["mean_util_ratio"],
-        verdict_id=r["id"],
-        job_name=r.get("job_name"),
-        user_name=r.get("user_name"),
-        account=r.get("account"),
-        partition=r.get("partition"),
-        state=r.get("state"),
+        job_id=job.raw_job_id,
+        cause=v.cause,
+        confidence=v.confidence,
+        window_kind=v.window_kind,
+        window_start=v.window_start,
+        window_end=v.window_end,
+        summary=v.summary,
+        evidence=v.evidence,
+        fix=v.fix,
+        gpus=v.gpus,
+        gpu_hours=v.gpu_hours,
+        gpu_hours_wasted=v.gpu_hours_wasted,
+        mean_util_ratio=v.mean_util_ratio,
+        verdict_id=v.verdict_id,
+        job_name=job.name,
+        user_name=job.user,
+        account=job.account,
+        partition=job.partition,
+        state=job.state,
     )
 
 
@@ -239,7 +227,7 @@ def evaluate(
     """The notices the rules call for now, not yet stored (``outbox.enqueue`` stores them)."""
     resolver = resolver or RecipientResolver(cfg)
     result = Evaluation()
-    jobs = latest_evaluations(engine, now - timedelta(seconds=cfg.lookback_s))
+    jobs = wasting_jobs(engine, now - timedelta(seconds=cfg.lookback_s), now)
     horizon = now - timedelta(seconds=max(cfg.job_cooldown_s, cfg.user_cooldown_s))
     recent = _recent_notices(engine, horizon)
     job_since = now - timedelta(seconds=cfg.job_cooldown_s)
@@ -249,14 +237,8 @@ def evaluate(
 
     candidates: list[Notice] = []
     # the job wasting most first: under the per-person cooldown, a user hears about the worst one
-    order = sorted(jobs.items(), key=lambda kv: (-max(r.gpu_hours_wasted or 0.0 for r in kv[1]), kv[0]))
-    for job_id, rows in order:
-        ranked = sorted(
-            (r for r in rows if r.cause != HEALTHY),
-            key=lambda r: (-(r.gpu_hours_wasted or 0.0), -r.confidence),
-        )
-        if not ranked:
-            continue
+    order = sorted(jobs.items(), key=lambda kv: (-(kv[1][0].gpu_hours_wasted or 0.0), kv[0]))
+    for job_id, ranked in order:
         for kind in RecipientKind:
             chosen: JobFacts | None = None
             reasons: list[str] = []

@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.config.thresholds import Thresholds
-from gpuwatch.sql.rollups import MINUTE, floor_minute
+from gpuwatch.sql.rollups import MINUTE, floor_minute, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
     NODE_MINUTE_SUMS,
@@ -215,7 +215,10 @@ class GpuFeatures:
     temperature_max_celsius: float | None
     throttled_samples: int
     throttled_share: float | None
+    # throttled by something other than the power limiter alone (thermal, HW slowdown, ...)
+    clock_limited_share: float | None
     xid_samples: int
+    xid_codes: tuple[int, ...]  # distinct XID codes seen (gpuwatch/classify/xid.py says whose)
     pcie_bytes_per_s: float | None
     nvlink_bytes_per_s: float | None
     idle: bool  # every (or idle_zero_share of) util sample at exactly 0 %
@@ -259,6 +262,7 @@ class WindowFeatures:
     power_ratio: float | None
     throttled_share: float | None
     xid_samples: int
+    xid_codes: tuple[int, ...]  # distinct over the job's GPUs
     pcie_bytes_per_s: float | None  # mean per GPU
     nvlink_bytes_per_s: float | None  # mean per GPU
     idle_gpus: tuple[str, ...]
@@ -311,7 +315,9 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
         sa.func.max(g.power_limit_watts).label("power_limit"),
         sa.func.max(g.temperature_celsius_max).label("temperature_max"),
         sa.func.sum(g.throttled_samples).label("throttled_samples"),
+        sa.func.sum(g.power_capped_samples).label("power_capped_samples"),
         sa.func.sum(g.xid_samples).label("xid_samples"),
+        join_distinct(conn, g.xid_codes).label("xid_codes"),
     ]
     for name in _GPU_SUMS:
         cols += [
@@ -359,6 +365,7 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
     samples = int(row.get("samples") or 0)
     lost = int(row.get("lost_samples") or 0)
     throttled = int(row.get("throttled_samples") or 0)
+    power_capped = int(row.get("power_capped_samples") or 0)
     xid = int(row.get("xid_samples") or 0)
     return GpuFeatures(
         gpu=ref.label,
@@ -390,7 +397,9 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         temperature_max_celsius=_round(row.get("temperature_max")),
         throttled_samples=throttled,
         throttled_share=_div(throttled, samples),
+        clock_limited_share=_div(throttled - power_capped, samples),
         xid_samples=xid,
+        xid_codes=xid_codes(row.get("xid_codes")),
         pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),
         nvlink_bytes_per_s=_mean(row, "nvlink_bytes_per_s"),
         idle=util_n > 0 and zero_share is not None and zero_share >= t.idle_zero_share,
@@ -567,6 +576,7 @@ def window_features(
         power_ratio=_avg([f.power_ratio for f in with_data]),
         throttled_share=_div(sum(f.throttled_samples for f in per_gpu), samples),
         xid_samples=sum(f.xid_samples for f in per_gpu),
+        xid_codes=tuple(sorted({code for f in per_gpu for code in f.xid_codes})),
         pcie_bytes_per_s=_avg([f.pcie_bytes_per_s for f in with_data]),
         nvlink_bytes_per_s=_avg([f.nvlink_bytes_per_s for f in with_data]),
         idle_gpus=tuple(f.gpu for f in per_gpu if f.idle),

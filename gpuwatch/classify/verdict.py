@@ -43,9 +43,10 @@ class CauseText:
 
 TEXTS: dict[Cause, CauseText] = {
     Cause.GPU_FAULT: CauseText(
-        "job $job: $faulty of $gpus GPU(s) faulted ($lost lost samples, XID samples $xid)",
-        "The GPU reported XID errors or dropped off the bus: drain the node and have an admin check "
-        "it (nvidia-smi -q, dmesg for NVRM XID); resubmit the job excluding the node (--exclude).",
+        "job $job: $faulty of $gpus GPU(s) faulted ($fault_reason)",
+        "The GPU or its node failed (driver, memory, bus): drain the node and have an admin check it "
+        "(nvidia-smi -q, dmesg for NVRM Xid; reset or RMA as NVIDIA's Xid catalog says); resubmit the "
+        "job excluding the node (--exclude).",
     ),
     Cause.CPU_ONLY: CauseText(
         "job $job: $gpus GPU(s) allocated, never used (no util, no GPU memory) while its CPUs run at "
@@ -108,6 +109,15 @@ TEXTS: dict[Cause, CauseText] = {
         "",
     ),
 }
+
+#: ``gpu_fault`` when every XID is the program's own (gpuwatch/classify/xid.py): same cause,
+#: another owner and fix
+APPLICATION_FAULT_TEXT = CauseText(
+    "job $job: the program faulted on $faulty of $gpus GPU(s) ($fault_reason); the GPUs are fine",
+    "The job's own error, not the node's: read its log for 'illegal memory access' or another CUDA "
+    "error, rerun with CUDA_LAUNCH_BLOCKING=1 (or compute-sanitizer) to find the kernel, fix and "
+    "resubmit; no admin action is needed.",
+)
 
 
 def pct(value: float | None) -> str:
@@ -210,9 +220,16 @@ class Verdict:
 
 
 def make_verdict(
-    cause: Cause, confidence: float, f: WindowFeatures, evidence: Evidence, waste_share: float
+    cause: Cause,
+    confidence: float,
+    f: WindowFeatures,
+    evidence: Evidence,
+    waste_share: float,
+    text: CauseText | None = None,
 ) -> Verdict:
-    """Render ``cause``'s template with the evidence's values and wrap it with the window."""
+    """Render ``cause``'s template (or ``text``, a variant of it) with the evidence's values and
+    wrap it with the window."""
+    text = text or TEXTS[cause]
     values = {
         "job": f.job_id,
         "gpus": f.gpu_count,
@@ -221,7 +238,7 @@ def make_verdict(
         "sm_part": "" if f.sm_active is None else f", SM active {pct(f.sm_active)}",
         **evidence.values,
     }
-    summary = string.Template(TEXTS[cause].summary).safe_substitute(values)
+    summary = string.Template(text.summary).safe_substitute(values)
     data = evidence.as_dict()
     data["window"] = {"kind": f.kind, "start": f.start.isoformat(), "end": f.end.isoformat()}
     data["models"] = list(f.models)
@@ -236,7 +253,7 @@ def make_verdict(
         window_start=f.start,
         window_end=f.end,
         summary=summary,
-        fix=TEXTS[cause].fix,
+        fix=text.fix,
         evidence=data,
         gpus=f.gpu_count,
         gpu_hours=round(f.gpu_hours, 4),

@@ -44,6 +44,7 @@ from gpuwatch import wire
 from gpuwatch.collectors.base import Collector
 from gpuwatch.collectors.sim_host import HostProfile, host_samples
 from gpuwatch.config import Settings
+from gpuwatch.views import LowUtilFilters, LowUtilJob, low_util_jobs
 
 #: virtual seconds between two samples of a simulated node
 SAMPLE_S = 10.0
@@ -267,38 +268,17 @@ def _insert_jobs(engine, jobs: Sequence[tuple[str, str, Profile]], start: dateti
         conn.execute(job_gpus.insert(), gpu_rows)
 
 
-# ---------------------------------------------------------------------------- the table
-
-LOW_UTIL_COLUMNS = [
-    ("job_id", "job"),
-    ("node", "node"),
-    ("user", "user"),
-    ("name", "name"),
-    ("cause", "cause"),
-    ("confidence", "conf."),
-    ("gpus", "GPUs"),
-    ("util", "util"),
-    ("gpu_hours_wasted", "GPU-h wasted"),
-    ("evidence", "evidence"),
-]
-
-
-def low_util_rows(engine, job_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """The leading recent-window verdict of every low-utilization job (the web view's query)."""
-    from gpuwatch.web.data import low_util_rows as rows
-
-    return rows(engine, job_ids)
-
-
 # ---------------------------------------------------------------------------- the run
 
 
 @dataclass
 class DemoResult:
     url: str
-    rows: list[dict[str, Any]]
+    rows: list[LowUtilJob]  # the low-utilization listing of the demo's jobs
     expected: dict[str, str]  # job id -> the cause its node was made to show
     seconds: float
+    #: when the demo's classifier ran (the evaluation time of every verdict)
+    evaluated_at: datetime | None = None
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -341,8 +321,9 @@ def run_demo(
     pace = 0.0 if interval_s is None else max(0.0, interval_s)
 
     from gpuwatch.agent import Agent, Pusher, Spool
-    from gpuwatch.classify.engine import evaluate_running
-    from gpuwatch.cli.render import OutputFormat, render
+    from gpuwatch.classify.runner import evaluate_running
+    from gpuwatch.cli.jobs import render_low_util
+    from gpuwatch.cli.render import OutputFormat
     from gpuwatch.collectors.gpu import GpuCollector
     from gpuwatch.collectors.sim_backend import SimulatedBackend
     from gpuwatch.daemon.server import BackgroundServer
@@ -424,10 +405,10 @@ def run_demo(
         report = Rollup(server.engine).run_once(now=floor_minute(last) + timedelta(minutes=2))
         evaluate_running(server.engine, last, thresholds)
         echo(f"rollup:   done until {report.done_until:%H:%M} UTC; classified {len(jobs)} job(s)")
-        rows = low_util_rows(server.engine, [j for j, _, _ in jobs])
+        rows = low_util_jobs(server.engine, LowUtilFilters(job_ids=tuple(j for j, _, _ in jobs)), now=last)
         echo("")
-        echo(render(rows, LOW_UTIL_COLUMNS, OutputFormat.TABLE, title="low-utilization jobs (simulated)"))
-        flagged = {r["job_id"] for r in rows}
+        echo(render_low_util(rows, OutputFormat.TABLE, "low-utilization jobs (simulated)"))
+        flagged = {r.job_id for r in rows}
         healthy = [j for j, _, p in jobs if p.cause == "healthy" and j not in flagged]
         if healthy:
             echo(f"healthy (not listed): {', '.join(healthy)}")
@@ -449,7 +430,7 @@ def run_demo(
             echo(f"web view: run `scripts/demo --serve` and open http://{settings.daemon.listen}/")
         elapsed = time.monotonic() - started
         echo(f"done in {elapsed:.0f} s")
-        return DemoResult(server.url, rows, {j: p.cause for j, _, p in jobs}, elapsed)
+        return DemoResult(server.url, rows, {j: p.cause for j, _, p in jobs}, elapsed, last)
     finally:
         stop.set()
         for agent, _ in agents:

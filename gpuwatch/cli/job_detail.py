@@ -1,10 +1,9 @@
 """``gpuwatch job ID``: one job explained — its GPUs, its verdicts, its utilization over time.
 
-Reads ``slurm_jobs``/``job_gpus`` (or attribution) for the job's GPUs and span,
-``gpu_minutes`` for the per-GPU summary and timeline (:mod:`gpuwatch.sql.lowutil`), and the
-job's latest evaluation in ``verdicts`` (healthy included). ``--plot FILE.png`` draws the
-timeline as a picture with the stdlib PNG writer of :mod:`gpuwatch.cli.plot` (matplotlib is
-not a dependency).
+Renders :func:`gpuwatch.views.job_view` (the web view's job page renders the same): the job,
+per-GPU means over its run, the latest evaluation's verdicts (healthy included) and a
+timeline. ``--plot FILE.png`` draws the timeline as a picture with the stdlib PNG writer of
+:mod:`gpuwatch.cli.plot` (matplotlib is not a dependency).
 """
 
 from __future__ import annotations
@@ -36,80 +35,51 @@ def spark(values: list[float | None]) -> str:
     return "".join(out)
 
 
-def resolve_job(conn: Any, text: str) -> str | None:
-    """A job id as users type it (``18_1`` for an array task) -> the stored job id."""
-    import sqlalchemy as sa
-
-    from gpuwatch.sql.schema import attribution_samples, slurm_jobs, verdicts
-
-    j = slurm_jobs.c
-    if conn.execute(sa.select(j.job_id).where(j.job_id == text)).first():
-        return text
-    if "_" in text:
-        array, task = text.split("_", 1)
-        found = conn.execute(
-            sa.select(j.job_id).where(j.array_job_id == array, j.array_task_id == task)
-        ).scalar()
-        if found:
-            return found
-    for table in (verdicts, attribution_samples):
-        if conn.execute(sa.select(table.c.job_id).where(table.c.job_id == text).limit(1)).first():
-            return text
-    return None
-
-
 def job_detail(engine: Any, job_id: str, now: datetime, columns: int = COLUMNS) -> dict[str, Any] | None:
-    """Everything the command shows, as plain data (the JSON output)."""
-    import sqlalchemy as sa
+    """Everything the command shows, as plain data (the JSON output); None for an unknown job."""
+    from dataclasses import asdict
 
-    from gpuwatch.classify.engine import latest_verdicts
-    from gpuwatch.sql.lowutil import downsample, gpu_summary, gpu_timeline
-    from gpuwatch.sql.schema import slurm_jobs
+    from gpuwatch.views import job_view
 
-    with engine.connect() as conn:
-        stored = resolve_job(conn, job_id)
-        if stored is None:
-            return None
-        job = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == stored)).mappings().first()
-        gpus = gpu_summary(conn, stored, now)
-        timeline = gpu_timeline(conn, stored, now, columns)
-        found = latest_verdicts(conn, stored, include_healthy=True)
+    view = job_view(engine, job_id, now, columns=columns)
+    if view is None:
+        return None
+    j = view.job
     info = {
         "job_id": job_id,
-        "raw_job_id": stored,
-        "name": job["name"] if job else None,
-        "user": job["user_name"] if job else None,
-        "account": job["account"] if job else None,
-        "partition": job["partition"] if job else None,
-        "state": job["state"] if job else None,
-        "start_at": job["start_at"] if job else None,
-        "end_at": job["end_at"] if job else None,
+        "raw_job_id": j.raw_job_id,
+        "name": j.name,
+        "user": j.user,
+        "account": j.account,
+        "partition": j.partition,
+        "state": j.state,
+        "start_at": j.start_at,
+        "end_at": j.end_at,
+        "duration_s": j.duration_s,
     }
-    tl: dict[str, Any] | None = None
-    if timeline is not None:
-        start, end, series = timeline
-        minutes = max(1, int((end - start).total_seconds() // 60))
-        cols = min(columns, minutes)
-        tl = {
-            "start": start,
-            "end": end,
-            "minutes": minutes,
-            "column_s": round(minutes * 60 / cols, 3),
-            "series": {
-                f"{node}:{idx}": downsample(values, columns) for (node, idx), values in series.items()
-            },
-        }
+    timeline = {
+        "start": view.start,
+        "end": view.end,
+        "minutes": view.minutes,
+        "column_s": view.column_s,
+        "series": {f"{ref.node}:{ref.gpu_index}": values for ref, values in view.timeline.items()},
+    }
     verdict_rows = [
-        {
-            k: r[k]
-            for k in (
-                "window_kind", "window_start", "window_end", "cause", "confidence", "gpus", "gpu_hours",
-                "gpu_hours_wasted", "mean_util_ratio", "summary", "fix", "evidence", "evaluated_at",
-            )
-        }
-        for r in found
-    ]  # fmt: skip
-    return {"job": info, "gpus": gpus, "verdicts": verdict_rows, "timeline": tl}
+        {k: getattr(v, k) for k in VERDICT_KEYS}
+        for v in (view.evaluation.verdicts if view.evaluation else ())
+    ]
+    return {
+        "job": info,
+        "gpus": [asdict(g) for g in view.gpus],
+        "verdicts": verdict_rows,
+        "timeline": timeline,
+    }
+
+
+#: the keys of each verdict in the JSON output
+VERDICT_KEYS = ("window_kind", "window_start", "window_end", "cause", "confidence", "gpus", "gpu_hours",
+                "gpu_hours_wasted", "mean_util_ratio", "summary", "fix", "evidence",
+                "evaluated_at")  # fmt: skip
 
 
 def _pct(v: float | None) -> str:

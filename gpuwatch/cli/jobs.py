@@ -1,75 +1,84 @@
 """``gpuwatch jobs``: running and recent Slurm jobs, their GPUs and how busy those were.
 
-Rows come from :func:`gpuwatch.sql.jobs.jobs_query` (the daemon's Slurm sync fills
-``slurm_jobs``/``job_gpus``; utilization is the mean of the job's GPU samples over its run
-time). Adding an option: decorate :func:`jobs` with it, map it onto a
-:class:`~gpuwatch.sql.jobs.JobFilters` field in :func:`filters_from_options` (or filter the
-rows in :func:`job_rows`) and, if it shows something new, add a column to :data:`COLUMNS`.
+Rows come from :func:`gpuwatch.views.jobs_query`; ``--low-util`` switches to the jobs that
+waste GPUs, from :func:`gpuwatch.views.low_util_jobs` (the listing the web view, the demo and
+the alert rules show too). Both listings share one vocabulary (:data:`HEADERS`): the same
+key and header for the same thing, ratios and seconds in JSON/CSV, percent and ``1h02m`` in
+tables (:func:`for_people`). The JSON keys are the stable contract of ``docs/cli.md``.
 
-``--low-util`` switches to the classifier's view: jobs whose latest verdict is not healthy,
-from :func:`gpuwatch.sql.lowutil.low_util_jobs` (reads ``verdicts`` joined to
-``slurm_jobs``), with the columns of :data:`LOW_UTIL_COLUMNS` — the documented, stable
-JSON of ``docs/cli.md``.
+Adding an option: decorate :func:`jobs` with it, map it onto a
+:class:`~gpuwatch.views.JobFilters` field in :func:`filters_from_options` and, if it shows
+something new, add its key to :data:`HEADERS` and :data:`JOB_KEYS`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.cli.render import Column, OutputFormat, render
 from gpuwatch.clock import utcnow
-from gpuwatch.sql.jobs import JobFilters, JobSummary, jobs_query
-from gpuwatch.sql.lowutil import SORTS, LowUtilFilters, low_util_jobs
+from gpuwatch.views import (
+    SORTS,
+    JobFilters,
+    JobSummary,
+    LowUtilFilters,
+    LowUtilJob,
+    jobs_query,
+    low_util_jobs,
+)
 
 if TYPE_CHECKING:  # gpuwatch.cli.main imports this module from its last lines: no import back
     from gpuwatch.cli.main import Context
 
-#: (key, header); JSON/CSV use the keys, so they are the stable names
-COLUMNS: list[tuple[str, str]] = [
-    ("job_id", "job"),
-    ("name", "name"),
-    ("user", "user"),
-    ("account", "account"),
-    ("partition", "partition"),
-    ("state", "state"),
-    ("start_at", "start (UTC)"),
-    ("end_at", "end (UTC)"),
-    ("elapsed_s", "elapsed s"),
-    ("gpus", "GPUs"),
-    ("gpu_list", "on"),
-    ("util_gpu_mean", "GPU util"),
-    ("util_samples", "samples"),
-]
+#: key -> table header, for every column of both listings
+HEADERS: dict[str, str] = {
+    "job_id": "job",
+    "name": "name",
+    "user": "user",
+    "account": "account",
+    "partition": "partition",
+    "state": "state",
+    "start_at": "start (UTC)",
+    "end_at": "end (UTC)",
+    "duration_s": "duration",
+    "gpus": "GPUs",
+    "gpu_list": "on",
+    "mean_util_ratio": "util",
+    "util_samples": "samples",
+    "gpu_hours": "GPU-h",
+    "gpu_hours_wasted": "GPU-h wasted",
+    "cause": "cause",
+    "confidence": "conf",
+    "window_kind": "window",
+    "evaluated_at": "evaluated (UTC)",
+    "summary": "evidence",
+}
 
-#: ``--low-util`` columns: (key, header). The JSON keys and their meaning are pinned by
-#: docs/cli.md and tests/cli_lowutil/test_lowutil.py: add keys at the end, never rename
-LOW_UTIL_COLUMNS: list[tuple[str, str]] = [
-    ("job_id", "job"),
-    ("user", "user"),
-    ("account", "account"),
-    ("partition", "partition"),
-    ("state", "state"),
-    ("gpus", "GPUs"),
-    ("start_at", "start (UTC)"),
-    ("end_at", "end (UTC)"),
-    ("duration_s", "duration"),
-    ("gpu_hours", "GPU-h"),
-    ("gpu_hours_wasted", "GPU-h wasted"),
-    ("mean_util_ratio", "util"),
-    ("cause", "cause"),
-    ("confidence", "conf"),
-    ("window_kind", "window"),
-    ("evaluated_at", "evaluated (UTC)"),
-    ("summary", "evidence"),
-]
-#: what the table shows of them (people need less than tools)
-_LOW_UTIL_TABLE = ("job_id", "user", "account", "gpus", "duration_s", "gpu_hours_wasted",
-                   "mean_util_ratio", "cause", "summary")  # fmt: skip
+#: ``gpuwatch jobs`` keys, in output order
+JOB_KEYS = ("job_id", "name", "user", "account", "partition", "state", "start_at", "end_at", "duration_s",
+            "gpus", "gpu_list", "mean_util_ratio", "util_samples")  # fmt: skip
+#: ``--low-util`` keys, pinned by docs/cli.md and tests/cli_lowutil/test_lowutil.py: add keys at
+#: the end, never rename
+LOW_UTIL_KEYS = ("job_id", "user", "account", "partition", "state", "gpus", "start_at", "end_at",
+                 "duration_s", "gpu_hours", "gpu_hours_wasted", "mean_util_ratio", "cause", "confidence",
+                 "window_kind", "evaluated_at", "summary")  # fmt: skip
+#: what the ``--low-util`` table shows of them (people need less than tools)
+LOW_UTIL_TABLE_KEYS = ("job_id", "user", "account", "gpus", "duration_s", "gpu_hours_wasted",
+                       "mean_util_ratio", "cause", "window_kind", "summary")  # fmt: skip
+
+
+def columns(keys: Sequence[str]) -> list[Column]:
+    return [(k, HEADERS[k]) for k in keys]
+
+
+COLUMNS = columns(JOB_KEYS)
+LOW_UTIL_COLUMNS = columns(LOW_UTIL_KEYS)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
@@ -98,7 +107,7 @@ def filters_from_options(options: dict[str, Any], now: datetime) -> JobFilters:
 
 
 def row_of(job: JobSummary) -> dict[str, Any]:
-    """One output row: ``job_id`` is what users type (``18_1`` for array tasks)."""
+    """One ``gpuwatch jobs`` row: ``job_id`` is what users type (``18_1`` for array tasks)."""
     return {
         "job_id": job.display_id,
         "name": job.name,
@@ -108,12 +117,17 @@ def row_of(job: JobSummary) -> dict[str, Any]:
         "state": job.state,
         "start_at": job.start_at,
         "end_at": job.end_at,
-        "elapsed_s": job.elapsed_s,
+        "duration_s": job.duration_s,
         "gpus": job.gpus,
         "gpu_list": ",".join(job.gpu_list) or None,
-        "util_gpu_mean": None if job.util_gpu_mean is None else round(job.util_gpu_mean, 4),
+        "mean_util_ratio": None if job.mean_util_ratio is None else round(job.mean_util_ratio, 4),
         "util_samples": job.util_samples,
     }
+
+
+def low_util_row(job: LowUtilJob) -> dict[str, Any]:
+    """One ``--low-util`` row: the job's facts and the verdict shown, by the documented keys."""
+    return {key: getattr(job, key) for key in LOW_UTIL_KEYS}
 
 
 def low_util_filters(options: dict[str, Any], now: datetime) -> LowUtilFilters:
@@ -125,39 +139,44 @@ def low_util_filters(options: dict[str, Any], now: datetime) -> LowUtilFilters:
         node=base.node,
         states=base.states,
         since=base.since,
+        evaluated_since=base.since,
         cause=options.get("cause"),
         sort=options.get("sort") or "wasted",
         limit=base.limit,
     )
 
 
-def _duration(seconds: int | None) -> str | None:
+def duration_text(seconds: int | None) -> str | None:
+    """``3720`` -> ``1h02m``: hours and minutes, the one duration format of tables."""
     if seconds is None:
         return None
     h, rest = divmod(int(seconds), 3600)
-    return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
+    return f"{h}h{rest // 60:02d}m"
 
 
-def low_util_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows formatted for people (durations, percentages); JSON/CSV get the raw values."""
-    out = []
-    for r in rows:
-        util = r["mean_util_ratio"]
-        out.append(
-            {
-                **r,
-                "duration_s": _duration(r["duration_s"]),
-                "gpu_hours_wasted": None if r["gpu_hours_wasted"] is None else f"{r['gpu_hours_wasted']:.2f}",
-                "mean_util_ratio": None if util is None else f"{100 * util:.0f}%",
-            }
-        )
+def for_people(row: dict[str, Any]) -> dict[str, Any]:
+    """A row formatted for a table: percent, ``1h02m``, two-decimal GPU-hours; JSON/CSV keep raw values."""
+    out = dict(row)
+    if "duration_s" in row:
+        out["duration_s"] = duration_text(row["duration_s"])
+    if row.get("mean_util_ratio") is not None:
+        out["mean_util_ratio"] = f"{100 * row['mean_util_ratio']:.0f}%"
+    for key in ("gpu_hours", "gpu_hours_wasted", "confidence"):
+        if row.get(key) is not None:
+            out[key] = f"{row[key]:.2f}"
     return out
 
 
-def render_low_util(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> str:
+def render_jobs(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> str:
     if fmt is OutputFormat.TABLE:
-        columns = [c for c in LOW_UTIL_COLUMNS if c[0] in _LOW_UTIL_TABLE]
-        return render(low_util_table_rows(rows), columns, fmt, title=title)
+        return render([for_people(r) for r in rows], COLUMNS, fmt, title=title)
+    return render(rows, COLUMNS, fmt)
+
+
+def render_low_util(found: list[LowUtilJob], fmt: OutputFormat, title: str) -> str:
+    rows = [low_util_row(job) for job in found]
+    if fmt is OutputFormat.TABLE:
+        return render([for_people(r) for r in rows], columns(LOW_UTIL_TABLE_KEYS), fmt, title=title)
     return render(rows, LOW_UTIL_COLUMNS, fmt)
 
 
@@ -222,7 +241,7 @@ def jobs(ctx: Context, fmt: str, **options: Any) -> None:
         click.echo(render_low_util(found, OutputFormat(fmt), title))
         return
     rows = job_rows(engine, filters_from_options(options, now), now)
-    click.echo(render(rows, COLUMNS, OutputFormat(fmt), title=f"Slurm jobs (since {options['since']})"))
+    click.echo(render_jobs(rows, OutputFormat(fmt), f"Slurm jobs (since {options['since']})"))
 
 
 def register(cli: click.Group) -> None:

@@ -377,7 +377,7 @@ NODE_COLUMNS = [
 def nodes(ctx: Context, fmt: str, window: int) -> None:
     """Nodes: last seen, GPUs, sample counts."""
     from gpuwatch.sql import migrate
-    from gpuwatch.sql.queries import node_summaries
+    from gpuwatch.views.nodes import node_summaries
 
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):

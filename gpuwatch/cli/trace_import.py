@@ -7,7 +7,8 @@ created as needed **without tokens** (an imported node cannot push). Batches are
 twice is harmless); the job file goes through :func:`gpuwatch.sql.jobs.upsert_jobs` and
 :func:`~gpuwatch.sql.jobs.replace_job_gpus`; the imported time span is rolled up
 (:meth:`Rollup.roll <gpuwatch.sql.rollups.Rollup.roll>`); with ``--classify-at`` the jobs are
-evaluated (:func:`gpuwatch.sql.lowutil.evaluate_jobs`) and the low-util table printed.
+evaluated (:func:`gpuwatch.classify.runner.evaluate_jobs`) and the low-util table
+(:func:`gpuwatch.views.low_util_jobs`) printed.
 
 The job file is a JSON list of objects: ``job_id`` (required), ``user``, ``account``,
 ``partition``, ``state``, ``start``, ``end``, ``submit`` (ISO 8601 with offset), ``nodes``
@@ -179,10 +180,11 @@ def import_trace(engine: sa.Engine, batches_path: Path, jobs_doc: Any, group: in
 @click.pass_obj
 def import_(ctx: Context, file: Path, jobs_file: Path, classify_at: str | None, fmt: str) -> None:
     """Load wire-format batches (JSONL) and a job file into the database; optionally classify."""
+    from gpuwatch.classify.runner import evaluate_jobs
     from gpuwatch.cli.jobs import render_low_util
     from gpuwatch.cli.render import OutputFormat
     from gpuwatch.sql import migrate
-    from gpuwatch.sql.lowutil import LowUtilFilters, evaluate_jobs, low_util_jobs
+    from gpuwatch.views import LowUtilFilters, low_util_jobs
 
     at: datetime | None = None
     if classify_at and classify_at != "end":

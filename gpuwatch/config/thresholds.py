@@ -141,7 +141,9 @@ class Thresholds(Section):
 
     # ------------------------------------------------------------------ throttling, faults
     throttled_share_ratio: float = _r(
-        0.5, "A GPU throttled (any reason but gpu_idle) in at least this share of samples. Source: project."
+        0.5,
+        "A GPU throttled (any reason but gpu_idle and the power limiter alone) in at least this share of "
+        "samples. Source: project.",
     )
     thermal_celsius: float = Field(
         85.0, description="Max temperature at or above this makes a throttle thermal. Source: project."

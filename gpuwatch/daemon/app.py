@@ -19,7 +19,7 @@ from gpuwatch.daemon.ingest import build_router, openapi_components
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.daemon.writer import IngestWriter
-from gpuwatch.sql import queries
+from gpuwatch.views.nodes import node_summaries
 
 
 def _lifespan(writer: IngestWriter, ingest_log: IngestLog):  # type: ignore[no-untyped-def]
@@ -84,7 +84,7 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
     @app.get("/api/v1/nodes", tags=["read"])
     def list_nodes() -> list[dict[str, Any]]:
         """Every registered node with its last contact and sample counts."""
-        return [row.as_json() for row in queries.node_summaries(engine)]
+        return [row.as_json() for row in node_summaries(engine)]
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:

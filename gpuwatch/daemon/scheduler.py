@@ -58,8 +58,7 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
     ended_until = [datetime.now(timezone.utc) - timedelta(hours=1)]  # at start: catch up an hour
 
     def classify_running() -> None:
-        from gpuwatch.classify.engine import evaluate_running
-        from gpuwatch.sql.lowutil import evaluate_ended
+        from gpuwatch.classify.runner import evaluate_ended, evaluate_running
 
         now = datetime.now(timezone.utc)
         found = evaluate_running(store.engine, now, settings.classify)

@@ -40,6 +40,8 @@ TERMINAL_STATES = frozenset(
     {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
      "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"}
 )  # fmt: skip
+#: states in which a job still holds its GPUs (what the classifier evaluates, the overview lists)
+HOLDING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED")
 
 
 def normalize_state(raw: str | Iterable[str] | None) -> str | None:

@@ -27,6 +27,7 @@ minute bucket expression.
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -75,6 +76,18 @@ def epoch_seconds(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnEle
     return sa.cast(sa.func.strftime("%s", column), sa.Integer)
 
 
+def join_distinct(conn: sa.Connection, text: sa.ColumnElement) -> sa.ColumnElement:
+    """The group's distinct non-NULL texts joined by spaces (commas on SQLite), NULL for none."""
+    if conn.dialect.name == "postgresql":
+        return sa.func.string_agg(sa.distinct(text), sa.literal_column("' '"))
+    return sa.func.group_concat(sa.distinct(text))
+
+
+def xid_codes(text: str | None) -> tuple[int, ...]:
+    """The distinct XID codes in a ``xid_codes`` rollup text (JSON lists joined), in order."""
+    return tuple(sorted({int(code) for code in re.findall(r"\d+", text or "")}))
+
+
 def _count(column: sa.ColumnElement) -> sa.ColumnElement:
     return sa.func.count(column)
 
@@ -95,7 +108,12 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         g.throttle_reasons.is_not(None),
         sa.cast(g.throttle_reasons, sa.Text).not_in(["[]", '["gpu_idle"]', "null"]),
     )
-    has_xid = sa.and_(g.xid_errors.is_not(None), sa.cast(g.xid_errors, sa.Text).not_in(["[]", "null"]))
+    xid_text = sa.cast(g.xid_errors, sa.Text)
+    has_xid = sa.and_(g.xid_errors.is_not(None), xid_text.not_in(["[]", "null"]))
+    # the power limiter and nothing else (gpu_idle aside): every quoted name gone once those two are
+    reasons = sa.cast(g.throttle_reasons, sa.Text)
+    others = sa.func.replace(sa.func.replace(reasons, '"gpu_idle"', ""), '"sw_power_cap"', "")
+    power_capped_only = sa.and_(reasons.like('%"sw_power_cap"%'), others.not_like('%"%'))
 
     def sum_n(name: str, expr: sa.ColumnElement) -> list[sa.ColumnElement]:
         return [sa.func.sum(expr).label(f"{name}_sum"), _count(expr).label(f"{name}_n")]
@@ -126,7 +144,11 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         sa.func.max(g.power_limit_watts).label("power_limit_watts"),
         sa.func.max(g.temperature_celsius).label("temperature_celsius_max"),
         _sum_if(not_idle_reasons).label("throttled_samples"),
+        _sum_if(power_capped_only).label("power_capped_samples"),
         _sum_if(has_xid).label("xid_samples"),
+        join_distinct(conn, sa.case((has_xid, sa.cast(g.xid_errors, sa.Text)), else_=None)).label(
+            "xid_codes"
+        ),
         (sa.func.max(sa.case((g.simulated, 1), else_=0)) > 0).label("simulated"),
     ]
     query = sa.select(*columns).where(g.ts >= start, g.ts < end)

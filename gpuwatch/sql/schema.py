@@ -368,7 +368,13 @@ gpu_minutes = sa.Table(
     _d("power_limit_watts"),
     _d("temperature_celsius_max"),
     sa.Column("throttled_samples", sa.Integer, nullable=False, server_default="0"),
+    # of those, samples whose only reason is the power limiter (sw_power_cap): a GPU at full
+    # load at its power limit, which the default 700 W of an H200 is under any real training
+    sa.Column("power_capped_samples", sa.Integer, nullable=False, server_default="0"),
     sa.Column("xid_samples", sa.Integer, nullable=False, server_default="0"),
+    # the minute's distinct XID lists as stored, joined (e.g. '[31] [43, 45]'): codes decide
+    # who owns a fault (gpuwatch/classify/xid.py); read with rollups.xid_codes
+    sa.Column("xid_codes", sa.Text, nullable=True),
     sa.Column("simulated", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 sa.Index("ix_gpu_minutes_minute", gpu_minutes.c.minute)

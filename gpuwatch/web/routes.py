@@ -18,8 +18,19 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse
 
+from gpuwatch.config import Settings
 from gpuwatch.config.web import WebAuth, WebConfig
-from gpuwatch.web import data, svg
+from gpuwatch.views import (
+    GPU_METRICS,
+    JobView,
+    LowUtilFilters,
+    LowUtilJob,
+    VerdictRow,
+    cluster_overview,
+    job_view,
+    low_util_jobs,
+)
+from gpuwatch.web import svg
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#fafafa}
@@ -69,21 +80,32 @@ def _rate(v: float) -> str:
     return f"{v:.0f} B/s"
 
 
-def _jobs_table(rows: list[dict[str, Any]]) -> str:
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _hours(value: float | None) -> str:
+    """GPU-hours as the CLI's tables show them, the exact stored value in ``data-value``."""
+    if value is None:
+        return "<td>-</td>"
+    return f'<td data-value="{value!r}">{value:.2f}</td>'
+
+
+def _jobs_table(rows: list[LowUtilJob]) -> str:
     if not rows:
         return "<p>No low-utilization jobs right now.</p>"
     out = [
         "<table class=jobs><tr><th>job</th><th>user</th><th>name</th><th>node(s)</th><th>cause</th>"
-        "<th>conf.</th><th>GPUs</th><th>util</th><th>GPU-h wasted</th><th>evidence</th></tr>"
+        "<th>window</th><th>conf</th><th>GPUs</th><th>util</th><th>GPU-h wasted</th><th>evidence</th></tr>"
     ]
     for r in rows:
-        jid = escape(r["job_id"])
+        jid = escape(r.job_id)
         out.append(
-            f'<tr><td><a href="/jobs/{jid}">{jid}</a></td><td>{_fmt(r["user"])}</td>'
-            f"<td>{_fmt(r['name'])}</td><td>{_fmt(r['node'])}</td><td class=cause>{_fmt(r['cause'])}</td>"
-            f"<td>{_fmt(r['confidence'])}</td>"
-            f"<td>{_fmt(r['gpus'])}</td><td>{_fmt(r['util'])}</td><td>{_fmt(r['gpu_hours_wasted'])}</td>"
-            f"<td>{_fmt(r['evidence'])}</td></tr>"
+            f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td><td>{_fmt(r.user)}</td>'
+            f"<td>{_fmt(r.name)}</td><td>{_fmt(','.join(r.nodes) or None)}</td>"
+            f"<td class=cause>{_fmt(r.cause)}</td><td>{_fmt(r.window_kind)}</td>"
+            f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{_pct(r.mean_util_ratio)}</td>"
+            f"{_hours(r.gpu_hours_wasted)}<td>{_fmt(r.evidence_text)}</td></tr>"
         )
     out.append("</table>")
     return "".join(out)
@@ -141,13 +163,12 @@ def make_auth(config: WebConfig):  # type: ignore[no-untyped-def]
 # ---------------------------------------------------------------------------- pages
 
 
-def build_web_router(settings: Any, engine: sa.Engine) -> APIRouter:
+def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
     """The web view for the daemon app (``app.include_router(build_web_router(settings, engine))``)."""
-    config: WebConfig = getattr(settings, "web", None) or WebConfig()
+    config = settings.web
     if not config.enabled:
         return APIRouter()
-    classify = getattr(settings, "classify", None)
-    low_ratio = getattr(classify, "util_low_ratio", 0.15)
+    low_ratio = settings.classify.util_low_ratio
     router = APIRouter(dependencies=[Depends(make_auth(config))], tags=["web"], include_in_schema=False)
 
     def now() -> datetime:
@@ -155,7 +176,7 @@ def build_web_router(settings: Any, engine: sa.Engine) -> APIRouter:
 
     @router.get("/", response_class=HTMLResponse)
     def overview_page() -> HTMLResponse:
-        ov = data.overview(engine, now(), low_ratio=low_ratio)
+        ov = cluster_overview(engine, now(), low_ratio=low_ratio)
         cards = "".join(
             f'<div class="card {cls}"><div class=n>{n}</div>{label}</div>'
             for cls, n, label in (
@@ -181,14 +202,14 @@ def build_web_router(settings: Any, engine: sa.Engine) -> APIRouter:
 
     @router.get("/jobs", response_class=HTMLResponse)
     def jobs_page() -> HTMLResponse:
-        rows = data.low_util_rows(engine)
+        rows = low_util_jobs(engine, LowUtilFilters(), now=now())
         return _page(
             "low-utilization jobs", f"<h2>Low-utilization jobs (latest verdicts)</h2>{_jobs_table(rows)}"
         )
 
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(job_id: str) -> HTMLResponse:
-        view = data.job_view(engine, job_id, now())
+        view = job_view(engine, job_id, now(), charts=True)
         if view is None:
             raise HTTPException(404, f"no job {job_id}")
         return _page(f"job {job_id}", _job_body(view), simulated=view.simulated)
@@ -205,35 +226,66 @@ _METRIC_TITLES = {
 }
 
 
-def _job_body(view: data.JobView) -> str:
-    s, job = view.scope, view.slurm or {}
+def _job_body(view: JobView) -> str:
+    job = view.job
     facts = [
-        ("job", s.job_id),
-        ("name", job.get("name")),
-        ("user", job.get("user_name")),
-        ("account", job.get("account")),
-        ("state", s.state),
-        ("start", s.start),
-        ("end", s.end),
-        ("GPUs", f"{len(s.gpus)}: {_gpu_list(s.gpus)}"),
-        ("CPUs", s.cpus),
+        ("job", job.job_id),
+        ("name", job.name),
+        ("user", job.user),
+        ("account", job.account),
+        ("state", job.state),
+        ("start", job.start_at),
+        ("end", job.end_at),
+        ("GPUs", f"{len(view.gpu_refs)}: {_gpu_list(view.gpu_refs)}"),
+        ("CPUs", job.cpus),
     ]
-    parts = [f"<h2>Job {escape(s.job_id)}</h2><table><tr>"]
+    parts = [f"<h2>Job {escape(job.job_id)}</h2><table><tr>"]
     parts += [f"<th>{k}</th>" for k, _ in facts] + ["</tr><tr>"]
     parts += [f"<td>{_fmt(v)}</td>" for _, v in facts] + ["</tr></table>"]
-    parts.append("<h2>Per-GPU timelines (per-minute means)</h2><div class=charts>")
-    for metric in data.GPU_METRICS:
-        series = [svg.Series(label, pts) for label, pts in sorted(view.gpu_series.get(metric, {}).items())]
+    parts.append("<h2>Per GPU, over the whole run</h2>" + _gpu_table(view))
+    charts = view.charts
+    if charts is not None:
+        parts.append("<h2>Per-GPU timelines (per-minute means)</h2><div class=charts>")
+        for metric in GPU_METRICS:
+            series = sorted((ref.label, pts) for ref, pts in charts.gpu.get(metric, {}).items())
+            parts.append(
+                svg.line_chart(
+                    _METRIC_TITLES[metric],
+                    [svg.Series(label, pts) for label, pts in series],
+                    charts.start,
+                    charts.end,
+                    y_max=1.0,
+                    width=405,
+                )
+            )
+        cpu = [svg.Series(k, v) for k, v in charts.cpu.items()]
+        parts.append(svg.line_chart("CPU", cpu, charts.start, charts.end, y_max=1.0, width=405))
+        net = [svg.Series(k, v) for k, v in charts.network.items()]
         parts.append(
-            svg.line_chart(_METRIC_TITLES[metric], series, view.start, view.end, y_max=1.0, width=405)
+            svg.line_chart("network (bytes/s)", net, charts.start, charts.end, y_format=_rate, width=405)
         )
-    cpu = [svg.Series(k, v) for k, v in view.cpu.items()]
-    parts.append(svg.line_chart("CPU", cpu, view.start, view.end, y_max=1.0, width=405))
-    net = [svg.Series(k, v) for k, v in view.network.items()]
-    parts.append(svg.line_chart("network (bytes/s)", net, view.start, view.end, y_format=_rate, width=405))
-    parts.append("</div><h2>Verdicts</h2>")
-    parts.append(_verdicts(view.verdicts))
+        parts.append("</div>")
+    parts.append("<h2>Verdicts</h2>")
+    parts.append(_verdicts(view.evaluation.verdicts if view.evaluation else ()))
     return "".join(parts)
+
+
+def _gpu_table(view: JobView) -> str:
+    if not view.gpus:
+        return "<p>No GPUs known.</p>"
+    rows = [
+        "<table><tr><th>node</th><th>GPU</th><th>util</th><th>SM active</th><th>tensor</th>"
+        "<th>memory max (GiB)</th><th>power mean (W)</th></tr>"
+    ]
+    for g in view.gpus:
+        memory = None if g.memory_used_bytes_max is None else g.memory_used_bytes_max / 2**30
+        rows.append(
+            f"<tr><td>{_fmt(g.node)}</td><td>{g.gpu_index}</td><td>{_pct(g.util_gpu_mean)}</td>"
+            f"<td>{_pct(g.sm_active_mean)}</td><td>{_pct(g.tensor_active_mean)}</td>"
+            f"<td>{_fmt(memory)}</td><td>{_fmt(g.power_watts_mean)}</td></tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)
 
 
 def _gpu_list(gpus: Any) -> str:
@@ -243,20 +295,21 @@ def _gpu_list(gpus: Any) -> str:
     return "; ".join(f"{node} gpu{','.join(ix)}" for node, ix in by_node.items()) or "-"
 
 
-def _verdicts(rows: list[dict[str, Any]]) -> str:
+def _verdicts(rows: tuple[VerdictRow, ...]) -> str:
     if not rows:
         return (
             "<p>Not evaluated yet (the classifier waits for the grace period and whole minutes of data).</p>"
         )
     out = []
     for v in rows:
-        evidence = dict(v["evidence"] or {})
+        evidence = dict(v.evidence or {})
         evidence.pop("values", None)
         out.append(
-            f"<div class=verdict><p><span class=cause>{escape(v['cause'])}</span> "
-            f"({escape(v['window_kind'])} window {v['window_start']:%H:%M}-{v['window_end']:%H:%M}, "
-            f"confidence {v['confidence']:.2f}): {escape(v['summary'])}</p>"
-            + (f"<p class=fix>Fix: {escape(v['fix'])}</p>" if v.get("fix") else "")
+            f"<div class=verdict><p><span class=cause>{escape(v.cause)}</span> "
+            f"({escape(v.window_kind)} window {v.window_start:%H:%M}-{v.window_end:%H:%M}, "
+            f"confidence {v.confidence:.2f}, GPU-h wasted {v.gpu_hours_wasted or 0:.2f}): "
+            f"{escape(v.summary)}</p>"
+            + (f"<p class=fix>Fix: {escape(v.fix)}</p>" if v.fix else "")
             + "<details><summary>evidence</summary>"
             + f"<pre>{escape(json.dumps(evidence, indent=1, default=str))}</pre>"
             "</details></div>"

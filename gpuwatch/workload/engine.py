@@ -83,6 +83,16 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def cuda_model_width() -> int:
+    """The healthy plan's CNN width for this card: enough work per step to fill its SMs.
+
+    Width 64 at batch 256 kept an H200's 132 SMs only 45 % active (launch-bound 12 ms steps;
+    tests/gpu/fixtures/h200/run2), so the width grows with the multiprocessor count.
+    """
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return 256 if sms >= 100 else 128 if sms >= 64 else 64
+
+
 def default_threads(workers: int) -> int:
     """torch intra-op threads: the cores the loader workers leave, one kept for the rest, at most 4.
 

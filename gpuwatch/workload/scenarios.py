@@ -60,11 +60,14 @@ def scenario(
 
 def _plan(ctx: RunContext, **overrides: Any) -> Any:
     """The healthy plan for this device, with ``overrides``: each scenario changes one thing."""
-    from gpuwatch.workload.engine import TrainPlan, cpu_count
+    from gpuwatch.workload.engine import TrainPlan, cpu_count, cuda_model_width
 
     if ctx.cuda:
         workers = min(8, max(1, cpu_count() - 1))
-        base: dict[str, Any] = {"batch_size": 256, "width": 64, "blocks": 2, "workers": workers}
+        # the width asks CUDA for the card: not for a plan that names its own (cpu-only never
+        # creates a CUDA context)
+        width = overrides["width"] if "width" in overrides else cuda_model_width()
+        base: dict[str, Any] = {"batch_size": 256, "width": width, "blocks": 2, "workers": workers}
     else:
         base = {"batch_size": 64, "width": 16, "blocks": 1, "workers": 0}
     return TrainPlan(**{**base, **overrides})

@@ -15,9 +15,10 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.alerts import outbox
-from gpuwatch.alerts.enforce import Enforcer, idle_jobs
+from gpuwatch.alerts.enforce import Enforcer
 from gpuwatch.alerts.worker import Worker
 from gpuwatch.sql.schema import enforcement_actions
+from gpuwatch.views import idle_jobs
 from tests.alerts.conftest import T0, Clock, add_job, add_verdict, make_config
 from tests.slurm.conftest import slurm_cluster  # noqa: F401  (the live cluster fixture)
 
@@ -72,7 +73,9 @@ def test_idle_streak_starts_after_the_last_busy_evaluation(engine):
     idle_for(engine, "3", T0, 3)
     add_job(engine, "4")
     idle_for(engine, "4", T0, 3, evidence={"idle_gpus": 3})  # one of 4 GPUs was not idle
-    [job] = idle_jobs(engine, _cfg("on"), T0)
+    cfg = _cfg("on")
+    since = T0 - timedelta(seconds=cfg.lookback_s)
+    [job] = idle_jobs(engine, evaluated_since=since, max_util_ratio=cfg.enforcement.idle_util_max_ratio)
     assert job.job_id == "1" and job.idle_since == T0 - timedelta(seconds=3 * HALF_HOUR)
     assert job.idle_s == 3 * HALF_HOUR
 

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from gpuwatch.alerts import outbox
 from gpuwatch.alerts.rules import RecipientResolver, evaluate, quiet_until
 from gpuwatch.config.alerts import QuietHours, RecipientKind
+from gpuwatch.views import low_util_jobs
 from tests.alerts.conftest import T0, add_job, add_verdict, make_config
 
 
@@ -52,16 +53,33 @@ def test_thresholds_and_recipients(engine):
     assert kinds["pi@example.edu"] == "owner" and kinds["#gpu-admins"] == "admin"
 
 
-def test_only_the_latest_evaluation_counts_and_the_worst_cause_wins(engine):
+def test_only_the_latest_evaluation_counts_and_the_listed_cause_wins(engine):
     cfg = _cfg(rules=[{"notify": ["user"]}])
     add_job(engine, "7")
     add_verdict(engine, "7", "idle_allocation", evaluated_at=T0 - timedelta(minutes=10), wasted=9)
     add_verdict(engine, "7", "healthy", evaluated_at=T0, wasted=0)
     assert evaluate(engine, cfg, T0).notices == []  # it recovered
-    add_verdict(engine, "7", "input_bound", evaluated_at=T0 + timedelta(minutes=5), wasted=2)
-    add_verdict(engine, "7", "no_mixed_precision", evaluated_at=T0 + timedelta(minutes=5), wasted=4)
-    [n] = evaluate(engine, cfg, T0 + timedelta(minutes=5)).notices
+    later = T0 + timedelta(minutes=5)
+    add_verdict(engine, "7", "input_bound", evaluated_at=later, wasted=4, confidence=0.8)
+    add_verdict(engine, "7", "no_mixed_precision", evaluated_at=later, wasted=2, confidence=0.95)
+    # the notice names what the listing shows: the leading verdict, not the larger waste
+    [listed] = low_util_jobs(engine, now=later)
+    [n] = evaluate(engine, cfg, later).notices
+    assert (n.job_id, n.cause, n.gpu_hours_wasted) == ("7", listed.cause, listed.gpu_hours_wasted)
     assert n.cause == "no_mixed_precision" and n.subject.startswith("[gpuwatch] Job 7: Tensor cores unused")
+    # a cause no rule notifies about is passed over for the next one, in the listing's order
+    only_input = _cfg(rules=[{"causes": ["input_bound"], "notify": ["user"]}])
+    [n] = evaluate(engine, only_input, later).notices
+    assert (n.cause, n.gpu_hours_wasted) == ("input_bound", 4)
+
+
+def test_the_whole_job_window_is_listed_before_the_recent_one(engine):
+    cfg = _cfg(rules=[{"notify": ["admin"]}])
+    add_job(engine, "8")
+    add_verdict(engine, "8", "idle_allocation", window_kind="recent", wasted=1, confidence=0.99)
+    add_verdict(engine, "8", "input_bound", window_kind="job", window_s=4 * 3600, wasted=6, confidence=0.7)
+    [n] = evaluate(engine, cfg, T0).notices  # the admin channel on Slack
+    assert (n.cause, n.gpu_hours_wasted) == ("input_bound", 6)
 
 
 def test_dedup_and_cooldowns(engine):

@@ -7,10 +7,12 @@ from datetime import timedelta
 import pydantic
 import pytest
 
-from gpuwatch.classify.engine import RULES_VERSION, classify_job, evaluate_running, latest_verdicts
+from gpuwatch.classify.engine import RULES_VERSION, classify_job
 from gpuwatch.classify.features import job_windows, load_scope, quantile_from_bins
+from gpuwatch.classify.runner import evaluate_running
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.sql.rollups import Rollup
+from gpuwatch.views import latest_evaluations
 from tests.classify import corpus
 
 
@@ -96,24 +98,28 @@ def test_evaluate_running_stores_and_reads_back(engine):
     assert set(results) == {idle.job_id, healthy.job_id}  # the finished job is not running
     assert results[idle.job_id][0].cause.value == "idle_allocation"
 
-    rows = latest_verdicts(engine)
-    assert {r["job_id"] for r in rows} == {idle.job_id}
-    lead = rows[0]
-    assert lead["window_kind"] == "recent" and lead["cause"] == "idle_allocation"
-    assert lead["rules_version"] == RULES_VERSION and lead["evaluated_at"] == now
-    assert lead["evidence"]["signals"]["idle_gpus"] == [f"{next(iter(idle.batches))}/gpu7"]
-    assert lead["fix"] and "1 of 8" in lead["summary"]
-    assert lead["gpu_hours_wasted"] == pytest.approx(lead["gpu_hours"] / 8, abs=1e-3)
+    def latest():
+        with engine.connect() as conn:
+            return latest_evaluations(conn)
 
-    everything = latest_verdicts(engine, include_healthy=True)
-    assert {(r["job_id"], r["cause"]) for r in everything} >= {(healthy.job_id, "healthy")}
-    assert latest_verdicts(engine, healthy.job_id, cause="healthy", window_kind="job")
+    stored = latest()
+    assert set(stored) == {idle.job_id, healthy.job_id}
+    assert {j for j, e in stored.items() if e.shown is not None} == {idle.job_id}
+    lead = stored[idle.job_id].window("recent")[0]
+    assert lead.cause == "idle_allocation"
+    assert lead.rules_version == RULES_VERSION and lead.evaluated_at == now
+    assert lead.evidence["signals"]["idle_gpus"] == [f"{next(iter(idle.batches))}/gpu7"]
+    assert lead.fix and "1 of 8" in lead.summary
+    assert lead.gpu_hours_wasted == pytest.approx(lead.gpu_hours / 8, abs=1e-3)
+    fine = stored[healthy.job_id]
+    assert [(v.window_kind, v.cause) for v in fine.verdicts] == [("job", "healthy"), ("recent", "healthy")]
+    rows = sum(len(e.verdicts) for e in stored.values())
 
     # the same evaluation again replaces its rows; a later one becomes the latest
     evaluate_running(engine, now)
-    assert len(latest_verdicts(engine, include_healthy=True)) == len(everything)
+    assert sum(len(e.verdicts) for e in latest().values()) == rows
     evaluate_running(engine, now + timedelta(minutes=1))
-    assert {r["evaluated_at"] for r in latest_verdicts(engine)} == {now + timedelta(minutes=1)}
+    assert {e.evaluated_at for e in latest().values()} == {now + timedelta(minutes=1)}
 
 
 def test_short_running_job_is_not_judged(engine):

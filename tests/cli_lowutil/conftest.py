@@ -13,9 +13,9 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
+from gpuwatch.classify.runner import evaluate_jobs
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.lowutil import evaluate_jobs
 from gpuwatch.sql.rollups import Rollup
 from gpuwatch.sql.schema import slurm_jobs
 from tests.classify import corpus

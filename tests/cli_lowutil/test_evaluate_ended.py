@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.classify.runner import evaluate_ended
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.lowutil import evaluate_ended
 from gpuwatch.sql.rollups import Rollup
 from gpuwatch.sql.schema import slurm_jobs, verdicts
 from tests.classify import corpus

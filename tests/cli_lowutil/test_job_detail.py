@@ -88,7 +88,7 @@ def test_unknown_job(engine, db_url) -> None:
 def test_timeline_bucketed_in_the_database_matches_downsample(classified) -> None:
     """The SQL GROUP BY gives what downsampling the per-minute series in Python gives."""
     from gpuwatch.sql.engine import create_engine
-    from gpuwatch.sql.lowutil import downsample, gpu_timeline
+    from gpuwatch.views import downsample, job_view
 
     url, built = classified
     at = corpus.T0.replace(minute=15)
@@ -97,9 +97,9 @@ def test_timeline_bucketed_in_the_database_matches_downsample(classified) -> Non
         with engine.connect() as conn:
             for name in ("input-cpu-saturated", "healthy-training-h200", "noamp-h200-1"):
                 jid = job_of(built, name)
-                _, _, per_minute = gpu_timeline(conn, jid, at)
+                per_minute = job_view(conn, jid, at, columns=None).timeline
                 for columns in (5, 7, 15):
-                    _, _, bucketed = gpu_timeline(conn, jid, at, columns)
+                    bucketed = job_view(conn, jid, at, columns=columns).timeline
                     assert bucketed.keys() == per_minute.keys()
                     for key, values in per_minute.items():
                         expected = downsample(values, columns)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gpuwatch.cli.jobs import LOW_UTIL_COLUMNS
 from gpuwatch.cli.main import cli
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.lowutil import LowUtilFilters, low_util_jobs
+from gpuwatch.views import LowUtilFilters, LowUtilJob, low_util_jobs
 from tests.classify import corpus
 from tests.cli_lowutil.conftest import CASES, job_of
 
@@ -28,7 +28,7 @@ def run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def rows(url: str, **kw) -> list[dict]:
+def rows(url: str, **kw) -> list[LowUtilJob]:
     engine = create_engine(url)
     try:
         return low_util_jobs(engine, LowUtilFilters(**kw), now=NOW)
@@ -38,40 +38,40 @@ def rows(url: str, **kw) -> list[dict]:
 
 def test_listing_contents(classified) -> None:
     url, built = classified
-    got = {r["job_id"]: r for r in rows(url)}
+    got = {r.job_id: r for r in rows(url)}
     unhealthy = {job_of(built, n): c for n, c in CASES.items() if c != "healthy"}
-    assert {j: r["cause"] for j, r in got.items()} == unhealthy
+    assert {j: r.cause for j, r in got.items()} == unhealthy
     idle = got[job_of(built, "idle-all-4-h200")]
-    assert idle["gpus"] == 4 and idle["user"] == "alice" and idle["account"] == "lab"
-    assert idle["window_kind"] == "job" and idle["mean_util_ratio"] < 0.02
-    assert idle["summary"].startswith(f"job {idle['job_id']}: 4 of 4 GPU(s) idle")
-    assert 0.9 <= idle["gpu_hours_wasted"] <= idle["gpu_hours"] <= 1.1  # 4 GPUs x ~15 min
-    assert idle["duration_s"] == 30 * 60  # a running job: start .. now (NOW is T0 + 30 min)
+    assert idle.gpus == 4 and idle.user == "alice" and idle.account == "lab"
+    assert idle.window_kind == "job" and idle.mean_util_ratio < 0.02
+    assert idle.summary.startswith(f"job {idle.job_id}: 4 of 4 GPU(s) idle")
+    assert 0.9 <= idle.gpu_hours_wasted <= idle.gpu_hours <= 1.1  # 4 GPUs x ~15 min
+    assert idle.duration_s == 30 * 60  # a running job: start .. now (NOW is T0 + 30 min)
 
 
 def test_sort_orders(classified) -> None:
     url, _ = classified
-    wasted = [r["gpu_hours_wasted"] for r in rows(url, sort="wasted")]
+    wasted = [r.gpu_hours_wasted for r in rows(url, sort="wasted")]
     assert wasted == sorted(wasted, reverse=True)
-    util = [r["mean_util_ratio"] for r in rows(url, sort="util")]
+    util = [r.mean_util_ratio for r in rows(url, sort="util")]
     assert util == sorted(util)
     assert len(rows(url, sort="duration")) == len(rows(url, sort="start")) == 3
-    assert [r["job_id"] for r in rows(url, limit=1)] == [rows(url)[0]["job_id"]]
+    assert [r.job_id for r in rows(url, limit=1)] == [rows(url)[0].job_id]
 
 
 def test_filters(classified) -> None:
     url, built = classified
     bob = job_of(built, "input-cpu-saturated")
-    assert [r["job_id"] for r in rows(url, user="bob")] == [bob]
-    assert [r["job_id"] for r in rows(url, account="chem")] == [bob]
-    assert [r["job_id"] for r in rows(url, partition="big")] == [bob]
-    assert bob not in {r["job_id"] for r in rows(url, user="alice")}
+    assert [r.job_id for r in rows(url, user="bob")] == [bob]
+    assert [r.job_id for r in rows(url, account="chem")] == [bob]
+    assert [r.job_id for r in rows(url, partition="big")] == [bob]
+    assert bob not in {r.job_id for r in rows(url, user="alice")}
     noamp = job_of(built, "noamp-h200-1")
     node = next(iter(next(b for b in built if b.job_id == noamp).batches))
-    assert [r["job_id"] for r in rows(url, node=node)] == [noamp]
-    assert [r["cause"] for r in rows(url, cause="idle_allocation")] == ["idle_allocation"]
+    assert [r.job_id for r in rows(url, node=node)] == [noamp]
+    assert [r.cause for r in rows(url, cause="idle_allocation")] == ["idle_allocation"]
     assert rows(url, states=("COMPLETED",)) == []
-    assert rows(url, since=NOW) == []  # every evaluation was before NOW
+    assert rows(url, evaluated_since=NOW) == []  # every evaluation was before NOW
 
 
 def test_cli_json_keys_and_values(classified) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 
 import click
@@ -73,8 +74,8 @@ def test_json_default_window_and_utilization(filled) -> None:
         "n1:0,n1:1",
         10,
     )
-    assert j["util_gpu_mean"] == 0.25 and 590 <= j["elapsed_s"] <= 700
-    assert got["103"]["gpu_list"] is None and got["103"]["util_gpu_mean"] is None
+    assert j["mean_util_ratio"] == 0.25 and 590 <= j["duration_s"] <= 700
+    assert got["103"]["gpu_list"] is None and got["103"]["mean_util_ratio"] is None
     assert list(json.loads(result.output)[0]) == [k for k, _ in COLUMNS]
 
 
@@ -97,10 +98,12 @@ def test_table_and_csv(filled) -> None:
     table = run("--db", filled, "jobs", "--since", "7d")
     assert table.exit_code == 0
     assert "n1:0,n1:1" in table.output and "Slurm jobs (since 7d)" in table.output
+    line = next(line for line in table.output.splitlines() if "│ 101 " in line)
+    assert "25%" in line and re.search(r"│ 0h1[01]m ", line)  # util in percent, duration as 0h10m
     out = run("--db", filled, "jobs", "--since", "7d", "--format", "csv").output
     rows = list(csv.DictReader(io.StringIO(out)))
     assert {r["job_id"]: r["gpu_list"] for r in rows}["101"] == "n1:0,n1:1"
-    assert {r["job_id"]: r["util_gpu_mean"] for r in rows}["103"] == ""
+    assert {r["job_id"]: r["mean_util_ratio"] for r in rows}["103"] == ""
 
 
 def test_bad_since_and_old_schema(sqlite_url) -> None:

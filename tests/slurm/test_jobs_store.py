@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
+from gpuwatch import views
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.slurm.model import SlurmJob
 from gpuwatch.slurm.sacct import parse_sacct_json
@@ -156,15 +157,15 @@ def test_jobs_query_filters_gpus_and_utilization(engine, ids) -> None:
         jobs.upsert_jobs(conn, [j for j in sacct() if j.finished], NOW)
     # GPU 0 busy, GPU 1 idle for job 25 (ran 13:33:16 .. 13:34:02); a sample after its end is ignored
     _node_with_samples(engine, "vm", {0: [1.0, 1.0, 1.0, 1.0, 0.5], 1: [0.0] * 5, 2: [0.25]}, T0)
-    got = {j.job_id: j for j in jobs.jobs_query(engine, now=NOW)}
+    got = {j.job_id: j for j in views.jobs_query(engine, now=NOW)}
     j25 = got[ids["gpu2"]]
     assert (j25.gpu_list, j25.util_samples, j25.matched_by) == (["vm:0", "vm:1"], 10, "slurm")
-    assert abs(j25.util_gpu_mean - 0.45) < 1e-9  # (4 * 1.0 + 0.5 + 5 * 0) / 10
-    assert got[ids["gpu1"]].util_gpu_mean == 0.25 and got[ids["gpu1"]].gpu_list == ["vm:2"]
-    assert got[ids["cpu"]].gpu_list == [] and got[ids["cpu"]].util_gpu_mean is None
+    assert abs(j25.mean_util_ratio - 0.45) < 1e-9  # (4 * 1.0 + 0.5 + 5 * 0) / 10
+    assert got[ids["gpu1"]].mean_util_ratio == 0.25 and got[ids["gpu1"]].gpu_list == ["vm:2"]
+    assert got[ids["cpu"]].gpu_list == [] and got[ids["cpu"]].mean_util_ratio is None
     assert got["29"].display_id == "28_1"
     # filters
-    q = lambda **kw: [j.job_id for j in jobs.jobs_query(engine, jobs.JobFilters(**kw), now=NOW)]  # noqa: E731
+    q = lambda **kw: [j.job_id for j in views.jobs_query(engine, views.JobFilters(**kw), now=NOW)]  # noqa: E731
     assert set(q(user="alice")) == {j.job_id for j in squeue() if j.user == "alice"}
     assert q(user="nobody") == []
     cancelled = {i for i, r in rows(engine).items() if (r["state"], r["account"]) == ("CANCELLED", "physics")}
@@ -183,9 +184,9 @@ def test_jobs_query_falls_back_to_agent_attribution(engine) -> None:
     with engine.begin() as conn:
         jobs.upsert_jobs(conn, [job], NOW)
     _node_with_samples(engine, "gpu07", {3: [0.2, 0.4], 1: [1.0]}, T0, attribution={3: "70"})
-    (got,) = jobs.jobs_query(engine, now=NOW)
+    (got,) = views.jobs_query(engine, now=NOW)
     assert (got.gpu_list, got.util_samples, got.matched_by) == (["gpu07:3"], 2, "agent")
-    assert abs(got.util_gpu_mean - 0.3) < 1e-9
+    assert abs(got.mean_util_ratio - 0.3) < 1e-9
 
 
 def test_two_upserts_in_one_transaction(engine) -> None:

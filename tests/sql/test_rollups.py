@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from gpuwatch import wire
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
-from gpuwatch.sql.rollups import Rollup
+from gpuwatch.sql.rollups import Rollup, xid_codes
 from gpuwatch.sql.schema import gpu_minutes, job_minutes, node_minutes
 from tests import factories
 
@@ -144,3 +144,39 @@ def test_lost_gpu_is_not_counted_as_throttled_or_xid(engine):
         row = conn.execute(sa.select(gpu_minutes)).mappings().one()
     assert nulls == 6
     assert row["lost_samples"] == 6 and row["throttled_samples"] == 0 and row["xid_samples"] == 0
+
+
+def test_power_limiter_alone_and_xid_codes_are_counted_apart(engine):
+    """sw_power_cap alone (a GPU at its power limit) is counted apart from other throttling, and
+    the minute keeps which XIDs it saw, on both databases."""
+    node_id = _node(engine)
+    reasons = [
+        ["sw_power_cap"],
+        ["gpu_idle", "sw_power_cap"],
+        ["sw_power_cap", "hw_slowdown"],
+        ["hw_thermal_slowdown"],
+        [],
+        ["0x800"],  # an unknown bit: not the power limiter
+    ]
+    xids = [[], [31], [31, 43], None, [79], []]
+    samples = [
+        factories.gpu_sample(M0 + timedelta(seconds=10 * k), 0, util=0.9, throttle_reasons=r, xid_errors=x)
+        for k, (r, x) in enumerate(zip(reasons, xids, strict=True))
+    ]
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=samples))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(gpu_minutes)).mappings().one()
+    assert row["throttled_samples"] == 5
+    assert row["power_capped_samples"] == 2
+    assert row["xid_samples"] == 3
+    assert xid_codes(row["xid_codes"]) == (31, 43, 79)
+
+
+def test_a_minute_without_xids_has_no_codes(engine):
+    node_id = _node(engine)
+    BatchStore(engine).store(node_id, _minute_batch("node001", M0, [0.5] * 6))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(gpu_minutes)).mappings().one()
+    assert row["xid_codes"] is None and xid_codes(row["xid_codes"]) == ()

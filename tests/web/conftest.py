@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.cli.demo import run_demo
 from gpuwatch.config import load_settings
-
-
-def load_demo(db_url: str, cycles: int = 60):  # type: ignore[no-untyped-def]
-    settings = load_settings(database={"url": db_url})
-    return run_demo(settings, cycles=cycles, echo=lambda _line: None)
+from tests.demo_data import load_demo
 
 
 @pytest.fixture

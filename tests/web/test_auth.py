@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from gpuwatch.config import Settings
 from gpuwatch.config.web import WebConfig
 from gpuwatch.web.routes import build_web_router
 
@@ -18,7 +17,7 @@ def client_for(engine):  # type: ignore[no-untyped-def]
 
     def make(**web) -> TestClient:  # type: ignore[no-untyped-def]
         app = FastAPI()
-        app.include_router(build_web_router(SimpleNamespace(web=WebConfig(**web)), engine))
+        app.include_router(build_web_router(Settings(web=WebConfig(**web)), engine))
         client = TestClient(app)
         clients.append(client)
         return client

@@ -16,7 +16,7 @@ import pytest
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.server import BackgroundServer
 from gpuwatch.web import svg
-from tests.web.conftest import load_demo
+from tests.demo_data import load_demo
 from tests.web.png import colour_counts, near
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

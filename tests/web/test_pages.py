@@ -12,7 +12,7 @@ from gpuwatch.web import svg
 
 def test_demo_shows_every_cause_and_the_pages_render(demo):
     settings, engine, result = demo
-    causes = {r["job_id"]: r["cause"] for r in result.rows}
+    causes = {r.job_id: r.cause for r in result.rows}
     expected = {j: c for j, c in result.expected.items() if c != "healthy"}
     assert causes == expected  # every cause, each on the job made to show it
     with TestClient(create_app(settings, engine)) as client:
@@ -55,15 +55,16 @@ def test_job_view_has_exactly_the_jobs_gpus(demo):
     """The GPU series are read for the job's own (node, GPU) pairs only, in SQL; jobs that
     share a node with others (the demo's 1- and 2-GPU jobs) get none of their neighbours'."""
     from gpuwatch.clock import utcnow
-    from gpuwatch.web.data import job_view
+    from gpuwatch.views import job_view
 
     _, engine, result = demo
     shared = 0
     for jid in result.expected:
-        view = job_view(engine, jid, utcnow())
-        assert view is not None
-        labels = {ref.label for ref in view.scope.gpus}
-        assert set(view.gpu_series["util"]) == labels, jid
-        assert all(len(points) > 0 for points in view.gpu_series["util"].values()), jid
+        view = job_view(engine, jid, utcnow(), charts=True)
+        assert view is not None and view.charts is not None
+        labels = {ref.label for ref in view.gpu_refs}
+        assert {ref.label for ref in view.charts.gpu["util"]} == labels, jid
+        assert all(len(points) > 0 for points in view.charts.gpu["util"].values()), jid
+        assert {f"{g.node}/gpu{g.gpu_index}" for g in view.gpus} == labels, jid
         shared += len(labels) < 4
     assert shared >= 2

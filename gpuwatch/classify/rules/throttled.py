@@ -1,7 +1,12 @@
-"""Throttled: clocks held down (power cap, thermal or HW slowdown) in most samples of a GPU.
+"""Throttled: clocks held down (thermal, hardware slowdown, a clock setting) in most samples of a GPU.
 
-The rollup counts samples with any clocks-event reason except ``gpu_idle``; it does not keep
-the reasons apart nor the SM clock, so "thermal" is told by the max temperature."""
+The power limiter alone (``sw_power_cap``) does not count: a GPU at full load runs at its power
+limit, and an H200 training at its default 700 W reported ``sw_power_cap`` in nearly every
+sample with its SMs 85 % active (tests/gpu/fixtures/h200/run3). Whether a limit is the card's
+default or a site cap below it needs the default limit, which is not collected, so power caps
+are not judged at all. The rollup counts the samples with any reason but ``gpu_idle`` and, of
+those, the samples held by the power limiter alone; it keeps neither the other reasons apart
+nor the SM clock, so "thermal" is told by the max temperature."""
 
 from __future__ import annotations
 
@@ -17,17 +22,19 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:
     hot = [
         g
         for g in f.gpus
-        if g.throttled_share is not None and g.throttled_share >= t.throttled_share_ratio and not g.idle
+        if g.clock_limited_share is not None
+        and g.clock_limited_share >= t.throttled_share_ratio
+        and not g.idle
     ]
     if not hot:
         return None
-    ev.signal("throttled_share", {g.gpu: g.throttled_share for g in hot})
+    ev.signal("throttled_share", {g.gpu: g.clock_limited_share for g in hot})
     temps = [g.temperature_max_celsius for g in hot if g.temperature_max_celsius is not None]
     ev.signal("temperature_max_celsius", max(temps) if temps else None)
     ev.signal("power_ratio", {g.gpu: g.power_ratio for g in hot})
     thermal = bool(temps) and max(temps) >= t.thermal_celsius
     ev.lacks("sm_clock", "SM clocks and per-reason counts are not rolled up; the clock loss is not measured")
-    share = sum(g.throttled_share or 0.0 for g in hot) / len(hot)
-    reason = f"thermal, up to {max(temps):.0f} °C" if thermal else "power cap or clock limit"
+    share = sum(g.clock_limited_share or 0.0 for g in hot) / len(hot)
+    reason = f"thermal, up to {max(temps):.0f} °C" if thermal else "hardware slowdown or clock limit"
     ev.values.update(throttled=len(hot), reason=reason, share_pct=pct(share))
     return make_verdict(Cause.THROTTLED, 0.8 if thermal else 0.7, f, ev, 0.0)

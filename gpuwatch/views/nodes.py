@@ -1,4 +1,4 @@
-"""Read queries shared by the CLI and the HTTP API, so both show one truth."""
+"""Which nodes report: the one node list behind ``gpuwatch nodes`` and the daemon's ``/api/v1/nodes``."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ class NodeSummary:
         return doc
 
 
-def node_summaries(engine: sa.Engine, window: timedelta = timedelta(hours=1)) -> list[NodeSummary]:
-    """One row per node: last contact, GPUs known, batches ever, samples in ``window``."""
-    since = utcnow() - window
+def node_summaries(
+    engine: sa.Engine, window: timedelta = timedelta(hours=1), *, now: datetime | None = None
+) -> list[NodeSummary]:
+    """One row per node: last contact, GPUs known, batches ever, samples in the ``window`` before ``now``."""
+    since = (now or utcnow()) - window
     with engine.connect() as conn:
         gpu_counts = dict(
             conn.execute(sa.select(gpus.c.node_id, sa.func.count()).group_by(gpus.c.node_id)).all()

@@ -1,0 +1,51 @@
+"""The read model: each question the product answers, answered by one function.
+
+The CLI, the web view, the demo and the alert rules call these and only render what they
+return; none of them queries tables. Two surfaces therefore cannot disagree about a job.
+
+* :func:`jobs_query` — which Slurm jobs ran, on which GPUs, how busy those were;
+* :func:`low_util_jobs` — which jobs waste their GPUs, why, and how many GPU-hours;
+* :func:`job_view` — what one job did: per-GPU means, a timeline, charts, its verdicts;
+* :func:`latest_evaluations` — every verdict of each job's newest evaluation;
+* :func:`cluster_overview` — every GPU's last hour, and the GPUs busy, idle and wasted now;
+* :func:`waste_in_period` — the GPU-hours each job wasted in a period, per cause;
+* :func:`idle_jobs` — which running jobs have held only idle GPUs, and since when;
+* :func:`node_summaries` — which nodes report, with their GPUs and sample counts.
+"""
+
+from gpuwatch.views.evaluations import Evaluation, VerdictRow, latest_evaluations
+from gpuwatch.views.idle import IdleJob, idle_jobs
+from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
+from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
+from gpuwatch.views.lowutil import SORTS, LowUtilFilters, LowUtilJob, low_util_jobs
+from gpuwatch.views.nodes import NodeSummary, node_summaries
+from gpuwatch.views.overview import Overview, cluster_overview
+from gpuwatch.views.waste import JobWaste, waste_in_period
+
+__all__ = [
+    "GPU_METRICS",
+    "SORTS",
+    "Evaluation",
+    "GpuSummary",
+    "IdleJob",
+    "JobCharts",
+    "JobFilters",
+    "JobInfo",
+    "JobSummary",
+    "JobView",
+    "JobWaste",
+    "LowUtilFilters",
+    "LowUtilJob",
+    "NodeSummary",
+    "Overview",
+    "VerdictRow",
+    "cluster_overview",
+    "downsample",
+    "idle_jobs",
+    "job_view",
+    "jobs_query",
+    "latest_evaluations",
+    "low_util_jobs",
+    "node_summaries",
+    "waste_in_period",
+]

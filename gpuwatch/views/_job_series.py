@@ -1,0 +1,189 @@
+"""The per-minute rollups of one job's GPUs and nodes, for :mod:`gpuwatch.views.job`.
+
+Only rollup tables are read (``gpu_minutes``, ``job_minutes``, ``node_minutes``), never raw
+samples, so a page costs the same on a day-old job as on a new one. Every mean is
+``SUM(x_sum) / SUM(x_n)``: a metric a card does not have is None, never 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch.classify.features import GpuRef
+from gpuwatch.sql.rollups import epoch_seconds
+from gpuwatch.sql.schema import gpu_minutes, job_minutes, node_minutes, nodes
+from gpuwatch.sql.types import UtcDateTime
+
+MINUTE = timedelta(minutes=1)
+#: a chart point: (minute, value or None where there is no data)
+Points = list[tuple[datetime, float | None]]
+GPU_METRICS = ("util", "sm", "tensor", "memory", "power")
+
+
+def mean(total: Any, n: Any) -> float | None:
+    return None if not n or total is None else float(total) / float(n)
+
+
+def _minute(value: Any, dialect: sa.Dialect) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    out = UtcDateTime().process_result_value(value, dialect)
+    assert out is not None
+    return out
+
+
+def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime) -> dict[str, Any]:
+    """One GPU's sums over ``[start, end)``: means of util, SM and tensor activity and power; maxima."""
+    g = gpu_minutes.c
+    r = (
+        conn.execute(
+            sa.select(
+                sa.func.sum(g.samples).label("samples"),
+                sa.func.sum(g.util_gpu_ratio_sum).label("util_s"),
+                sa.func.sum(g.util_gpu_ratio_n).label("util_n"),
+                sa.func.sum(g.sm_active_ratio_sum).label("sm_s"),
+                sa.func.sum(g.sm_active_ratio_n).label("sm_n"),
+                sa.func.sum(g.tensor_active_ratio_sum).label("tensor_s"),
+                sa.func.sum(g.tensor_active_ratio_n).label("tensor_n"),
+                sa.func.sum(g.power_watts_sum).label("power_s"),
+                sa.func.sum(g.power_watts_n).label("power_n"),
+                sa.func.max(g.memory_used_bytes_max).label("mem_max"),
+                sa.func.max(g.memory_total_bytes).label("mem_total"),
+                sa.func.max(g.power_limit_watts).label("power_limit"),
+            ).where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
+        )
+        .mappings()
+        .one()
+    )
+    return dict(r)
+
+
+def util_per_minute(
+    conn: sa.Connection, refs: Sequence[GpuRef], start: datetime, end: datetime
+) -> dict[GpuRef, list[float | None]]:
+    """Each GPU's mean utilization per minute of ``[start, end)``, None where no data."""
+    g = gpu_minutes.c
+    minutes = max(1, int((end - start) / MINUTE))
+    series: dict[GpuRef, list[float | None]] = {}
+    for ref in refs:
+        values: list[float | None] = [None] * minutes
+        rows = conn.execute(
+            sa.select(g.minute, g.util_gpu_ratio_sum, g.util_gpu_ratio_n).where(
+                g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end
+            )
+        )
+        for minute, total, n in rows:
+            k = int((_minute(minute, conn.dialect) - start) / MINUTE)
+            if 0 <= k < minutes:
+                values[k] = mean(total, n)
+        series[ref] = values
+    return series
+
+
+def util_bucketed(
+    conn: sa.Connection, refs: Sequence[GpuRef], start: datetime, end: datetime, columns: int
+) -> dict[GpuRef, list[float | None]]:
+    """:func:`downsample` of each GPU's per-minute utilization, done by a GROUP BY in the database.
+
+    A week-long job is ~10,000 minutes per GPU, which cost ~1 s to fetch and average in Python.
+    Minute ``k`` belongs to column ``((k + 1) * columns - 1) // minutes``: the column whose
+    slice ``[c * minutes // columns, (c + 1) * minutes // columns)`` holds it.
+    """
+    g = gpu_minutes.c
+    minutes = max(1, int((end - start) / MINUTE))
+    k = (epoch_seconds(conn, g.minute) - int(start.timestamp())) // 60
+    column = ((k + 1) * columns - 1) // minutes
+    per_minute = sa.case((g.util_gpu_ratio_n > 0, g.util_gpu_ratio_sum / g.util_gpu_ratio_n))
+    series: dict[GpuRef, list[float | None]] = {}
+    for ref in refs:
+        values: list[float | None] = [None] * columns
+        rows = conn.execute(
+            sa.select(column.label("c"), sa.func.avg(per_minute))
+            .where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
+            .group_by(sa.literal_column("c"))
+        )
+        for c, value in rows:
+            if 0 <= int(c) < columns and value is not None:
+                values[int(c)] = float(value)
+        series[ref] = values
+    return series
+
+
+def downsample(values: Sequence[float | None], columns: int = 60) -> list[float | None]:
+    """Mean of each of ``columns`` equal slices (fewer values: unchanged); None: slice has no data."""
+    if len(values) <= columns:
+        return list(values)
+    out: list[float | None] = []
+    for c in range(columns):
+        lo, hi = c * len(values) // columns, (c + 1) * len(values) // columns
+        got = [x for x in values[lo:hi] if x is not None]
+        out.append(sum(got) / len(got) if got else None)
+    return out
+
+
+def chart_series(
+    conn: sa.Connection, job_id: str, refs: Sequence[GpuRef], start: datetime, end: datetime
+) -> tuple[dict[str, dict[GpuRef, Points]], dict[str, Points], dict[str, Points], bool]:
+    """Per-minute series of ``[start, end)``: GPU metrics per GPU (ratios), CPU, network; simulated?
+
+    Only the job's own (node, GPU) pairs are read: a 1-GPU job on an 8-GPU node reads 1/8 of
+    the node's rows.
+    """
+    g, j, n = gpu_minutes.c, job_minutes.c, node_minutes.c
+    wanted = {(ref.node_id, ref.gpu_index): ref for ref in refs}
+    node_ids = sorted({ref.node_id for ref in refs})
+    gpu_rows = (
+        conn.execute(
+            sa.select(gpu_minutes)
+            .where(sa.tuple_(g.node_id, g.gpu_index).in_(sorted(wanted)), g.minute >= start, g.minute < end)
+            .order_by(g.minute)
+        ).mappings()
+        if wanted
+        else []
+    )
+    gpu: dict[str, dict[GpuRef, Points]] = {m: defaultdict(list) for m in GPU_METRICS}
+    simulated = False
+    for r in gpu_rows:
+        ref, t = wanted[(r["node_id"], r["gpu_index"])], _minute(r["minute"], conn.dialect)
+        simulated = simulated or bool(r["simulated"])
+        gpu["util"][ref].append((t, mean(r["util_gpu_ratio_sum"], r["util_gpu_ratio_n"])))
+        gpu["sm"][ref].append((t, mean(r["sm_active_ratio_sum"], r["sm_active_ratio_n"])))
+        gpu["tensor"][ref].append((t, mean(r["tensor_active_ratio_sum"], r["tensor_active_ratio_n"])))
+        used, total = r["memory_used_bytes_max"], r["memory_total_bytes"]
+        gpu["memory"][ref].append((t, used / total if used is not None and total else None))
+        watts, limit = mean(r["power_watts_sum"], r["power_watts_n"]), r["power_limit_watts"]
+        gpu["power"][ref].append((t, watts / limit if watts is not None and limit else None))
+    # CPU as ratios: the job's cgroup against its allocation, the node's busy and iowait
+    cpu: dict[str, Points] = defaultdict(list)
+    job_rows = conn.execute(
+        sa.select(job_minutes).where(j.job_id == job_id, j.minute >= start, j.minute < end).order_by(j.minute)
+    ).mappings()
+    for r in job_rows:
+        used, alloc = mean(r["cpu_used_cores_sum"], r["cpu_used_cores_n"]), r["cpu_allocated_cores"]
+        cpu["job CPU of allocated"].append(
+            (_minute(r["minute"], conn.dialect), used / alloc if used is not None and alloc else None)
+        )
+    network: dict[str, Points] = defaultdict(list)
+    node_rows = (
+        conn.execute(
+            sa.select(node_minutes, nodes.c.name)
+            .join(nodes, nodes.c.id == n.node_id)
+            .where(n.node_id.in_(node_ids), n.minute >= start, n.minute < end)
+            .order_by(n.minute)
+        ).mappings()
+        if node_ids
+        else []
+    )
+    for r in node_rows:
+        t, name = _minute(r["minute"], conn.dialect), r["name"]
+        cpu[f"{name} busy"].append((t, mean(r["busy_ratio_sum"], r["busy_ratio_n"])))
+        cpu[f"{name} iowait"].append((t, mean(r["iowait_ratio_sum"], r["iowait_ratio_n"])))
+        network[f"{name} NIC"].append((t, mean(r["nic_bytes_per_s_sum"], r["nic_bytes_per_s_n"])))
+        if r["ib_bytes_per_s_n"]:
+            network[f"{name} IB"].append((t, mean(r["ib_bytes_per_s_sum"], r["ib_bytes_per_s_n"])))
+    return {m: dict(v) for m, v in gpu.items()}, dict(cpu), dict(network), simulated

@@ -1,0 +1,158 @@
+"""What the classifier last said about each job: every verdict row of its newest evaluation.
+
+An evaluation (one ``evaluated_at`` of a job) holds one verdict per cause seen in each of
+two windows: ``job`` (the whole run) and ``recent`` (the last ``classify.recent_window_s``).
+A window where no cause fired holds one ``healthy`` row. Which row a listing shows, and so
+which GPU-hours wasted every surface reports, is decided here once: :attr:`Evaluation.shown`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch.classify.verdict import Cause
+from gpuwatch.sql.schema import verdicts
+
+HEALTHY = Cause.HEALTHY.value
+#: the window a listing prefers: GPU-hours wasted over the whole run, not a rolling slice of it
+WINDOW_ORDER = ("job", "recent")
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One stored verdict: a cause seen in one window of one evaluation, with its evidence."""
+
+    verdict_id: int
+    job_id: str
+    evaluated_at: datetime
+    window_kind: str
+    window_start: datetime
+    window_end: datetime
+    cause: str
+    confidence: float
+    gpus: int | None
+    gpu_hours: float | None
+    gpu_hours_wasted: float | None
+    mean_util_ratio: float | None
+    summary: str
+    fix: str | None
+    evidence: dict[str, Any]
+    rules_version: str = ""
+
+    @property
+    def is_waste(self) -> bool:
+        return self.cause != HEALTHY
+
+    @property
+    def window_s(self) -> float:
+        return (self.window_end - self.window_start).total_seconds()
+
+
+def _window_rank(kind: str) -> int:
+    return WINDOW_ORDER.index(kind) if kind in WINDOW_ORDER else len(WINDOW_ORDER)
+
+
+def _best_first(row: VerdictRow) -> tuple[int, float, int]:
+    # the classifier stores a window's verdicts best first, so ids break confidence ties by cause
+    return (_window_rank(row.window_kind), -row.confidence, row.verdict_id)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One job's newest evaluation: its verdicts, whole-job window first, each window best first."""
+
+    job_id: str
+    evaluated_at: datetime
+    verdicts: tuple[VerdictRow, ...]
+
+    def window(self, kind: str) -> tuple[VerdictRow, ...]:
+        return tuple(v for v in self.verdicts if v.window_kind == kind)
+
+    @property
+    def shown(self) -> VerdictRow | None:
+        """The verdict a listing shows: the whole-job window's leading one when it is a waste
+        cause, else the recent window's (a job that went idle after a busy start); None when
+        neither window leads with a waste cause."""
+        for kind in WINDOW_ORDER:
+            found = self.window(kind)
+            if found and found[0].is_waste:
+                return found[0]
+        return None
+
+    def of_cause(self, cause: str) -> VerdictRow | None:
+        """The verdict of ``cause``, whole-job window first; None if neither window found it."""
+        return next((v for v in self.verdicts if v.cause == cause), None)
+
+    @property
+    def waste(self) -> tuple[VerdictRow, ...]:
+        """Every waste verdict, :attr:`shown` first, then the rest of its window, then the other."""
+        lead = self.shown
+        if lead is None:
+            return ()
+        rest = [v for v in self.verdicts if v.is_waste and v is not lead]
+        rest.sort(key=lambda v: (v.window_kind != lead.window_kind, _best_first(v)))
+        return (lead, *rest)
+
+
+def latest_select(
+    *, evaluated_since: datetime | None = None, job_ids: Sequence[str] | None = None
+) -> sa.Select[Any]:
+    """The verdict rows of each job's newest evaluation (callers add joins and filters)."""
+    v = verdicts.c
+    latest = sa.select(v.job_id, sa.func.max(v.evaluated_at).label("at")).group_by(v.job_id)
+    if evaluated_since is not None:
+        latest = latest.where(v.evaluated_at >= evaluated_since)
+    if job_ids is not None:
+        latest = latest.where(v.job_id.in_(list(job_ids)))
+    sub = latest.subquery("latest")
+    return sa.select(verdicts).join(sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at))
+
+
+def verdict_of(r: Any) -> VerdictRow:
+    """A :class:`VerdictRow` from a row mapping holding the ``verdicts`` columns."""
+    evidence = r["evidence"]
+    return VerdictRow(
+        verdict_id=r["id"],
+        job_id=r["job_id"],
+        evaluated_at=r["evaluated_at"],
+        window_kind=r["window_kind"],
+        window_start=r["window_start"],
+        window_end=r["window_end"],
+        cause=r["cause"],
+        confidence=float(r["confidence"]),
+        gpus=r["gpus"],
+        gpu_hours=r["gpu_hours"],
+        gpu_hours_wasted=r["gpu_hours_wasted"],
+        mean_util_ratio=r["mean_util_ratio"],
+        summary=r["summary"],
+        fix=r["fix"],
+        evidence=evidence if isinstance(evidence, dict) else {"value": evidence},
+        rules_version=r["rules_version"],
+    )
+
+
+def group_evaluations(rows: Sequence[VerdictRow]) -> dict[str, Evaluation]:
+    """Verdict rows of latest evaluations -> one :class:`Evaluation` per job, rows ordered."""
+    per_job: dict[str, list[VerdictRow]] = {}
+    for row in rows:
+        per_job.setdefault(row.job_id, []).append(row)
+    return {
+        job_id: Evaluation(job_id, found[0].evaluated_at, tuple(sorted(found, key=_best_first)))
+        for job_id, found in per_job.items()
+    }
+
+
+def latest_evaluations(
+    conn: sa.Connection,
+    *,
+    evaluated_since: datetime | None = None,
+    job_ids: Sequence[str] | None = None,
+) -> dict[str, Evaluation]:
+    """Each job's newest evaluation (optionally: only those at or after ``evaluated_since``)."""
+    query = latest_select(evaluated_since=evaluated_since, job_ids=job_ids)
+    return group_evaluations([verdict_of(r) for r in conn.execute(query).mappings()])

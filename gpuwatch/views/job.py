@@ -1,0 +1,221 @@
+"""What one job did: its Slurm facts, each GPU's means, a utilization timeline, charts, verdicts.
+
+The one answer behind ``gpuwatch job ID`` and the web view's job page. The job's GPUs and
+span come from the classifier's :func:`~gpuwatch.classify.features.load_scope` (Slurm's
+allocation, else the agents' attribution), so the page shows exactly the GPUs the verdicts
+judged. The run window is whole minutes from the job's start to its end (or ``now``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from gpuwatch.classify.features import GpuRef, JobScope, load_scope
+from gpuwatch.sql.rollups import floor_minute
+from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
+from gpuwatch.views import _job_series as series
+from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
+from gpuwatch.views.evaluations import Evaluation, latest_evaluations
+from gpuwatch.views.jobs import display_id, run_seconds
+
+__all__ = ["GPU_METRICS", "GpuSummary", "JobCharts", "JobInfo", "JobView", "downsample", "job_view"]
+
+#: the timeline's default width, in columns
+TIMELINE_COLUMNS = 60
+#: at most this much of a job is charted per minute (its last day)
+MAX_CHART_SPAN = timedelta(hours=24)
+#: the window of a job without a known start: the hour before its end
+NO_START_SPAN = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The job as Slurm (or, without a Slurm row, the agents' attribution) knows it."""
+
+    job_id: str  # what users type: "18_1" for an array task
+    raw_job_id: str
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str | None
+    start_at: datetime | None
+    end_at: datetime | None
+    duration_s: int | None
+    cpus: int | None
+    #: where the GPUs come from: "job_gpus" (Slurm), "attribution" (agents) or "none"
+    gpu_source: str
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """One GPU of the job over its run: means of ratios (0..1), bytes and watts."""
+
+    node: str
+    gpu_index: int
+    samples: int
+    util_gpu_mean: float | None
+    sm_active_mean: float | None
+    tensor_active_mean: float | None
+    memory_used_bytes_max: int | None
+    memory_total_bytes: int | None
+    power_watts_mean: float | None
+    power_limit_watts: float | None
+
+
+@dataclass(frozen=True)
+class JobCharts:
+    """Per-minute series of the job's last :data:`MAX_CHART_SPAN`, for charts."""
+
+    start: datetime
+    end: datetime
+    #: metric (:data:`GPU_METRICS`) -> GPU -> points; ratios 0..1
+    gpu: dict[str, dict[GpuRef, Points]]
+    #: the job's CPU use of its allocation, each node's busy and iowait (ratios)
+    cpu: dict[str, Points]
+    #: each node's NIC and InfiniBand bytes per second
+    network: dict[str, Points]
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: JobInfo
+    gpu_refs: tuple[GpuRef, ...]
+    #: the run window: first minute, exclusive end minute
+    start: datetime
+    end: datetime
+    gpus: tuple[GpuSummary, ...]
+    #: GPU -> mean utilization per column of the run window (``columns`` wide, or per minute)
+    timeline: dict[GpuRef, list[float | None]]
+    column_s: float
+    evaluation: Evaluation | None
+    simulated: bool
+    charts: JobCharts | None = field(default=None)
+
+    @property
+    def minutes(self) -> int:
+        return max(1, int((self.end - self.start).total_seconds() // 60))
+
+
+def resolve_job(conn: sa.Connection, text: str) -> str | None:
+    """A job id as users type it (``18_1`` for an array task) -> the stored job id, or None."""
+    j = slurm_jobs.c
+    if conn.execute(sa.select(j.job_id).where(j.job_id == text)).first():
+        return text
+    if "_" in text:
+        array, task = text.split("_", 1)
+        found = conn.execute(
+            sa.select(j.job_id).where(j.array_job_id == array, j.array_task_id == task)
+        ).scalar()
+        if found:
+            return found
+    for table in (verdicts, attribution_samples):
+        if conn.execute(sa.select(table.c.job_id).where(table.c.job_id == text).limit(1)).first():
+            return text
+    return None
+
+
+def _gpu_summary(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime) -> GpuSummary:
+    r = series.gpu_totals(conn, ref, start, end)
+    return GpuSummary(
+        node=ref.node,
+        gpu_index=ref.gpu_index,
+        samples=int(r["samples"] or 0),
+        util_gpu_mean=series.mean(r["util_s"], r["util_n"]),
+        sm_active_mean=series.mean(r["sm_s"], r["sm_n"]),
+        tensor_active_mean=series.mean(r["tensor_s"], r["tensor_n"]),
+        memory_used_bytes_max=None if r["mem_max"] is None else int(r["mem_max"]),
+        memory_total_bytes=None if r["mem_total"] is None else int(r["mem_total"]),
+        power_watts_mean=series.mean(r["power_s"], r["power_n"]),
+        power_limit_watts=r["power_limit"],
+    )
+
+
+def job_view(
+    engine: sa.Engine | sa.Connection,
+    job_id: str,
+    now: datetime,
+    *,
+    columns: int | None = TIMELINE_COLUMNS,
+    charts: bool = False,
+) -> JobView | None:
+    """Everything known about ``job_id`` (as users type it) at ``now``; None for an unknown job.
+
+    ``columns``: the timeline is at most that many columns wide (each the mean of its slice of
+    the run, computed in the database: a week-long job is ~10,000 minutes per GPU); a shorter
+    job gets one column per minute, and so does every job with ``columns=None``.
+    ``charts``: also the per-minute series of the job's last day (the web view's charts).
+    """
+    if isinstance(engine, sa.Connection):
+        return _job_view(engine, job_id, now, columns, charts)
+    with engine.connect() as conn:
+        return _job_view(conn, job_id, now, columns, charts)
+
+
+def _job_view(
+    conn: sa.Connection, text: str, now: datetime, columns: int | None, charts: bool
+) -> JobView | None:
+    stored = resolve_job(conn, text)
+    if stored is None:
+        return None
+    # a job known only from its verdicts (its Slurm row and attribution gone) still shows them
+    scope = load_scope(conn, stored) or JobScope(stored, None, None, None, None, None, (), "none")
+    slurm = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == stored)).mappings().first()
+    stop = now if scope.end is None else min(scope.end, now)
+    end = floor_minute(stop) + series.MINUTE
+    start = floor_minute(scope.start) if scope.start is not None else end - NO_START_SPAN
+    refs = scope.gpus
+    minutes = max(1, int((end - start) / series.MINUTE))
+    if columns is not None and minutes > columns:
+        timeline = series.util_bucketed(conn, refs, start, end, columns)
+    else:
+        timeline = series.util_per_minute(conn, refs, start, end)
+    width = len(next(iter(timeline.values()), [])) or min(minutes, columns or minutes)
+    found = latest_evaluations(conn, job_ids=[stored]).get(stored)
+    job_charts, simulated = None, False
+    if charts:
+        chart_start = max(start, end - MAX_CHART_SPAN)
+        gpu, cpu, network, simulated = series.chart_series(conn, stored, refs, chart_start, end)
+        job_charts = JobCharts(chart_start, end, gpu, cpu, network)
+    else:
+        simulated = _any_simulated(conn, refs, start, end)
+    info = JobInfo(
+        job_id=display_id(stored, slurm["array_job_id"], slurm["array_task_id"]) if slurm else stored,
+        raw_job_id=stored,
+        name=slurm["name"] if slurm else None,
+        user=slurm["user_name"] if slurm else None,
+        account=slurm["account"] if slurm else None,
+        partition=slurm["partition"] if slurm else None,
+        state=scope.state,
+        start_at=scope.start,
+        end_at=scope.end,
+        duration_s=run_seconds(scope.start, scope.end, scope.state, now),
+        cpus=scope.cpus,
+        gpu_source=scope.gpu_source,
+    )
+    return JobView(
+        job=info,
+        gpu_refs=refs,
+        start=start,
+        end=end,
+        gpus=tuple(_gpu_summary(conn, ref, start, end) for ref in refs),
+        timeline=timeline,
+        column_s=round(minutes * 60 / width, 3),
+        evaluation=found,
+        simulated=simulated,
+        charts=job_charts,
+    )
+
+
+def _any_simulated(conn: sa.Connection, refs: tuple[GpuRef, ...], start: datetime, end: datetime) -> bool:
+    g = gpu_minutes.c
+    pairs = sorted({(ref.node_id, ref.gpu_index) for ref in refs})
+    if not pairs:
+        return False
+    query = sa.select(g.minute).where(
+        sa.tuple_(g.node_id, g.gpu_index).in_(pairs), g.minute >= start, g.minute < end, g.simulated.is_(True)
+    )
+    return conn.execute(query.limit(1)).first() is not None

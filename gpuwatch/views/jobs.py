@@ -1,0 +1,264 @@
+"""Which Slurm jobs ran, on which GPUs, and how busy those were: ``gpuwatch jobs``.
+
+Also the job facts every listing shares, so they are worked out once: the id users type
+(:func:`display_id`), seconds run (:func:`run_seconds`) and the job filters
+(:func:`apply_job_filters`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch.clock import utcnow
+from gpuwatch.slurm.model import TERMINAL_STATES, normalize_state
+from gpuwatch.sql.jobs import CHUNK
+from gpuwatch.sql.schema import attribution_samples, gpu_samples, job_gpus, nodes, slurm_jobs
+from gpuwatch.sql.types import UtcDateTime
+
+
+def _chunks(items: Sequence[Any], size: int = CHUNK) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def run_seconds(start: datetime | None, end: datetime | None, state: str | None, now: datetime) -> int | None:
+    """Seconds a job has run at ``now``: to ``now`` while running (or state unknown), else to its end."""
+    if start is None:
+        return None
+    running = state is None or state not in TERMINAL_STATES
+    stop = now if running or end is None else min(end, now)
+    return max(0, int((stop - start).total_seconds()))
+
+
+def display_id(job_id: str, array_job_id: str | None, array_task_id: Any) -> str:
+    """The id users type: ``<array job>_<task>`` for an array task, else Slurm's job id."""
+    if array_job_id and array_task_id is not None:
+        return f"{array_job_id}_{array_task_id}"
+    return job_id
+
+
+@dataclass(frozen=True)
+class JobFilters:
+    """What ``gpuwatch jobs`` (and the HTTP API later) can ask for; None = no filter.
+
+    ``since``: jobs that were running at or after this time (not ended before it).
+    ``states``: upper-case Slurm states, any of them. New filters go here and into
+    :func:`jobs_query`; the CLI maps its options onto this one object.
+    """
+
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    node: str | None = None
+    states: tuple[str, ...] = ()
+    since: datetime | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job as ``gpuwatch jobs`` shows it."""
+
+    job_id: str
+    display_id: str
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str | None
+    submit_at: datetime | None
+    start_at: datetime | None
+    end_at: datetime | None
+    #: seconds run: start to now (running) or to its end (finished); see :func:`run_seconds`
+    duration_s: int | None
+    nodes: list[str]
+    gpus: int | None
+    #: ``node:index`` of every GPU the job held (Slurm's allocation, else the agents' attribution)
+    gpu_list: list[str] = field(default_factory=list)
+    #: mean ``util_gpu_ratio`` of its GPUs' samples inside the job's run time; None: no samples
+    mean_util_ratio: float | None = None
+    util_samples: int = 0
+    #: where the GPUs and samples were matched from: "slurm" (job_gpus), "agent" (attribution)
+    matched_by: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def jobs_query(
+    engine: sa.Engine | sa.Connection, filters: JobFilters | None = None, *, now: datetime | None = None
+) -> list[JobSummary]:
+    """Jobs matching ``filters``, newest start first (pending last), with GPUs and utilization.
+
+    Utilization is the mean of ``gpu_samples.util_gpu_ratio`` over the job's GPUs from
+    ``job_gpus``, samples with ``start_at <= ts < coalesce(end_at, now)``. A job with no
+    ``job_gpus`` rows (seen only by ``sacct``, or the sync is off) falls back to the agents'
+    ``attribution_samples``, matched to ``gpu_samples`` of the same node, GPU and time stamp
+    (both come from one agent cycle).
+    """
+    filters = filters or JobFilters()
+    now = now or utcnow()
+    if isinstance(engine, sa.Connection):
+        return _jobs_query(engine, filters, now)
+    with engine.connect() as conn:
+        return _jobs_query(conn, filters, now)
+
+
+def apply_job_filters(stmt: Any, f: Any) -> Any:
+    """The job filters every listing shares (``gpuwatch jobs``, ``--low-util``), on ``slurm_jobs``.
+
+    ``f`` has ``user``, ``account``, ``partition``, ``states``, ``node`` and ``since``
+    (:class:`JobFilters`, ``LowUtilFilters``). ``since`` keeps jobs still running, or whose
+    state is unknown, or that ended at or after it.
+    """
+    j = slurm_jobs.c
+    if f.user:
+        stmt = stmt.where(j.user_name == f.user)
+    if f.account:
+        stmt = stmt.where(j.account == f.account)
+    if f.partition:
+        stmt = stmt.where(j.partition == f.partition)
+    if f.states:
+        stmt = stmt.where(j.state.in_([normalize_state(s) or s for s in f.states]))
+    if f.node:
+        # nodes is a JSON list of names; '"name"' matches one element exactly on both dialects
+        stmt = stmt.where(sa.cast(j.nodes, sa.Text).like(f'%"{_like_escape(f.node)}"%', escape="\\"))
+    if f.since is not None:
+        stmt = stmt.where(
+            sa.or_(
+                j.end_at.is_(None),
+                j.end_at >= f.since,
+                j.state.is_(None),
+                j.state.not_in(sorted(TERMINAL_STATES)),
+            )
+        )
+    return stmt
+
+
+def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSummary]:
+    j = slurm_jobs.c
+    stmt = apply_job_filters(sa.select(slurm_jobs), f)
+    stmt = stmt.order_by(j.start_at.is_(None), j.start_at.desc(), j.job_id.desc())
+    if f.limit:
+        stmt = stmt.limit(f.limit)
+    rows = conn.execute(stmt).mappings().all()
+    ids = [r["job_id"] for r in rows]
+    slurm_gpus, slurm_util = _by_job_gpus(conn, ids, now)
+    missing = [i for i in ids if i not in slurm_gpus]
+    agent_gpus, agent_util = _by_attribution(conn, missing) if missing else ({}, {})
+    out = []
+    for r in rows:
+        job_id = r["job_id"]
+        if job_id in slurm_gpus:
+            gpu_list, (mean, n), matched = slurm_gpus[job_id], slurm_util.get(job_id, (None, 0)), "slurm"
+        elif job_id in agent_gpus:
+            gpu_list, (mean, n), matched = agent_gpus[job_id], agent_util.get(job_id, (None, 0)), "agent"
+        else:
+            gpu_list, mean, n, matched = [], None, 0, None
+        start, end = r["start_at"], r["end_at"]
+        duration = run_seconds(start, end, r["state"], now)
+        display = display_id(job_id, r["array_job_id"], r["array_task_id"])
+        out.append(
+            JobSummary(
+                job_id=job_id,
+                display_id=display,
+                name=r["name"],
+                user=r["user_name"],
+                account=r["account"],
+                partition=r["partition"],
+                state=r["state"],
+                submit_at=r["submit_at"],
+                start_at=start,
+                end_at=end,
+                duration_s=duration if duration is not None else r["elapsed_s"],
+                nodes=list(r["nodes"] or []),
+                gpus=r["gpus"],
+                gpu_list=gpu_list,
+                mean_util_ratio=mean,
+                util_samples=n,
+                matched_by=matched,
+                exit_code=r["exit_code"],
+                exit_signal=r["exit_signal"],
+            )
+        )
+    return out
+
+
+def _gpu_label(node: str, index: int) -> str:
+    return f"{node}:{index}"
+
+
+def _by_job_gpus(
+    conn: sa.Connection, ids: Sequence[str], now: datetime
+) -> tuple[dict[str, list[str]], dict[str, tuple[float | None, int]]]:
+    """GPUs from ``job_gpus`` and the mean utilization of their samples in the job's run time."""
+    gpus: dict[str, list[str]] = defaultdict(list)
+    util: dict[str, tuple[float | None, int]] = {}
+    j, g, s = slurm_jobs.c, job_gpus.c, gpu_samples.c
+    end = sa.func.coalesce(j.end_at, sa.literal(now, UtcDateTime))
+    for chunk in _chunks(list(ids)):
+        for job_id, node, idx in conn.execute(
+            sa.select(g.job_id, g.node, g.gpu_index).where(g.job_id.in_(chunk)).order_by(g.node, g.gpu_index)
+        ):
+            gpus[job_id].append(_gpu_label(node, idx))
+        stmt = (
+            sa.select(g.job_id, sa.func.avg(s.util_gpu_ratio), sa.func.count(s.util_gpu_ratio))
+            .select_from(job_gpus)
+            .join(slurm_jobs, j.job_id == g.job_id)
+            .join(nodes, nodes.c.name == g.node)
+            .join(
+                gpu_samples,
+                sa.and_(
+                    s.node_id == nodes.c.id,
+                    s.gpu_index == g.gpu_index,
+                    s.ts >= j.start_at,
+                    s.ts < end,
+                ),
+            )
+            .where(g.job_id.in_(chunk))
+            .group_by(g.job_id)
+        )
+        for job_id, mean, n in conn.execute(stmt):
+            util[job_id] = (float(mean) if mean is not None else None, int(n))
+    return dict(gpus), util
+
+
+def _by_attribution(
+    conn: sa.Connection, ids: Sequence[str]
+) -> tuple[dict[str, list[str]], dict[str, tuple[float | None, int]]]:
+    """GPUs and utilization from the agents' attribution samples (jobs without ``job_gpus``)."""
+    gpus: dict[str, list[str]] = {}
+    util: dict[str, tuple[float | None, int]] = {}
+    a, s = attribution_samples.c, gpu_samples.c
+    for chunk in _chunks(list(ids)):
+        found: dict[str, set[tuple[str, int]]] = defaultdict(set)
+        for job_id, node, idx in conn.execute(
+            sa.select(a.job_id, nodes.c.name, a.gpu_index)
+            .join(nodes, nodes.c.id == a.node_id)
+            .where(a.job_id.in_(chunk))
+            .distinct()
+        ):
+            found[job_id].add((node, int(idx)))
+        for job_id, pairs in found.items():
+            gpus[job_id] = [_gpu_label(n, i) for n, i in sorted(pairs)]
+        stmt = (
+            sa.select(a.job_id, sa.func.avg(s.util_gpu_ratio), sa.func.count(s.util_gpu_ratio))
+            .select_from(attribution_samples)
+            .join(
+                gpu_samples,
+                sa.and_(s.node_id == a.node_id, s.gpu_index == a.gpu_index, s.ts == a.ts),
+            )
+            .where(a.job_id.in_(chunk))
+            .group_by(a.job_id)
+        )
+        for job_id, mean, n in conn.execute(stmt):
+            util[job_id] = (float(mean) if mean is not None else None, int(n))
+    return gpus, util

@@ -1,0 +1,50 @@
+"""The throttled rule: clocks held down by heat, a hardware slowdown or a clock setting — not by
+the power limiter of a GPU at full load (an H200 at its default 700 W reads sw_power_cap)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch.classify.rules import throttled
+from gpuwatch.classify.verdict import Cause, Verdict
+from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
+
+from .window import gpu, window
+
+
+def test_power_limiter_alone_is_not_throttling() -> None:
+    at_limit = gpu(throttled_samples=360, throttled_share=1.0, clock_limited_share=0.0)  # run3's healthy
+    assert throttled.rule(window(gpus=(at_limit,)), T) is None
+
+
+def test_thermal_slowdown() -> None:
+    hot = gpu(throttled_share=0.9, clock_limited_share=0.9, temperature_max_celsius=92.0)
+    v = throttled.rule(window(gpus=(hot,)), T)
+    assert isinstance(v, Verdict) and v.cause is Cause.THROTTLED and v.confidence == 0.8
+    assert "thermal, up to 92 °C" in v.summary
+
+
+def test_hardware_slowdown_at_a_cool_temperature() -> None:
+    slowed = gpu(throttled_share=0.8, clock_limited_share=0.8, power_ratio=0.5)
+    v = throttled.rule(window(gpus=(slowed,)), T)
+    assert isinstance(v, Verdict) and v.confidence == 0.7 and "hardware slowdown" in v.summary
+    assert v.gpu_hours_wasted == 0.0  # the node's problem, not the job's waste
+
+
+@pytest.mark.parametrize(
+    ("share", "fires"), [(T.throttled_share_ratio - 0.01, False), (T.throttled_share_ratio, True)]
+)
+def test_the_share_threshold(share: float, fires: bool) -> None:
+    v = throttled.rule(window(gpus=(gpu(throttled_share=share, clock_limited_share=share),)), T)
+    assert isinstance(v, Verdict) is fires
+
+
+def test_an_idle_gpu_is_never_throttled() -> None:
+    idle = gpu(throttled_share=1.0, clock_limited_share=1.0, idle=True, util_mean=0.0)
+    assert throttled.rule(window(gpus=(idle,)), T) is None
+
+
+def test_one_slowed_gpu_of_two() -> None:
+    slowed = gpu(gpu="n1/gpu1", throttled_share=0.7, clock_limited_share=0.7)
+    v = throttled.rule(window(gpu_count=2, gpus=(gpu(), slowed)), T)
+    assert isinstance(v, Verdict) and v.evidence["signals"]["throttled_share"] == {"n1/gpu1": 0.7}
