@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.cli.render import Column, OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, render
 from gpuwatch.clock import utcnow
 from gpuwatch.views import (
     SORTS,
@@ -185,14 +185,7 @@ def job_rows(engine: Any, filters: JobFilters, now: datetime) -> list[dict[str, 
 
 
 @click.command("jobs")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in OutputFormat]),
-    default=OutputFormat.TABLE.value,
-    show_default=True,
-    help="Output as a table for people, or JSON/CSV for tools.",
-)
+@FORMAT_OPTION
 @click.option("--user", help="Only this user's jobs.")
 @click.option("--account", help="Only jobs of this Slurm account.")
 @click.option("--partition", help="Only jobs in this partition.")
