@@ -313,6 +313,7 @@ class AmdSmiBackend(GpuBackend):
                 dev.polls.append(reading)
 
     def _read_cheap(self, dev: _Device) -> _Poll:
+        """The 1 s readings (amdsmi serves them from the card's gpu_metrics table)."""
         am = self._am
         activity = self._call(dev, "amdsmi_get_gpu_activity")
         gfx_pct = first_number(activity, ("gfx_activity",))
