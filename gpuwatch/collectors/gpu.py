@@ -8,8 +8,9 @@ helpers (:func:`util_stats`, :func:`order_reasons`) so a simulated duty cycle re
 a real one would.
 
 ``gpu.backend`` picks the backend (:func:`make_backend`): ``auto`` uses NVML when
-``nvmlInit`` succeeds and otherwise disables the collector, saying why once in the log; a
-node without NVIDIA GPUs is "no data", not a failure.
+``nvmlInit`` succeeds, else :mod:`~gpuwatch.collectors.amdsmi_backend` when amdsmi finds an
+AMD GPU, and otherwise disables the collector, saying why once in the log; a node without
+GPUs is "no data", not a failure.
 """
 
 from __future__ import annotations
@@ -219,8 +220,14 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
             )
         except (OSError, ValueError) as exc:
             raise GpuBackendUnavailable(f"gpu.activity_file {config.activity_file}: {exc}") from exc
+    from gpuwatch.collectors.amdsmi_backend import AmdSmiBackend  # imports amdsmi only when started
     from gpuwatch.collectors.nvml_backend import NvmlBackend
 
+    if config.backend is GpuBackendKind.AMDSMI:
+        try:
+            return AmdSmiBackend(poll_interval_s=config.poll_interval_s)
+        except GpuBackendUnavailable as exc:
+            raise GpuBackendUnavailable(f"gpu.backend = 'amdsmi' but amdsmi cannot start: {exc}") from exc
     try:
         # gpu.watch_events (XID event thread) defaults to on while config.py has no such key
         return NvmlBackend(
@@ -229,9 +236,13 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
     except GpuBackendUnavailable as exc:
         if config.backend is GpuBackendKind.NVML:
             raise GpuBackendUnavailable(f"gpu.backend = 'nvml' but NVML cannot start: {exc}") from exc
+        nvml_reason = exc
+    try:  # auto: AMD GPUs next
+        return AmdSmiBackend(poll_interval_s=config.poll_interval_s)
+    except GpuBackendUnavailable as exc:
         if not _auto_disabled_logged:
             _auto_disabled_logged = True
-            log.info("no NVIDIA GPU/driver found (%s); GPU collector disabled", exc)
+            log.info("no NVIDIA GPU/driver (%s) nor AMD GPU (%s); GPU collector disabled", nvml_reason, exc)
         return None
 
 
