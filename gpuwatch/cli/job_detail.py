@@ -201,7 +201,10 @@ def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, 
         from gpuwatch.cli.plot import COLOUR_NAMES, write_chart
 
         series = list((d["timeline"] or {}).get("series", {}).items())
-        write_chart(plot, [values for _, values in series])
+        try:
+            write_chart(plot, [values for _, values in series])
+        except OSError as exc:  # a folder that does not exist, no permission, a full disk
+            raise click.ClickException(f"cannot write --plot {plot}: {exc.strerror or exc}") from None
         legend = ", ".join(
             f"{label}={COLOUR_NAMES[i % len(COLOUR_NAMES)]}" for i, (label, _) in enumerate(series)
         )

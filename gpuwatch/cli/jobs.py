@@ -92,9 +92,27 @@ def parse_since(text: str) -> timedelta:
     return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+def parse_states(text: str | None) -> tuple[str, ...]:
+    """``RUNNING,PD`` -> ``("RUNNING", "PENDING")``; a word Slurm does not know is refused."""
+    from gpuwatch.slurm.model import JOB_STATES, normalize_state
+
+    states = []
+    for word in (w.strip() for w in (text or "").split(",")):
+        if not word:
+            continue
+        state = normalize_state(word)
+        if state not in JOB_STATES:
+            raise click.BadParameter(
+                f"{word!r} is not a Slurm job state (e.g. RUNNING, PENDING, COMPLETED or R, PD, CD)",
+                param_hint="--state",
+            )
+        states.append(state)
+    return tuple(states)
+
+
 def filters_from_options(options: dict[str, Any], now: datetime) -> JobFilters:
     """The command's options as the query's filters."""
-    states = tuple(s.strip().upper() for s in (options.get("state") or "").split(",") if s.strip())
+    states = parse_states(options.get("state"))
     return JobFilters(
         user=options.get("user"),
         account=options.get("account"),
@@ -167,16 +185,21 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: what an empty table says instead
+NO_JOBS = "no jobs match (widen --since, or drop a filter)"
+
+
 def render_jobs(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> str:
     if fmt is OutputFormat.TABLE:
-        return render([for_people(r) for r in rows], COLUMNS, fmt, title=title)
+        return render([for_people(r) for r in rows], COLUMNS, fmt, title=title, empty=NO_JOBS)
     return render(rows, COLUMNS, fmt)
 
 
 def render_low_util(found: list[LowUtilJob], fmt: OutputFormat, title: str) -> str:
     rows = [low_util_row(job) for job in found]
     if fmt is OutputFormat.TABLE:
-        return render([for_people(r) for r in rows], columns(LOW_UTIL_TABLE_KEYS), fmt, title=title)
+        table_columns = columns(LOW_UTIL_TABLE_KEYS)
+        return render([for_people(r) for r in rows], table_columns, fmt, title=title, empty=NO_JOBS)
     return render(rows, LOW_UTIL_COLUMNS, fmt)
 
 

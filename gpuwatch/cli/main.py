@@ -43,12 +43,22 @@ class Context:
                 raise click.ClickException(str(exc)) from None
         return self._settings
 
-    def engine(self):  # type: ignore[no-untyped-def]
-        """One engine per command, disposed when the command ends (no pooled sockets left open)."""
-        from gpuwatch.sql.engine import create_engine
+    def engine(self, *, create: bool = False):  # type: ignore[no-untyped-def]
+        """One engine per command, disposed when the command ends (no pooled sockets left open).
+
+        Only a command that makes the schema (``create``) may bring a new SQLite file into being:
+        a read command on a mistyped path says so instead of creating an empty database there.
+        """
+        from gpuwatch.sql.engine import create_engine, missing_sqlite_file
 
         if self._engine is None:
-            self._engine = create_engine(self.settings.database.url, echo=self.settings.database.echo)
+            url = self.settings.database.url
+            missing = None if create else missing_sqlite_file(url)
+            if missing is not None:
+                raise click.ClickException(
+                    f"no database at {missing} (check --db / GPUWATCH_DB; `gpuwatch db upgrade` creates one)"
+                )
+            self._engine = create_engine(url, echo=self.settings.database.echo)
             click.get_current_context().call_on_close(self._engine.dispose)
         return self._engine
 
@@ -304,7 +314,7 @@ def token_create(ctx: Context, node: str, output: Path | None) -> None:
         Batch.model_validate({"node": node, "agent_version": "x", "samples": []})
     except Exception:
         raise click.ClickException(f"invalid node name {node!r}") from None
-    engine = ctx.engine()
+    engine = ctx.engine(create=True)
     migrate.upgrade(engine)
     value = create_token(engine, node)
     if output:
@@ -330,7 +340,7 @@ def db_upgrade(ctx: Context, revision: str) -> None:
     """Upgrade the schema to REVISION (default: head)."""
     from gpuwatch.sql import migrate
 
-    engine = ctx.engine()
+    engine = ctx.engine(create=True)
     migrate.upgrade(engine, revision)
     click.echo(f"database at revision {migrate.current_revision(engine)}")
 
@@ -425,10 +435,26 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 
 
 def main() -> None:
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
     try:
         cli(standalone_mode=True)
     except KeyboardInterrupt:
         sys.exit(130)
+    except DBAPIError as exc:  # unreachable server, refused login, missing database, ...
+        click.echo(f"Error: database: {database_problem(exc)}", err=True)
+        sys.exit(1)
+    except ArgumentError as exc:  # a URL SQLAlchemy cannot parse
+        click.echo(f"Error: database URL: {exc}", err=True)
+        sys.exit(1)
+
+
+def database_problem(exc: BaseException) -> str:
+    """The driver's own first line (``connection ... failed: Connection refused``), without
+    SQLAlchemy's wrapping, the SQL or the background link."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    return lines[0] if lines else type(orig).__name__
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
@@ -58,9 +59,26 @@ def _human(value: Any) -> str:
     return str(value)
 
 
+#: table width when the output is no terminal and ``COLUMNS`` is unset (a pipe, a file, a test)
+PIPE_WIDTH = 200
+
+
+def table_width() -> int:
+    """``COLUMNS``, else the terminal's width, else :data:`PIPE_WIDTH` (JSON and CSV have none)."""
+    return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns
+
+
 def render(
-    rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: OutputFormat, *, title: str = ""
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[Column],
+    fmt: OutputFormat,
+    *,
+    title: str = "",
+    empty: str = "",
 ) -> str:
+    """The rows in ``fmt``; a table of no rows is ``empty`` instead, when given (JSON stays ``[]``)."""
+    if fmt is OutputFormat.TABLE and not rows and empty:
+        return empty
     if fmt is OutputFormat.JSON:
         return json.dumps([{k: _plain(r.get(k)) for k, _ in columns} for r in rows], indent=2)
     if fmt is OutputFormat.CSV:
@@ -75,6 +93,6 @@ def render(
         table.add_column(header)
     for r in rows:
         table.add_row(*(_human(r.get(k)) for k, _ in columns))
-    console = Console(file=io.StringIO(), width=200, force_terminal=False, color_system=None)
+    console = Console(file=io.StringIO(), width=table_width(), force_terminal=False, color_system=None)
     console.print(table)
     return console.file.getvalue().rstrip("\n")  # type: ignore[attr-defined]

@@ -1,8 +1,9 @@
 """The ``gpu`` collector and the factory that picks its backend.
 
 ``gpu.backend`` picks the backend (:func:`make_backend`): ``auto`` uses NVML when
-``nvmlInit`` succeeds and otherwise disables the collector, saying why once in the log; a
-node without NVIDIA GPUs is "no data", not a failure. The backends themselves implement
+``nvmlInit`` succeeds, else :mod:`~gpuwatch.collectors.amdsmi_backend` when amdsmi finds an
+AMD GPU, and otherwise disables the collector, saying why once in the log; a node without
+GPUs is "no data", not a failure. The backends themselves implement
 :class:`~gpuwatch.collectors.gpu_backend.GpuBackend`.
 """
 
@@ -86,16 +87,26 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
             )
         except (OSError, ValueError) as exc:
             raise GpuBackendUnavailable(f"gpu.activity_file {config.activity_file}: {exc}") from exc
+    from gpuwatch.collectors.amdsmi_backend import AmdSmiBackend  # imports amdsmi only when started
     from gpuwatch.collectors.nvml_backend import NvmlBackend
 
+    if config.backend is GpuBackendKind.AMDSMI:
+        try:
+            return AmdSmiBackend(poll_interval_s=config.poll_interval_s)
+        except GpuBackendUnavailable as exc:
+            raise GpuBackendUnavailable(f"gpu.backend = 'amdsmi' but amdsmi cannot start: {exc}") from exc
     try:
         return NvmlBackend(poll_interval_s=config.poll_interval_s, watch_events=config.watch_events)
     except GpuBackendUnavailable as exc:
         if config.backend is GpuBackendKind.NVML:
             raise GpuBackendUnavailable(f"gpu.backend = 'nvml' but NVML cannot start: {exc}") from exc
+        nvml_reason = exc
+    try:  # auto: AMD GPUs next
+        return AmdSmiBackend(poll_interval_s=config.poll_interval_s)
+    except GpuBackendUnavailable as exc:
         if not _auto_disabled_logged:
             _auto_disabled_logged = True
-            log.info("no NVIDIA GPU/driver found (%s); GPU collector disabled", exc)
+            log.info("no NVIDIA GPU/driver (%s) nor AMD GPU (%s); GPU collector disabled", nvml_reason, exc)
         return None
 
 

@@ -41,8 +41,9 @@ class ConfigError(Exception):
 class GpuBackendKind(str, Enum):
     """Where GPU readings come from."""
 
-    AUTO = "auto"  # NVML if it initialises, else none (said once in the log)
+    AUTO = "auto"  # NVML if it initialises, else amdsmi, else none (said once in the log)
     NVML = "nvml"  # real NVML; failing to initialise is an error
+    AMDSMI = "amdsmi"  # AMD GPUs through amdsmi (extra gpuwatch[amd]); failing to start is an error
     SIM = "sim"  # the seeded simulated device model
     NONE = "none"  # GPU collector disabled
     REPLAY = "replay"  # a JSONL recording (gpuwatch agent --record) played back: gpu.replay_file

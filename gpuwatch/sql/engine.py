@@ -47,5 +47,15 @@ def create_engine(url: str, *, echo: bool = False) -> sa.Engine:
     )
 
 
+def missing_sqlite_file(url: str) -> Path | None:
+    """The path of a SQLite URL's file when it does not exist yet; None for PostgreSQL, memory
+    or an existing file."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    path = Path(parsed.database).expanduser()
+    return None if path.exists() else path
+
+
 def is_postgres(engine: sa.Engine | sa.Connection) -> bool:
     return engine.dialect.name == "postgresql"

@@ -125,7 +125,7 @@ def input_bound(ctx: RunContext) -> dict[str, Any]:
 
     if ctx.cuda:
         return train(ctx, _plan(ctx, workers=min(8, cpu_count()), preprocess_ms=8.0))
-    return train(ctx, _plan(ctx, workers=cpu_count(), threads=1, preprocess_ms=20.0))
+    return train(ctx, _plan(ctx, workers=cpu_count(), threads=1, preprocess_ms=40.0))
 
 
 @scenario("small-batch")

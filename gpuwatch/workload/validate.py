@@ -494,9 +494,14 @@ class Harness:
             )
             agent.start_sender()
             try:
-                clock["now"] = v0
+                # the simulated bridge replays the stream from its second 0; a real GPU can only be
+                # read as it is now, so its cycles start at the present (after the start-up)
+                first = 0 if self.simulated else math.floor(stream_now() / (AGENT_INTERVAL_S / scale))
+                clock["now"] = v0 + timedelta(seconds=first * AGENT_INTERVAL_S)
                 agent.cycle()  # the first cycle only starts the rate counters
-                end_t = self._drive(agent, clock, proc, activity, v0, scale, lag, stream_now, name)
+                end_t = self._drive(
+                    agent, clock, proc, activity, v0, scale, lag, stream_now, name, first_cycle=first
+                )
             finally:
                 tracker.stop()
                 agent.drain(60)
@@ -571,13 +576,15 @@ class Harness:
         lag: float,
         stream_now: Callable[[], float],
         name: str,
+        first_cycle: int = 0,
     ) -> float:
-        """Agent cycles every AGENT_INTERVAL_S virtual seconds up to the stream's end; its end (stream s)."""
+        """Agent cycles every AGENT_INTERVAL_S virtual seconds after ``first_cycle`` up to the
+        stream's end; its end (stream s)."""
         from gpuwatch.collectors.activity_stream import read_stream
 
         step = AGENT_INTERVAL_S / scale  # stream seconds per cycle
         expected_end = self.duration_s + 5.0
-        k = 0
+        k = first_cycle
         while True:
             k += 1
             s = k * step

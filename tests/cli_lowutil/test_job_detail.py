@@ -111,3 +111,12 @@ def test_timeline_bucketed_in_the_database_matches_downsample(classified) -> Non
                         assert all(abs(a - b) < 1e-9 for a, b in pairs if a is not None)
     finally:
         engine.dispose()
+
+
+def test_png_plot_into_a_missing_folder_is_one_line(classified, tmp_path) -> None:
+    url, built = classified
+    png = tmp_path / "no" / "such" / "job.png"
+    result = CliRunner().invoke(cli, ["--db", url, "job", job_of(built, "input-cpu-saturated"), "--at", AT,
+                                      "--plot", str(png)])  # fmt: skip
+    assert (result.exit_code == 1 and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert f"cannot write --plot {png}" in result.output and "No such file or directory" in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
@@ -27,8 +28,10 @@ def settings(**gpu_options: object) -> Settings:
 
 @pytest.fixture(autouse=True)
 def _fresh_auto_log(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test sees the 'GPU collector disabled' line as if the agent just started."""
+    """Each test sees the 'GPU collector disabled' line as if the agent just started, on a
+    host without amdsmi (``auto`` tries it after NVML; tests/gpu/test_amdsmi_backend.py)."""
     monkeypatch.setattr(gpu, "_auto_disabled_logged", False)
+    monkeypatch.setitem(sys.modules, "amdsmi", None)
 
 
 @pytest.fixture
@@ -77,7 +80,7 @@ def test_auto_without_nvml_library_disables_and_logs_once(caplog: pytest.LogCapt
     lines = [r for r in caplog.records if "GPU collector disabled" in r.getMessage()]
     assert len(lines) == 1
     assert lines[0].levelno == logging.INFO
-    assert lines[0].getMessage().startswith("no NVIDIA GPU/driver found (")
+    assert lines[0].getMessage().startswith("no NVIDIA GPU/driver (")
 
 
 def test_auto_with_driver_not_loaded(no_driver: FakeNvml, caplog: pytest.LogCaptureFixture) -> None:
@@ -85,7 +88,10 @@ def test_auto_with_driver_not_loaded(no_driver: FakeNvml, caplog: pytest.LogCapt
         assert gpu.gpu_collector(settings(backend="auto")) is None
         assert gpu.gpu_collector(settings(backend="auto")) is None
     messages = [r.getMessage() for r in caplog.records if "GPU collector disabled" in r.getMessage()]
-    assert messages == ["no NVIDIA GPU/driver found (Driver Not Loaded); GPU collector disabled"]
+    assert messages == [
+        "no NVIDIA GPU/driver (Driver Not Loaded) nor AMD GPU "
+        "(amdsmi is not installed (pip install 'gpuwatch[amd]')); GPU collector disabled"
+    ]
 
 
 def test_nvml_required_but_missing_is_an_error(no_driver: FakeNvml) -> None:
