@@ -439,6 +439,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "gpuwatch.cli.trace_import",
     "gpuwatch.cli.demo",
     "gpuwatch.cli.processes",
+    "gpuwatch.cli.report",
 )
 
 
