@@ -82,7 +82,7 @@ class Agent:
         self._now = now
         self._once_gap_s = once_gap_s
         self._idle_poll_s = idle_poll_s
-        self._seq = spool.next_seq if spool is not None else 0
+        self._seq = 0  # the sequence of an agent without a spool (``--once``)
         self._stop_sender = threading.Event()
         self._wake = threading.Event()
         self._sender: threading.Thread | None = None
@@ -133,9 +133,11 @@ class Agent:
     def collect_batch(self) -> Batch:
         """Run every collector once and build the batch, with the agent's own health sample.
 
-        ``seq`` continues the spool's sequence, so a gap the daemon sees in it is a batch the
-        spool dropped (or the one cycle a crash lost).
+        ``seq`` is reserved in the spool before the collectors run (persisted there, never given
+        twice), so a gap the daemon sees in it is a batch the spool dropped or a cycle a crash
+        lost.
         """
+        seq = self._reserve_seq()
         now = self._now()
         runs = [run_collector(collector, now) for collector in self.collectors]
         errors = {run.name: run.error for run in runs if run.error is not None}
@@ -148,11 +150,16 @@ class Agent:
             collector_errors=errors or None,
             collector_seconds={run.name: run.seconds for run in runs} or None,
         )
-        seq = max(self._seq, spool.next_seq) if spool is not None else self._seq
-        self._seq = seq + 1
         samples = [sample for run in runs for sample in run.samples]
         samples.append(health)
         return Batch(node=self.config.node, agent_version=__version__, seq=seq, samples=samples)
+
+    def _reserve_seq(self) -> int:
+        """The spool's next sequence number (durably used up), or a count of its own without one."""
+        if self.spool is not None:
+            return self.spool.reserve_seq()
+        self._seq += 1
+        return self._seq - 1
 
     def cycle(self) -> Batch | None:
         """One sample cycle: collect, then spool (the sender is woken). Never raises."""
@@ -162,7 +169,7 @@ class Agent:
                 self.metrics.update(batch)
             if self.spool is not None:
                 body = wire_v2.encode(batch, self.config.wire_format)
-                self.spool.put(body, batch_id=str(batch.batch_id))
+                self.spool.put(body, batch_id=str(batch.batch_id), seq=batch.seq)
                 self._wake.set()
             return batch
         except Exception as exc:  # one bad cycle must not end the agent
