@@ -196,7 +196,17 @@ class DaemonConfig(_Section):
         ge=1024,
         description=(
             "Bytes of request bodies one process holds at once (read, parsed, queued, storing; "
-            "~6x that in memory); more gets 503 with Retry-After (a replay storm after an outage)."
+            "~6x that in memory); more gets 503 with Retry-After (a replay storm after an outage). "
+            "Counted as bytes arrive, chunked bodies included."
+        ),
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds a request body may take to arrive in full; a slower one gets 408 and its bytes "
+            "are released (a slow client cannot hold its share of max_inflight_bytes for long)."
         ),
     )
     http_parser: Literal["auto", "httptools", "h11"] = Field(

@@ -52,7 +52,7 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
     app.state.writer = writer
     ingest_log = IngestLog(each_request=settings.daemon.log_each_request)
     app.state.ingest_log = ingest_log
-    admission = Admission(settings.daemon.max_inflight_bytes)
+    admission = Admission(settings.daemon.max_inflight_bytes, body_timeout_s=settings.daemon.body_timeout_s)
     app.state.admission = admission
     app.router.lifespan_context = _lifespan(writer, ingest_log)
     app.include_router(
