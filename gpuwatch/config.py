@@ -93,6 +93,24 @@ class AgentConfig(_Section):
     push_timeout_s: float = Field(10.0, gt=0)
     backoff_initial_s: float = Field(1.0, gt=0)
     backoff_max_s: float = Field(300.0, gt=0)
+    probe_interval_s: float = Field(
+        2.0,
+        gt=0,
+        le=300,
+        description=(
+            "While backing off from an outage, the daemon's /healthz is asked this often (0.5-1.5x); "
+            "an answer after a failed probe ends the back-off."
+        ),
+    )
+    recovery_jitter_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description=(
+            "Once a probe sees the daemon answer again, the agent sends after uniform(0, this): "
+            "the cluster's agents come back spread over this window, not in one burst."
+        ),
+    )
     bundle_max_batches: int = Field(
         64,
         ge=1,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +23,45 @@ from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import queries
 from gpuwatch.sql.ingest import BatchStore
+
+
+class DatabaseCheck:
+    """Whether the database answers a ``SELECT 1``, asked at most once per ``ttl_s``.
+
+    ``/healthz`` is what agents probe while they back off from an outage, a thousand of them
+    every few seconds: one check serves them all, and while one is running (a database that
+    does not answer can take its connect timeout) the others get the last verdict at once
+    instead of each holding a thread.
+    """
+
+    def __init__(
+        self, engine: sa.Engine, ttl_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._engine = engine
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._checked_at = float("-inf")
+        self._error: str | None = None
+
+    def __call__(self) -> str | None:
+        """None when the database answers, else the name of the error it gave."""
+        if self._clock() - self._checked_at < self._ttl_s or not self._lock.acquire(blocking=False):
+            return self._error
+        try:
+            self._error = self._ask()
+            self._checked_at = self._clock()
+            return self._error
+        finally:
+            self._lock.release()
+
+    def _ask(self) -> str | None:
+        try:
+            with self._engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except sa.exc.SQLAlchemyError as exc:
+            return type(exc).__name__
+        return None
 
 
 def _lifespan(writer: IngestWriter, ingest_log: IngestLog):  # type: ignore[no-untyped-def]
@@ -71,14 +113,16 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
 
     app.include_router(build_web_router(settings, engine))
 
+    database_check = DatabaseCheck(engine)
+
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
-        """200 when the database answers, 503 otherwise (for load balancers and systemd)."""
-        try:
-            with engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
-        except sa.exc.SQLAlchemyError as exc:
-            return JSONResponse({"status": "unavailable", "db": type(exc).__name__}, status_code=503)
+        """200 when the daemon can take batches (its database answers), 503 otherwise: for load
+        balancers, systemd, and agents probing while they back off. No token; at most one
+        database round trip a second however many ask."""
+        error = database_check()
+        if error is not None:
+            return JSONResponse({"status": "unavailable", "db": error}, status_code=503)
         return JSONResponse({"status": "ok", "db": "ok", "version": __version__})
 
     @app.get("/api/v1/nodes", tags=["read"])
