@@ -31,6 +31,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterator
 
 from fastapi import HTTPException
 from prometheus_client import Counter, Gauge
+from starlette.requests import ClientDisconnect
 
 INFLIGHT_BYTES = Gauge(
     "gpuwatch_daemon_ingest_inflight_bytes", "Bytes of ingest request bodies held now (this process)."
@@ -81,6 +82,18 @@ class BodyTimeout(HTTPException):
                 f"request body not received within {timeout_s:g} s (daemon.body_timeout_s); "
                 f"{received} bytes had arrived"
             ),
+            headers=_CLOSE,
+        )
+
+
+class BodyAbandoned(HTTPException):
+    """The client closed the connection before its body was complete: nobody reads the answer;
+    it is counted and logged as a refusal (one line, not an unhandled disconnect)."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(
+            status_code=400,
+            detail=f"the client closed the connection after {received} bytes of its body",
             headers=_CLOSE,
         )
 
@@ -166,4 +179,6 @@ class Admission:
             await asyncio.wait_for(read_all(), self.body_timeout_s)
         except asyncio.TimeoutError:
             raise BodyTimeout(self.body_timeout_s, size) from None
+        except ClientDisconnect:
+            raise BodyAbandoned(size) from None
         return b"".join(received)

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 import requests
 import sqlalchemy as sa
+from starlette.requests import ClientDisconnect
 
 from gpuwatch.config import load_settings
-from gpuwatch.daemon.admission import Admission, BodyTimeout, BodyTooLarge, Busy
+from gpuwatch.daemon.admission import Admission, BodyAbandoned, BodyTimeout, BodyTooLarge, Busy
 from gpuwatch.daemon.server import BackgroundServer
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.wire import utcnow
@@ -89,6 +90,22 @@ def test_a_body_that_stops_arriving_is_408_and_releases_its_bytes():
             await _read(admission, _chunks(500, stall=True))
         assert slow.value.status_code == 408 and slow.value.headers == {"Connection": "close"}
         assert "daemon.body_timeout_s" in slow.value.detail and "500 bytes" in slow.value.detail
+        assert admission.inflight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_client_gone_mid_body_is_a_refusal_not_an_unhandled_error():
+    admission = Admission(max_bytes=1 << 20)
+
+    async def gone() -> AsyncIterator[bytes]:
+        yield b"x" * 300
+        raise ClientDisconnect()
+
+    async def scenario() -> None:
+        with pytest.raises(BodyAbandoned) as abandoned:
+            await _read(admission, gone())
+        assert abandoned.value.status_code == 400 and "after 300 bytes" in abandoned.value.detail
         assert admission.inflight == 0
 
     asyncio.run(scenario())
