@@ -45,15 +45,21 @@ class DatabaseCheck:
         self._error: str | None = None
 
     def __call__(self) -> str | None:
-        """None when the database answers, else the name of the error it gave."""
-        if self._clock() - self._checked_at < self._ttl_s or not self._lock.acquire(blocking=False):
+        """None when the database answers, else the name of the error it gave (the first call
+        waits for an answer; later ones never wait for another's)."""
+        never = self._checked_at == float("-inf")
+        if not self._stale() or not self._lock.acquire(blocking=never):
             return self._error
         try:
-            self._error = self._ask()
-            self._checked_at = self._clock()
+            if self._stale():  # not refreshed by the check this call waited for
+                self._error = self._ask()
+                self._checked_at = self._clock()
             return self._error
         finally:
             self._lock.release()
+
+    def _stale(self) -> bool:
+        return self._clock() - self._checked_at >= self._ttl_s
 
     def _ask(self) -> str | None:
         try:
