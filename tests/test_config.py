@@ -43,6 +43,7 @@ def test_toml_env_and_overrides(tmp_path, monkeypatch):
         ("[agent]\nbogus = 1\n", "agent.bogus"),
         ('[gpu]\nbackend = "cuda"\n', "gpu.backend"),
         ('[daemon]\nlisten = "8470"\n', "daemon.listen"),
+        ("[daemon]\nbody_timeout_s = 0\n", "daemon.body_timeout_s"),
         ('[database]\nurl = "mysql://x"\n', "database.url"),
         ('[agent]\ndaemon_url = "ftp://x"\n', "agent.daemon_url"),
         ("[agent\n", "cannot read config"),

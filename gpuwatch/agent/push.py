@@ -50,6 +50,11 @@ _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
 _NOT_CONNECTED = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)
 #: how long v2 batches go as v1 after a daemon answered 404 to v2 (then v2 is tried again)
 V1_FALLBACK_S = 600
+#: the longest a health probe waits for its answer (a probe is asked every few seconds)
+PROBE_TIMEOUT_S = 5.0
+#: answers that say the daemon (or its database) is not taking batches at all, as opposed to
+#: refusing this agent or asking it to wait (``Retry-After``)
+_DOWN_STATUSES = frozenset({502, 503, 504})
 
 TokenSource = str | Callable[[], str | None] | None
 
@@ -76,6 +81,14 @@ class PushResult:
     #: timeout or a connection lost after connecting, a 5xx): a merged batch then goes again
     #: as the same batch (same id), so that a stored one comes back ``duplicate``
     maybe_stored: bool = False
+
+
+def daemon_down(result: PushResult) -> bool:
+    """Whether a failed push says the daemon is down or cannot store (no connection, no answer,
+    502/503/504 without ``Retry-After``): then its coming back is worth watching for."""
+    if result.outcome is not Outcome.RETRY or result.retry_after_s is not None:
+        return False
+    return result.status is None or result.status in _DOWN_STATUSES
 
 
 def parse_retry_after(value: str | None, now: Callable[[], datetime] = utcnow) -> float | None:
@@ -201,6 +214,7 @@ class Pusher:
         self.urls = {version: f"{base}/api/v{version}/ingest/{node_part}" for version in (1, 2)}
         self.url = self.urls[1]
         self.bundle_url = f"{self.url}/bundle"
+        self.health_url = f"{base}/healthz"
         self.timeout_s = timeout_s
         self._token = token
         self._pool = pool or _pool_for(self.url)
@@ -226,6 +240,25 @@ class Pusher:
             return self.send(body)
         self._report(result)
         return result
+
+    def probe(self) -> PushResult:
+        """``GET /healthz`` (no token, no body): OK when the daemon says it can take batches.
+        Cheap enough to ask every few seconds while backing off; never raises."""
+        try:
+            response = self._pool.request(
+                "GET",
+                self.health_url,
+                headers={"User-Agent": f"gpuwatch-agent/{__version__}"},
+                timeout=urllib3.Timeout(total=min(self.timeout_s, PROBE_TIMEOUT_S)),
+                redirect=False,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return PushResult(Outcome.RETRY, None, f"no answer from {self.health_url}: {type(exc).__name__}")
+        if response.status == 200:
+            return PushResult(Outcome.OK, 200, "healthy")
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        reason = f"HTTP {response.status} from {self.health_url}"
+        return PushResult(Outcome.RETRY, response.status, reason, retry_after)
 
     def _as_daemon_takes(self, bodies: list[bytes]) -> tuple[int, list[bytes]]:
         """The wire format to send ``bodies`` in (all of one format) and the bodies in it."""

@@ -8,14 +8,18 @@ Two threads, joined only through the on-disk :class:`~gpuwatch.agent.spool.Spool
   and writes it to the spool before anything else happens to it;
 * the sender thread sends the oldest spooled batch (a backlog merged into one batch, or as
   a bundle) and acks, rejects or backs off (exponential, full jitter; after a
-  ``Retry-After``, 1-1.5x it), never blocking sampling.
+  ``Retry-After``, 1-1.5x it), never blocking sampling. Backing off from an outage it probes
+  the daemon's ``/healthz`` and sends within seconds of it answering
+  (:mod:`gpuwatch.agent.recovery`).
 
 So a crash at any point loses at most the cycle still in memory, and an outage of the
-daemon costs only spool space.
+daemon costs only spool space. A clean stop (:meth:`Agent.drain`, then :meth:`Agent.close`)
+makes one more attempt at once, even in the middle of a back-off.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import math
@@ -28,7 +32,8 @@ from pathlib import Path
 
 from gpuwatch import __version__
 from gpuwatch.agent import merge
-from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult
+from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult, daemon_down
+from gpuwatch.agent.recovery import ENDED_PROBE, BackoffWait, Recovery
 from gpuwatch.agent.spool import Spool, SpooledBatch
 from gpuwatch.clock import utcnow
 from gpuwatch.collectors.base import Collector, run_collector
@@ -78,14 +83,20 @@ class Agent:
         self.collectors = list(collectors)
         self.spool = spool
         self.pusher = pusher
+        rng = rng or random.Random()
         self.backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s, rng)
+        self.recovery = Recovery(
+            self._probe, clock, self._pause, rng, self.config.probe_interval_s, self.config.recovery_jitter_s
+        )
         self._clock = clock
         self._sleep = sleep
         self._now = now
         self._once_gap_s = once_gap_s
         self._idle_poll_s = idle_poll_s
-        self._seq = spool.next_seq if spool is not None else 0
+        self._seq = 0  # the sequence of an agent without a spool (``--once``)
         self._stop_sender = threading.Event()
+        #: cuts a back-off short: set by close (then the sender stops) and drain (one attempt now)
+        self._interrupt = threading.Event()
         self._wake = threading.Event()
         self._sender: threading.Thread | None = None
         self._logged: set[str] = set()
@@ -99,6 +110,10 @@ class Agent:
         self.retried_sends = 0
         self.bundles_sent = 0
         self.merged_sends = 0
+        self.probes = 0
+        self.recoveries = 0  # back-offs cut short by a probe that saw the daemon back
+        #: the last back-off waits, newest last (what was probed, how each ended)
+        self.waits: collections.deque[BackoffWait] = collections.deque(maxlen=64)
         #: batches up to this spool seq go unmerged: a batch merged from them was refused
         self._unmerged_through = -1
         #: the spool files of the last merged batch while it is retried after an answer that may
@@ -135,9 +150,11 @@ class Agent:
     def collect_batch(self) -> Batch:
         """Run every collector once and build the batch, with the agent's own health sample.
 
-        ``seq`` continues the spool's sequence, so a gap the daemon sees in it is a batch the
-        spool dropped (or the one cycle a crash lost).
+        ``seq`` is reserved in the spool before the collectors run (persisted there, never given
+        twice), so a gap the daemon sees in it is a batch the spool dropped or a cycle a crash
+        lost.
         """
+        seq = self._reserve_seq()
         now = self._now()
         runs = [run_collector(collector, now) for collector in self.collectors]
         errors = {run.name: run.error for run in runs if run.error is not None}
@@ -150,11 +167,16 @@ class Agent:
             collector_errors=errors or None,
             collector_seconds={run.name: run.seconds for run in runs} or None,
         )
-        seq = max(self._seq, spool.next_seq) if spool is not None else self._seq
-        self._seq = seq + 1
         samples = [sample for run in runs for sample in run.samples]
         samples.append(health)
         return Batch(node=self.config.node, agent_version=__version__, seq=seq, samples=samples)
+
+    def _reserve_seq(self) -> int:
+        """The spool's next sequence number (durably used up), or a count of its own without one."""
+        if self.spool is not None:
+            return self.spool.reserve_seq()
+        self._seq += 1
+        return self._seq - 1
 
     def cycle(self) -> Batch | None:
         """One sample cycle: collect, then spool (the sender is woken). Never raises."""
@@ -164,7 +186,7 @@ class Agent:
                 self.metrics.update(batch)
             if self.spool is not None:
                 body = wire_v2.encode(batch, self.config.wire_format)
-                self.spool.put(body, batch_id=str(batch.batch_id))
+                self.spool.put(body, batch_id=str(batch.batch_id), seq=batch.seq)
                 self._wake.set()
             return batch
         except Exception as exc:  # one bad cycle must not end the agent
@@ -391,13 +413,47 @@ class Agent:
                 result = self.send_one()
             except Exception as exc:  # e.g. an unreadable spool file; keep the thread alive
                 self._log_once(logging.ERROR, f"sender failed: {type(exc).__name__}: {exc}", exc_info=True)
-                if self._sleep(stop, self.backoff.next_delay()):
+                if self._pause(self.backoff.next_delay()) and self._resume():
                     return
                 continue
             if result is None:
                 self._wake.wait(self._idle_poll_s)
-            elif result.outcome is Outcome.RETRY and self._sleep(stop, self.retry_delay(result)):
+            elif result.outcome is Outcome.RETRY and self._back_off(result):
                 return
+
+    def _back_off(self, failed: PushResult) -> bool:
+        """Wait before the next attempt after ``failed`` (probing the daemon when it looked down);
+        True when the sender is to stop."""
+        woken = bool(self.waits) and self.waits[-1].ended == ENDED_PROBE
+        wait = self.recovery.wait(
+            self.retry_delay(failed), probing=daemon_down(failed), seen_down=daemon_down(failed) and not woken
+        )
+        self.waits.append(wait)
+        if wait.ended == ENDED_PROBE:
+            self.recoveries += 1
+            log.info(
+                "daemon answers again (%s): sending after %.1f s instead of the %.0f s back-off",
+                self.pusher.health_url if self.pusher else "/healthz",
+                wait.jitter_s or 0.0,
+                wait.backoff_s,
+            )
+        return self._resume()
+
+    def _probe(self) -> PushResult:
+        assert self.pusher is not None
+        self.probes += 1
+        return self.pusher.probe()
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` (the injected sleep); True when cut short by a stop or a drain."""
+        return self._sleep(self._interrupt, seconds)
+
+    def _resume(self) -> bool:
+        """After a pause: True when the sender is to stop; a drain's interruption is used up."""
+        if self._stop_sender.is_set():
+            return True
+        self._interrupt.clear()
+        return False
 
     def _waiting_for_more(self) -> bool:
         """With ``agent.push_every`` = N > 1, the sender holds back until N batches wait.
@@ -425,7 +481,12 @@ class Agent:
         return self.last_push is None or self.last_push.outcome is not Outcome.RETRY
 
     def drain(self, timeout_s: float) -> bool:
-        """Wait (real time) until the spool is empty; True if it emptied within ``timeout_s``."""
+        """Wait (real time) until the spool is empty; True if it emptied within ``timeout_s``.
+
+        A sender in the middle of a back-off makes one attempt at once (a clean stop would
+        otherwise leave everything spooled, however soon the daemon came back).
+        """
+        self._interrupt.set()
         deadline = time.monotonic() + timeout_s
         while self.spool is not None and len(self.spool):
             if time.monotonic() >= deadline:
@@ -447,6 +508,7 @@ class Agent:
         self._closed = True
         self._flush_held()
         self._stop_sender.set()
+        self._interrupt.set()
         self._wake.set()
         if self._sender is not None:
             self._sender.join(timeout=self.config.push_timeout_s + 5.0)

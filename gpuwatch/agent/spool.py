@@ -21,9 +21,12 @@ What is guaranteed, and what each failure loses:
   deleted at the next open). :meth:`put` returns only after the batch is durable; a crash
   before that loses only that batch. An ack's unlink is not fsync()ed: a power loss just
   after it can bring the batch back, and it is sent again (harmless duplicate).
-* The sequence number survives restarts: the next one is the larger of ``state.json``'s
-  ``next_seq`` and the highest file name (pending or rejected) plus one, so order holds
-  even if the spool was emptied before a restart.
+* A sequence number is never given twice, crash or not: :meth:`reserve_seq` (and
+  :meth:`put` without one) writes ``next_seq`` past it to ``state.json`` durably before
+  returning it, so a batch lost to a crash while it is collected or written leaves a gap the
+  daemon sees. At open the next one is the larger of ``state.json``'s ``next_seq`` and the
+  highest file name (pending or rejected) plus one, so order holds even if ``state.json`` is
+  lost. The cost is a second small durable write per batch.
 * Daemon outage: nothing is lost while the spool has room; batches are replayed oldest
   first once the daemon answers. When a new batch would push the spool past ``max_bytes``,
   the OLDEST batches are deleted to make room and counted in the persistent
@@ -57,7 +60,6 @@ import logging
 import os
 import re
 import threading
-import time
 from contextlib import suppress
 from dataclasses import dataclass
 from itertools import islice
@@ -69,8 +71,6 @@ log = logging.getLogger(__name__)
 
 TMP_PREFIX = ".tmp-"
 STATE_FILE = "state.json"
-#: the state file is rewritten at least this often while batches flow (see _write_state_if_due)
-STATE_EVERY_S = 60.0
 LOCK_FILE = "lock"
 REJECTED_DIR = "rejected"
 REASON_SUFFIX = ".reason"
@@ -197,7 +197,7 @@ class Spool:
         self._dropped_total = 0
         self._rejected_dropped_total = 0
         self._disk_full_streak = 0
-        self._state_written_at = float("-inf")
+        self._state_failing = False
         self._lock_fd: int | None = None
         self._open()
 
@@ -257,18 +257,9 @@ class Spool:
             log.warning("spool %s: unreadable %s (%s); counters restart from 0", self.dir, STATE_FILE, exc)
             return {}
 
-    def _write_state_if_due(self) -> None:
-        """The state after a plain put, at most every STATE_EVERY_S: a second durable write per
-        batch doubled the spool's cost, and nothing depends on it. Counter changes (drops)
-        write at once; ``next_seq`` is also derived from the batch files at open, so a crash
-        with an empty spool can at worst re-use the seqs of the last STATE_EVERY_S (seq is
-        informational; batch ids, which dedupe, are UUIDs)."""
-        if time.monotonic() - self._state_written_at >= STATE_EVERY_S:
-            self._write_state()
-
     def _write_state(self) -> None:
-        """Persist counters; a failure is logged, never raised (the batch files carry the order)."""
-        self._state_written_at = time.monotonic()
+        """Persist ``next_seq`` and the counters; a failure is logged (once while it lasts, as on a
+        full disk), never raised: the batch files still carry the order."""
         state = {
             "version": 1,
             "next_seq": self._next_seq,
@@ -278,7 +269,11 @@ class Spool:
         try:
             _write_durable(self.dir / STATE_FILE, json.dumps(state).encode())
         except OSError as exc:
-            log.error("spool %s: cannot write %s: %s", self.dir, STATE_FILE, exc)
+            level = logging.DEBUG if self._state_failing else logging.ERROR
+            log.log(level, "spool %s: cannot write %s: %s", self.dir, STATE_FILE, exc)
+            self._state_failing = True
+            return
+        self._state_failing = False
 
     def close(self) -> None:
         """Persist the state and release the directory lock so another process may open the spool."""
@@ -331,17 +326,30 @@ class Spool:
 
     # ----------------------------------------------------------------- queue
 
-    def put(self, batch_json: bytes, batch_id: str | None = None) -> Path | None:
-        """Durably enqueue one serialized batch; None when it had to be dropped.
+    def reserve_seq(self) -> int:
+        """The next sequence number, persisted as used before it is returned: a crash before its
+        batch is in the spool leaves it unused for good, a gap the daemon sees."""
+        with self._lock:
+            return self._claim(self._next_seq)
 
-        Always consumes a sequence number, so a dropped batch leaves a gap in the order.
+    def _claim(self, seq: int) -> int:
+        """Make ``seq`` used: ``next_seq`` moves past it, durably, if it is not past it yet."""
+        if seq >= self._next_seq:
+            self._next_seq = seq + 1
+            self._write_state()
+        return seq
+
+    def put(self, batch_json: bytes, batch_id: str | None = None, seq: int | None = None) -> Path | None:
+        """Durably enqueue one serialized batch as ``seq`` (from :meth:`reserve_seq`; a new one
+        if None); None when it had to be dropped.
+
+        Always consumes the sequence number, so a dropped batch leaves a gap in the order.
         Never raises OSError: a full disk or an I/O error is logged and counted.
         """
         name_id = _safe_id(batch_id if batch_id is not None else _batch_id_of(batch_json))
         size = len(batch_json)
         with self._lock:
-            seq = self._next_seq
-            self._next_seq += 1
+            seq = self._claim(self._next_seq if seq is None else seq)
             name = f"{seq:020d}-{name_id}.json"
             path = self.dir / name
             if size > self.max_bytes:
@@ -365,7 +373,6 @@ class Spool:
                 return None
             self._pending[name] = size
             self._bytes += size
-            self._write_state_if_due()
             return path
 
     def _write_batch(self, path: Path, data: bytes) -> bool:

@@ -246,7 +246,8 @@ def jobs(ctx: Context, fmt: str, **options: Any) -> None:
     """
     from gpuwatch.sql import migrate
 
-    parse_since(options["since"])  # a bad value fails before the database is opened
+    parse_since(options["since"])  # bad values fail before the database is opened
+    parse_states(options.get("state"))
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")

@@ -431,6 +431,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "gpuwatch.cli.trace_import",
     "gpuwatch.cli.demo",
     "gpuwatch.cli.processes",
+    "gpuwatch.cli.report",
 )
 
 

@@ -91,6 +91,24 @@ class AgentConfig(Section):
     push_timeout_s: float = Field(10.0, gt=0)
     backoff_initial_s: float = Field(1.0, gt=0)
     backoff_max_s: float = Field(300.0, gt=0)
+    probe_interval_s: float = Field(
+        2.0,
+        gt=0,
+        le=300,
+        description=(
+            "While backing off from an outage, the daemon's /healthz is asked this often (0.5-1.5x); "
+            "an answer after a failed probe ends the back-off."
+        ),
+    )
+    recovery_jitter_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description=(
+            "Once a probe sees the daemon answer again, the agent sends after uniform(0, this): "
+            "the cluster's agents come back spread over this window, not in one burst."
+        ),
+    )
     bundle_max_batches: int = Field(
         64,
         ge=1,
@@ -190,7 +208,17 @@ class DaemonConfig(Section):
         ge=1024,
         description=(
             "Bytes of request bodies one process holds at once (read, parsed, queued, storing; "
-            "~6x that in memory); more gets 503 with Retry-After (a replay storm after an outage)."
+            "~6x that in memory); more gets 503 with Retry-After (a replay storm after an outage). "
+            "Counted as bytes arrive, chunked bodies included."
+        ),
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds a request body may take to arrive in full; a slower one gets 408 and its bytes "
+            "are released (a slow client cannot hold its share of max_inflight_bytes for long)."
         ),
     )
     http_parser: Literal["auto", "httptools", "h11"] = Field(

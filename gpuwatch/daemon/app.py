@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +23,51 @@ from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.views.nodes import node_summaries
+
+
+class DatabaseCheck:
+    """Whether the database answers a ``SELECT 1``, asked at most once per ``ttl_s``.
+
+    ``/healthz`` is what agents probe while they back off from an outage, a thousand of them
+    every few seconds: one check serves them all, and while one is running (a database that
+    does not answer can take its connect timeout) the others get the last verdict at once
+    instead of each holding a thread.
+    """
+
+    def __init__(
+        self, engine: sa.Engine, ttl_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._engine = engine
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._checked_at = float("-inf")
+        self._error: str | None = None
+
+    def __call__(self) -> str | None:
+        """None when the database answers, else the name of the error it gave (the first call
+        waits for an answer; later ones never wait for another's)."""
+        never = self._checked_at == float("-inf")
+        if not self._stale() or not self._lock.acquire(blocking=never):
+            return self._error
+        try:
+            if self._stale():  # not refreshed by the check this call waited for
+                self._error = self._ask()
+                self._checked_at = self._clock()
+            return self._error
+        finally:
+            self._lock.release()
+
+    def _stale(self) -> bool:
+        return self._clock() - self._checked_at >= self._ttl_s
+
+    def _ask(self) -> str | None:
+        try:
+            with self._engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except sa.exc.SQLAlchemyError as exc:
+            return type(exc).__name__
+        return None
 
 
 def _lifespan(writer: IngestWriter, ingest_log: IngestLog):  # type: ignore[no-untyped-def]
@@ -52,7 +100,7 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
     app.state.writer = writer
     ingest_log = IngestLog(each_request=settings.daemon.log_each_request)
     app.state.ingest_log = ingest_log
-    admission = Admission(settings.daemon.max_inflight_bytes)
+    admission = Admission(settings.daemon.max_inflight_bytes, body_timeout_s=settings.daemon.body_timeout_s)
     app.state.admission = admission
     app.router.lifespan_context = _lifespan(writer, ingest_log)
     app.include_router(
@@ -71,14 +119,16 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
 
     app.include_router(build_web_router(settings, engine))
 
+    database_check = DatabaseCheck(engine)
+
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
-        """200 when the database answers, 503 otherwise (for load balancers and systemd)."""
-        try:
-            with engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
-        except sa.exc.SQLAlchemyError as exc:
-            return JSONResponse({"status": "unavailable", "db": type(exc).__name__}, status_code=503)
+        """200 when the daemon can take batches (its database answers), 503 otherwise: for load
+        balancers, systemd, and agents probing while they back off. No token; at most one
+        database round trip a second however many ask."""
+        error = database_check()
+        if error is not None:
+            return JSONResponse({"status": "unavailable", "db": error}, status_code=503)
         return JSONResponse({"status": "ok", "db": "ok", "version": __version__})
 
     @app.get("/api/v1/nodes", tags=["read"])

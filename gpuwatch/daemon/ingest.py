@@ -14,11 +14,12 @@ code   when                                                        agent does
 403    node not registered; the token belongs to another node;     retries, logs
        the batch names another node than the URL
 413    body larger than ``daemon.max_batch_bytes``                 keeps in rejected/
+408    body not all there within ``daemon.body_timeout_s``         retries
 400    not JSON, or an unsupported ``schema_version``              keeps in rejected/
 422    JSON that is not a valid batch; samples stamped beyond      keeps in rejected/
        ``daemon.max_future_skew_s``; a batch the database
        itself refuses, twice (``daemon/writer.py``)
-503    database unavailable                                        retries
+503    database unavailable; the daemon busy (``admission.py``)    retries
 200    ``stored`` or ``duplicate`` (batch id seen before)          deletes from spool
 =====  ==========================================================  ==================
 
@@ -145,20 +146,10 @@ def _declared_length(request: Request, limit: int) -> int | None:
     return int(declared)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _fail(413, f"body exceeds the limit of {limit} bytes (daemon.max_batch_bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _admitted_body(request: Request, limit: int, admission: Admission):  # type: ignore[no-untyped-def]
-    """The body within ``admission`` (503 with Retry-After when the daemon holds too much)."""
-    return admission.body(_declared_length(request, limit), lambda: _read_body(request, limit))
+    """The body within ``admission``, counted as it arrives (503 with Retry-After when the daemon
+    holds too much, 413 past ``limit``, 408 when it comes too slowly)."""
+    return admission.body(_declared_length(request, limit), request.stream(), limit)
 
 
 #: wire format version -> its batch model; each has its own endpoints, /api/v{version}/ingest

@@ -28,6 +28,14 @@ from typing import Any
 log = logging.getLogger("gpuwatch.daemon.ingest")
 
 
+def p99_of(ms: list[float]) -> float:
+    """The 99th percentile among the minute's latencies, interpolated between them (inclusive):
+    the exclusive method extrapolates past the slowest of a handful of requests."""
+    if len(ms) < 2:
+        return ms[0]
+    return statistics.quantiles(ms, n=100, method="inclusive")[98]
+
+
 class IngestLog:
     """Per-process tally of accepted requests, logged every ``every_s``.
 
@@ -107,7 +115,7 @@ class IngestLog:
         now = self._clock()
         if self._requests or self._shed or self._unavailable:
             ms = sorted(self._ms) or [0.0]
-            p99 = statistics.quantiles(ms, n=100)[98] if len(ms) > 1 else ms[0]
+            p99 = p99_of(ms)
             log.info(
                 "ingest summary",
                 extra={

@@ -10,7 +10,8 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 * :func:`cluster_overview` — every GPU's last hour, and the GPUs busy, idle and wasted now;
 * :func:`waste_in_period` — the GPU-hours each job wasted in a period, per cause;
 * :func:`idle_jobs` — which running jobs have held only idle GPUs, and since when;
-* :func:`node_summaries` — which nodes report, with their GPUs and sample counts.
+* :func:`node_summaries` — which nodes report, with their GPUs and sample counts;
+* :func:`usage_report` — GPU-hours held and wasted per user, account or partition.
 """
 
 from gpuwatch.views.evaluations import Evaluation, VerdictRow, latest_evaluations
@@ -20,6 +21,7 @@ from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
 from gpuwatch.views.lowutil import SORTS, LowUtilFilters, LowUtilJob, low_util_jobs
 from gpuwatch.views.nodes import NodeSummary, node_summaries
 from gpuwatch.views.overview import Overview, cluster_overview
+from gpuwatch.views.report import GroupBy, ReportRow, usage_report
 from gpuwatch.views.waste import JobWaste, waste_in_period
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "SORTS",
     "Evaluation",
     "GpuSummary",
+    "GroupBy",
     "IdleJob",
     "JobCharts",
     "JobFilters",
@@ -38,6 +41,7 @@ __all__ = [
     "LowUtilJob",
     "NodeSummary",
     "Overview",
+    "ReportRow",
     "VerdictRow",
     "cluster_overview",
     "downsample",
@@ -47,5 +51,6 @@ __all__ = [
     "latest_evaluations",
     "low_util_jobs",
     "node_summaries",
+    "usage_report",
     "waste_in_period",
 ]

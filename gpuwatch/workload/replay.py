@@ -36,6 +36,7 @@ from gpuwatch.workload.validate import (
     ScenarioOutcome,
     ValidateReport,
     classify_run,
+    clocked_agent,
     floor_minute,
 )
 
@@ -170,10 +171,8 @@ def _drive(
     tmp: Path,
     outcome: ScenarioOutcome,
 ) -> None:
-    from gpuwatch.agent import Agent, Pusher, Spool
     from gpuwatch.collectors.gpu import GpuCollector
     from gpuwatch.collectors.recording import ReplayBackend, read_recording
-    from gpuwatch.config import AgentConfig
     from gpuwatch.sql.nodes import create_token
 
     name = outcome.scenario
@@ -192,20 +191,12 @@ def _drive(
     job_id = f"replay-{os.getpid()}-{index + 1}"
     token = create_token(server.engine, node)
     spool_dir = Path(tempfile.mkdtemp(prefix=f"spool-{name}-", dir=tmp))
-    config = AgentConfig(node=node, daemon_url=server.url, token=token, spool_dir=spool_dir)
     clock = {"now": lines[0][0] + shift}
     collectors = [
         GpuCollector(ReplayBackend(gpu_path)),
         ReplayedJobCpu(job_id, read_job_cpu(run_dir / f"{name}.job.jsonl", shift), constant),
     ]
-    agent = Agent(
-        config,
-        collectors,
-        Spool(spool_dir, config.spool_max_bytes),
-        Pusher(server.url, node, token, config.push_timeout_s),
-        now=lambda: clock["now"],
-    )
-    agent.start_sender()
+    agent = clocked_agent(server.url, node, token, collectors, spool_dir, clock)
     try:
         for t, _ in lines:
             clock["now"] = t + shift

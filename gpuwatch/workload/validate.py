@@ -430,10 +430,8 @@ class Harness:
         return outcome
 
     def _run(self, index: int, name: str, outcome: ScenarioOutcome) -> None:
-        from gpuwatch.agent import Agent, Pusher, Spool
         from gpuwatch.collectors.activity_stream import read_stream
         from gpuwatch.collectors.gpu import GpuCollector
-        from gpuwatch.config import AgentConfig
         from gpuwatch.sql.nodes import create_token
 
         node = f"validate-{name}"
@@ -480,19 +478,9 @@ class Harness:
                 GpuCollector(gpu_backend),
                 JobCpuCollector(tracker, job_id, len(self.cpus), stream_time, record=job_record),
             ]
-            spool_dir = Path(tempfile.mkdtemp(prefix=f"spool-{name}-", dir=self.out_dir))
-            config = AgentConfig(
-                node=node, daemon_url=self.url, token=token, interval_s=AGENT_INTERVAL_S, spool_dir=spool_dir
-            )
             clock = {"now": v0}
-            agent = Agent(
-                config,
-                collectors,
-                Spool(spool_dir, config.spool_max_bytes),
-                Pusher(self.url, node, token, config.push_timeout_s),
-                now=lambda: clock["now"],
-            )
-            agent.start_sender()
+            spool_dir = Path(tempfile.mkdtemp(prefix=f"spool-{name}-", dir=self.out_dir))
+            agent = clocked_agent(self.url, node, token, collectors, spool_dir, clock)
             try:
                 # the simulated bridge replays the stream from its second 0; a real GPU can only be
                 # read as it is now, so its cycles start at the present (after the start-up)
@@ -670,6 +658,27 @@ def classify_run(
     outcome.got = lead.cause.value
     outcome.confidence = lead.confidence
     outcome.summary_text = lead.summary
+
+
+def clocked_agent(
+    url: str, node: str, token: str, collectors: list[Collector], spool_dir: Path, clock: dict[str, datetime]
+) -> Any:
+    """An agent pushing to ``url`` whose ``now`` is ``clock["now"]``, its sender started."""
+    from gpuwatch.agent import Agent, Pusher, Spool
+    from gpuwatch.config import AgentConfig
+
+    config = AgentConfig(
+        node=node, daemon_url=url, token=token, interval_s=AGENT_INTERVAL_S, spool_dir=spool_dir
+    )
+    agent = Agent(
+        config,
+        collectors,
+        Spool(spool_dir, config.spool_max_bytes),
+        Pusher(url, node, token, config.push_timeout_s),
+        now=lambda: clock["now"],
+    )
+    agent.start_sender()
+    return agent
 
 
 # --------------------------------------------------------------------------- the whole run

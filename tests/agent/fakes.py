@@ -96,6 +96,7 @@ class ScriptedDaemon:
         self.bundles = True
         self.v2 = True
         self.received: list[Received] = []
+        self.probes = 0  # GET /healthz answered
         self.lock = threading.Lock()
         self.port = 0
         self._httpd: _Server | None = None
@@ -132,6 +133,18 @@ class ScriptedDaemon:
                 self.end_headers()
                 with contextlib.suppress(OSError):  # the client gave up (timeout test)
                     self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                """``/healthz``: 200 while the server is up (what agents probe during a back-off)."""
+                with daemon.lock:
+                    daemon.probes += 1
+                status = 200 if self.path == "/healthz" else 404
+                payload = json.dumps({"status": "ok"} if status == 200 else {"detail": "Not Found"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             def log_message(self, format: str, *args: object) -> None:
                 pass

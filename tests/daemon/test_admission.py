@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import requests
 import sqlalchemy as sa
+from starlette.requests import ClientDisconnect
 
 from gpuwatch.clock import utcnow
 from gpuwatch.config import load_settings
-from gpuwatch.daemon.admission import Admission, Busy
+from gpuwatch.daemon.admission import Admission, BodyAbandoned, BodyTimeout, BodyTooLarge, Busy
 from gpuwatch.daemon.server import BackgroundServer
 from gpuwatch.sql.nodes import create_token
 from tests import factories
@@ -33,6 +36,78 @@ def test_hold_counts_bytes_and_refuses_past_the_bound():
     with pytest.raises(RuntimeError), admission.hold(700):  # released when the request fails too
         raise RuntimeError("parse error")
     assert admission.inflight == 0
+
+
+async def _chunks(*sizes: int, stall: bool = False) -> AsyncIterator[bytes]:
+    """A chunked body (no Content-Length) arriving piece by piece; ``stall``: then nothing more."""
+    for size in sizes:
+        await asyncio.sleep(0)
+        yield b"x" * size
+    if stall:
+        await asyncio.sleep(3600)
+
+
+async def _read(admission: Admission, chunks: AsyncIterator[bytes], limit: int = 10_000) -> int:
+    async with admission.body(None, chunks, limit) as body:
+        return len(body)
+
+
+def test_a_chunked_body_is_counted_as_it_arrives_and_refused_mid_body():
+    """No Content-Length: the bytes count from the first chunk, so a body is refused at the
+    chunk that would pass the bound, and the connection is closed (its rest never read)."""
+    admission = Admission(max_bytes=1000, retry_after_s=7)
+
+    async def scenario() -> None:
+        with admission.hold(600):  # another request's body
+            with pytest.raises(Busy) as busy:
+                await _read(admission, _chunks(300, 300))
+            assert admission.inflight == 600, "what the refused body had read is released"
+        assert busy.value.headers == {"Retry-After": "7", "Connection": "close"}
+        assert await _read(admission, _chunks(900, 900, 900)) == 2700, "alone: admitted (max_batch_bytes)"
+        assert admission.inflight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_chunked_body_over_the_batch_limit_is_413_at_that_chunk():
+    admission = Admission(max_bytes=1 << 20)
+
+    async def scenario() -> None:
+        with pytest.raises(BodyTooLarge) as large:
+            await _read(admission, _chunks(600, 600, 600), limit=1000)
+        assert large.value.status_code == 413 and "daemon.max_batch_bytes" in large.value.detail
+        assert admission.inflight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_body_that_stops_arriving_is_408_and_releases_its_bytes():
+    admission = Admission(max_bytes=1 << 20, body_timeout_s=0.05)
+
+    async def scenario() -> None:
+        with pytest.raises(BodyTimeout) as slow:
+            await _read(admission, _chunks(500, stall=True))
+        assert slow.value.status_code == 408 and slow.value.headers == {"Connection": "close"}
+        assert "daemon.body_timeout_s" in slow.value.detail and "500 bytes" in slow.value.detail
+        assert admission.inflight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_client_gone_mid_body_is_a_refusal_not_an_unhandled_error():
+    admission = Admission(max_bytes=1 << 20)
+
+    async def gone() -> AsyncIterator[bytes]:
+        yield b"x" * 300
+        raise ClientDisconnect()
+
+    async def scenario() -> None:
+        with pytest.raises(BodyAbandoned) as abandoned:
+            await _read(admission, gone())
+        assert abandoned.value.status_code == 400 and "after 300 bytes" in abandoned.value.detail
+        assert admission.inflight == 0
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.postgres

@@ -178,3 +178,21 @@ def test_health_reports_database_outage():
     with TestClient(app) as client:
         response = client.get("/healthz")
     assert response.status_code == 503 and response.json()["status"] == "unavailable"
+
+
+def test_health_asks_the_database_at_most_once_a_second():
+    """Agents probe /healthz while they back off, a thousand of them: one check serves all."""
+    from gpuwatch.daemon.app import DatabaseCheck
+
+    class Counting(DatabaseCheck):
+        asked = 0
+
+        def _ask(self) -> str | None:
+            self.asked += 1
+            return None if self.asked == 1 else "OperationalError"
+
+    now = [0.0]
+    check = Counting(sa.create_engine("sqlite://"), ttl_s=1.0, clock=lambda: now[0])
+    assert [check() for _ in range(100)] == [None] * 100 and check.asked == 1
+    now[0] += 1.0
+    assert check() == "OperationalError" and check() == "OperationalError" and check.asked == 2

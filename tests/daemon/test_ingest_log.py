@@ -149,3 +149,16 @@ def test_a_database_outage_is_one_error_a_minute_with_its_cause(caplog):
     assert errors[0].exc_info and errors[0].exc_info[1] is cause  # the traceback goes with it
     tally.flush()
     assert _records(caplog, "ingest summary")[-1].db_unavailable == 300
+
+
+@pytest.mark.parametrize("latencies", [[5.0, 90.0], [3.0, 4.0, 250.0], [1.0, 2.0, 2.0, 3.0, 40.0]])
+def test_p99_never_above_max_with_few_requests(caplog, latencies):
+    """A quiet minute has a handful of requests; the percentile is taken among them, never
+    extrapolated past the slowest one."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    tally = IngestLog(each_request=False, clock=Clock())
+    for ms in latencies:
+        tally.request("ingest", "node1", {"stored": 1}, 16, ms)
+    tally.flush()
+    [summary] = _records(caplog, "ingest summary")
+    assert min(latencies) <= summary.ms_p50 <= summary.ms_p99 <= summary.ms_max == max(latencies)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -72,6 +73,8 @@ def make_agent(
     clock: VirtualTime | None = None,
     now: Callable[[], datetime] | None = None,
     merge_backlog: bool = True,
+    agent_settings: dict | None = None,
+    rng: random.Random | None = None,
 ) -> tuple[Agent, RecordingPusher]:
     settings = load_settings(
         None,
@@ -85,11 +88,12 @@ def make_agent(
             "backoff_max_s": 0.3,
             "push_timeout_s": 3,
             "merge_backlog": merge_backlog,
+            **(agent_settings or {}),
         },
         gpu={"backend": "sim", "sim_scenario": "training", "sim_gpus": gpus, "sim_seed": 7},
     )
     pusher = RecordingPusher(url, node, token, 3.0)
-    kwargs: dict = {}
+    kwargs: dict = {"rng": rng}
     if clock is not None:
         kwargs.update(clock=clock.clock, sleep=clock.sleep, now=clock.now)
     if now is not None:

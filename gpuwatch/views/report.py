@@ -1,0 +1,103 @@
+"""Who wastes GPU-hours, by user, account or partition, over a period: ``gpuwatch report``.
+
+A job counts in a period for the part of its run inside it: GPU-hours allocated are its GPUs
+times that overlap (``slurm_jobs``: start, end or now, GPUs). GPU-hours wasted are what
+:func:`gpuwatch.views.waste_in_period` counts from the verdicts evaluated in the period (the
+same figures the digests send), summed over a job's causes and capped at its allocation, so a
+job judged twice on overlapping windows is never counted past what it held. The top cause of
+a group is the one with the most wasted GPU-hours.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+import sqlalchemy as sa
+
+from gpuwatch.sql.schema import slurm_jobs
+from gpuwatch.views.waste import waste_in_period
+
+
+class GroupBy(str, Enum):
+    USER = "user"
+    ACCOUNT = "account"
+    PARTITION = "partition"
+
+
+_COLUMN = {GroupBy.USER: "user_name", GroupBy.ACCOUNT: "account", GroupBy.PARTITION: "partition"}
+#: the group of a job whose user, account or partition Slurm did not give
+UNKNOWN = "(unknown)"
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One user, account or partition over the period."""
+
+    group: str
+    jobs: int
+    jobs_flagged: int  # jobs with any wasted GPU-hours
+    gpu_hours: float  # allocated inside the period
+    gpu_hours_wasted: float
+    wasted_share: float | None  # wasted / allocated
+    top_cause: str | None
+    top_cause_gpu_hours: float
+
+
+def usage_report(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -> list[ReportRow]:
+    """Every group with a GPU job running inside ``[start, end)``, most wasted GPU-hours first."""
+    allocated = _allocated(engine, by, start, end)
+    wasted_by_job: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for w in waste_in_period(engine, start, end):
+        wasted_by_job[w.job_id][w.cause] += w.gpu_hours_wasted
+    rows: dict[str, dict] = {}
+    for job_id, (group, hours) in allocated.items():
+        row = rows.setdefault(group, {"jobs": 0, "flagged": 0, "hours": 0.0, "wasted": 0.0, "causes": {}})
+        row["jobs"] += 1
+        row["hours"] += hours
+        causes = wasted_by_job.get(job_id, {})
+        total = sum(causes.values())
+        if total <= 0:
+            continue
+        row["flagged"] += 1
+        scale = min(1.0, hours / total) if total else 0.0  # never more than the job held
+        for cause, value in causes.items():
+            row["causes"][cause] = row["causes"].get(cause, 0.0) + value * scale
+        row["wasted"] += total * scale
+    out = []
+    for group, r in rows.items():
+        top = max(r["causes"].items(), key=lambda item: (item[1], item[0]), default=(None, 0.0))
+        out.append(
+            ReportRow(
+                group=group,
+                jobs=r["jobs"],
+                jobs_flagged=r["flagged"],
+                gpu_hours=round(r["hours"], 4),
+                gpu_hours_wasted=round(r["wasted"], 4),
+                wasted_share=round(r["wasted"] / r["hours"], 4) if r["hours"] > 0 else None,
+                top_cause=top[0],
+                top_cause_gpu_hours=round(top[1], 4),
+            )
+        )
+    return sorted(out, key=lambda row: (-row.gpu_hours_wasted, -row.gpu_hours, row.group))
+
+
+def _allocated(
+    engine: sa.Engine, by: GroupBy, start: datetime, end: datetime
+) -> dict[str, tuple[str, float]]:
+    """job id -> (its group, GPU-hours it held inside the period)."""
+    j = slurm_jobs.c
+    group_col = j[_COLUMN[by]]
+    query = sa.select(j.job_id, group_col.label("grp"), j.gpus, j.start_at, j.end_at).where(
+        j.gpus > 0, j.start_at.is_not(None), j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start)
+    )
+    out: dict[str, tuple[str, float]] = {}
+    with engine.connect() as conn:
+        for r in conn.execute(query):
+            held_from = max(r.start_at, start)
+            held_to = min(r.end_at or end, end)
+            seconds = max(0.0, (held_to - held_from).total_seconds())
+            out[r.job_id] = (r.grp or UNKNOWN, r.gpus * seconds / 3600)
+    return out
