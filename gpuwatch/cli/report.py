@@ -13,7 +13,7 @@ import click
 
 from gpuwatch.cli.jobs import parse_since
 from gpuwatch.cli.main import Context
-from gpuwatch.cli.render import OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.clock import utcnow
 from gpuwatch.views.report import GroupBy, ReportRow, usage_report
 
@@ -63,14 +63,7 @@ def _parse_until(text: str | None, now: datetime) -> datetime:
     "--since", default="7d", show_default=True, help="The period's length before --until: 1d, 7d, 4w."
 )
 @click.option("--until", help="The period's end, ISO 8601 with a zone (default: now).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in OutputFormat]),
-    default=OutputFormat.TABLE.value,
-    show_default=True,
-    help="Output as a table for people, or JSON/CSV for tools.",
-)
+@FORMAT_OPTION
 @click.pass_obj
 def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> None:
     """GPU-hours held and wasted per user, account or partition, with the top cause."""
