@@ -54,6 +54,8 @@ from datetime import datetime
 from typing import Any
 
 from gpuwatch.collectors.gpu_backend import (
+    DeviceLost,
+    DevicePoller,
     GpuBackend,
     GpuBackendUnavailable,
     clamp_ratio,
@@ -137,10 +139,6 @@ def import_amdsmi() -> Any:
         raise GpuBackendUnavailable(f"amdsmi cannot load libamd_smi: {exc}") from exc
 
 
-class _DeviceLost(Exception):
-    """amdsmi said the GPU is gone (:data:`LOST_STATUSES`); aborts reading that device."""
-
-
 @dataclass(frozen=True)
 class _Poll:
     """One cheap reading, already in wire units."""
@@ -178,7 +176,7 @@ class _Device:
     gfx_ns_prev: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
-class AmdSmiBackend(GpuBackend):
+class AmdSmiBackend(GpuBackend, DevicePoller):
     """Every AMD GPU amdsmi sees on this host.
 
     ``amdsmi`` is the ``amdsmi`` module or a module-shaped stand-in (tests pass
@@ -259,7 +257,7 @@ class AmdSmiBackend(GpuBackend):
             log.debug("GPU %d: %s not supported; not asking again", dev.index, key)
             return None
         if code in LOST_STATUSES:
-            raise _DeviceLost(f"{key}: {describe(exc)}") from exc
+            raise DeviceLost(f"{key}: {describe(exc)}") from exc
         if code in RETRY_STATUSES:
             return None
         message = describe(exc)
@@ -289,28 +287,11 @@ class AmdSmiBackend(GpuBackend):
             mem = self._call(dev, "amdsmi_get_clock_info", am.AmdSmiClkType.MEM, key="clock(MEM)")
             dev.memory_clock_max_hz = _mhz(first_number(mem, ("max_clk",)))
             dev.opened = True
-        except _DeviceLost as exc:
+        except DeviceLost as exc:
             dev.lost = True
             log.warning("GPU %d lost while opening: %s", dev.index, exc)
 
     # -- polling ------------------------------------------------------------------------
-
-    def _poll_loop(self) -> None:
-        while not self._stop.wait(self.poll_interval_s):
-            self.poll()
-
-    def poll(self) -> None:
-        """One cheap reading of every GPU that answers; the poller thread calls this."""
-        for dev in self._devices:
-            if dev.lost:
-                continue
-            try:
-                reading = self._read_cheap(dev)
-            except _DeviceLost as exc:
-                self._mark_lost(dev, exc)
-                continue
-            with self._lock:
-                dev.polls.append(reading)
 
     def _read_cheap(self, dev: _Device) -> _Poll:
         """The 1 s readings (amdsmi serves them from the card's gpu_metrics table)."""
@@ -363,11 +344,6 @@ class AmdSmiBackend(GpuBackend):
             return None
         return (THROTTLE_STATUS_REASON,) if throttled else ()
 
-    def _mark_lost(self, dev: _Device, exc: Exception) -> None:
-        if not dev.lost:
-            log.warning("GPU %d (%s) lost: %s", dev.index, dev.uuid, exc)
-        dev.lost = True
-
     # -- sampling -----------------------------------------------------------------------
 
     def sample(self, now: datetime) -> list[GpuSample]:
@@ -384,11 +360,11 @@ class AmdSmiBackend(GpuBackend):
             if not dev.opened:
                 self._open(dev)
                 if not dev.opened:
-                    raise _DeviceLost("still not answering")
+                    raise DeviceLost("still not answering")
             if not polls:  # poller off, or the GPU was lost until now: read once here
                 polls = [self._read_cheap(dev)]
             fields = self._read_interval(dev, at)
-        except _DeviceLost as exc:
+        except DeviceLost as exc:
             self._mark_lost(dev, exc)
             return GpuSample(
                 ts=now,
@@ -546,13 +522,8 @@ class AmdSmiBackend(GpuBackend):
 
     def close(self) -> None:
         """Stop the poller, ``amdsmi_shut_down``; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self._shut_down()
+        if self._end_thread():
+            self._shut_down()
 
 
 def _mhz(value: float | None) -> float | None:

@@ -12,14 +12,19 @@ reads exactly as a real one would.
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from gpuwatch.wire import GpuSample
+
+log = logging.getLogger(__name__)
 
 #: Clocks-event ("throttle") reason bits and the names the wire uses for them, in bit order.
 #: The bits are NVML's ``nvmlClocksEventReason*`` / ``nvmlClocksThrottleReason*`` values
@@ -140,3 +145,67 @@ def reduce_xids(codes: Iterable[int] | None) -> list[int] | None:
 def order_reasons(names: Iterable[str]) -> list[str]:
     """Distinct reason names in bit order, unknown names last, so equal sets compare equal."""
     return sorted(set(names), key=lambda name: (_REASON_RANK.get(name, len(_REASON_RANK)), name))
+
+
+class ThreadOwner:
+    """Owns one daemon thread that runs until ``_stop`` is set: the NVML poller, the XID watcher."""
+
+    _stop: threading.Event
+    _thread: threading.Thread | None
+    _closed: bool
+
+    def _end_thread(self) -> bool:
+        """Set ``_stop`` and join the thread; False when already done, so ``close`` is safe twice."""
+        if self._closed:
+            return False
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return True
+
+
+class DeviceLost(Exception):
+    """The vendor library said a GPU is gone: aborts reading that device (its sample says lost)."""
+
+
+class DevicePoller(ThreadOwner):
+    """The cheap-readings thread of a vendor backend: every ``poll_interval_s`` one reading of
+    each device that answers, appended to its ``polls`` under ``_lock``; a device whose library
+    says it is gone is marked lost (logged once) and skipped until the next sample retries it.
+
+    A backend gives ``_devices`` (each with ``lost`` and ``polls``), ``_read_cheap(dev)``, and
+    may narrow ``_answers(dev)``.
+    """
+
+    poll_interval_s: float
+    _lock: threading.Lock
+    _devices: list[Any]
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self.poll_interval_s):
+            self.poll()
+
+    def poll(self) -> None:
+        """One cheap reading of every GPU that answers; the poller thread calls this."""
+        for dev in self._devices:
+            if not self._answers(dev):
+                continue
+            try:
+                reading = self._read_cheap(dev)
+            except DeviceLost as exc:
+                self._mark_lost(dev, exc)
+                continue
+            with self._lock:
+                dev.polls.append(reading)
+
+    def _answers(self, dev: Any) -> bool:
+        return not dev.lost
+
+    def _read_cheap(self, dev: Any) -> Any:
+        raise NotImplementedError
+
+    def _mark_lost(self, dev: Any, exc: Exception) -> None:
+        if not dev.lost:
+            log.warning("GPU %d (%s) lost: %s", dev.index, dev.uuid, exc)
+        dev.lost = True

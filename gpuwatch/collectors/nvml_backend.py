@@ -56,6 +56,8 @@ import pynvml
 
 from gpuwatch.collectors.gpu_backend import (
     CLOCKS_EVENT_REASONS,
+    DeviceLost,
+    DevicePoller,
     GpuBackend,
     GpuBackendUnavailable,
     MigDevice,
@@ -64,7 +66,7 @@ from gpuwatch.collectors.gpu_backend import (
     reduce_xids,
     util_stats,
 )
-from gpuwatch.collectors.nvml_events import DEFAULT_WAIT_MS, ThreadOwner, XidEventWatcher, start_watcher
+from gpuwatch.collectors.nvml_events import DEFAULT_WAIT_MS, XidEventWatcher, start_watcher
 from gpuwatch.wire import GpuProcess, GpuSample
 
 log = logging.getLogger(__name__)
@@ -117,10 +119,6 @@ def reasons_from_mask(mask: int) -> list[str]:
     names = [name for bit, name in CLOCKS_EVENT_REASONS if mask & bit]
     unknown = mask & ~_KNOWN_REASON_BITS
     return names + [f"0x{1 << i:x}" for i in range(unknown.bit_length()) if unknown >> i & 1]
-
-
-class _DeviceLost(Exception):
-    """NVML said the GPU is gone (``GpuIsLost``/``Unknown``); aborts reading that device."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +179,7 @@ def _identity(dev: _Device, now: datetime, interval_s: float) -> dict[str, Any]:
     }
 
 
-class NvmlBackend(GpuBackend, ThreadOwner):
+class NvmlBackend(GpuBackend, DevicePoller):
     """Every GPU NVML sees on this host.
 
     ``nvml`` is ``pynvml`` or a module-shaped stand-in (tests pass a fake that returns the
@@ -251,7 +249,7 @@ class NvmlBackend(GpuBackend, ThreadOwner):
             log.debug("GPU %d: %s not supported; not asking again", dev.index, key)
             return None
         except self._lost_errors as exc:
-            raise _DeviceLost(f"{key}: {exc}") from exc
+            raise DeviceLost(f"{key}: {exc}") from exc
         except nv.NVMLError as exc:
             if exc.value in self._no_samples and key in _PROCESS_UTIL_CALLS:
                 return None
@@ -304,7 +302,7 @@ class NvmlBackend(GpuBackend, ThreadOwner):
             self._open_mig(dev)
             if self.events is not None and not self.events.watched(dev.index):
                 self.events.register(dev.index, dev.handle)
-        except _DeviceLost as exc:
+        except DeviceLost as exc:
             dev.handle = None
             dev.lost = True
             log.warning("GPU %d lost while opening: %s", dev.index, exc)
@@ -332,22 +330,8 @@ class NvmlBackend(GpuBackend, ThreadOwner):
 
     # -- polling ------------------------------------------------------------------------
 
-    def _poll_loop(self) -> None:
-        while not self._stop.wait(self.poll_interval_s):
-            self.poll()
-
-    def poll(self) -> None:
-        """One cheap reading of every GPU that answers; the poller thread calls this."""
-        for dev in self._devices:
-            if dev.lost or dev.handle is None:
-                continue
-            try:
-                reading = self._read_cheap(dev)
-            except _DeviceLost as exc:
-                self._mark_lost(dev, exc)
-                continue
-            with self._lock:
-                dev.polls.append(reading)
+    def _answers(self, dev: _Device) -> bool:
+        return not dev.lost and dev.handle is not None
 
     def _read_cheap(self, dev: _Device) -> _Poll:
         nv = self._nvml
@@ -369,11 +353,6 @@ class NvmlBackend(GpuBackend, ThreadOwner):
             temperature_celsius=None if temperature is None else float(temperature),
             reasons_mask=mask,
         )
-
-    def _mark_lost(self, dev: _Device, exc: Exception) -> None:
-        if not dev.lost:
-            log.warning("GPU %d (%s) lost: %s", dev.index, dev.uuid, exc)
-        dev.lost = True
 
     # -- sampling -----------------------------------------------------------------------
 
@@ -403,12 +382,12 @@ class NvmlBackend(GpuBackend, ThreadOwner):
             if dev.handle is None:
                 self._open(dev)
                 if dev.handle is None:
-                    raise _DeviceLost("no handle")
+                    raise DeviceLost("no handle")
             if not polls:  # poller off, or the GPU was lost until now: read once here
                 polls = [self._read_cheap(dev)]
             fields = self._read_interval(dev, now, interval_s)
             mig.extend(self._mig_devices(dev))
-        except _DeviceLost as exc:
+        except DeviceLost as exc:
             self._mark_lost(dev, exc)
             # as the simulated backend: XIDs only when one arrived
             return GpuSample(**_identity(dev, now, interval_s), state="lost", xid_errors=xids or None)
@@ -566,7 +545,7 @@ class NvmlBackend(GpuBackend, ThreadOwner):
             except nv.NVMLError_NotFound:
                 continue
             except self._lost_errors as exc:
-                raise _DeviceLost(f"nvmlDeviceGetMigDeviceHandleByIndex: {exc}") from exc
+                raise DeviceLost(f"nvmlDeviceGetMigDeviceHandleByIndex: {exc}") from exc
             except nv.NVMLError as exc:
                 if ("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)) not in dev.logged:
                     dev.logged.add(("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)))
@@ -672,7 +651,7 @@ class NvmlBackend(GpuBackend, ThreadOwner):
     def _free_quietly(self, dev: _Device, buffer: Any) -> None:
         try:
             self._guard(dev, "nvmlGpmSampleFree", self._nvml.nvmlGpmSampleFree, buffer)
-        except _DeviceLost:
+        except DeviceLost:
             log.debug("GPU %d: GPM buffer not freed, GPU lost", dev.index)
 
 

@@ -33,6 +33,8 @@ import logging
 import threading
 from typing import Any
 
+from gpuwatch.collectors.gpu_backend import ThreadOwner
+
 log = logging.getLogger(__name__)
 
 #: XID the driver uses for a double-bit (uncorrectable) ECC error
@@ -49,24 +51,6 @@ def handle_address(handle: Any) -> int | None:
         return ctypes.cast(handle, ctypes.c_void_p).value
     except (TypeError, ctypes.ArgumentError):
         return None
-
-
-class ThreadOwner:
-    """Owns one daemon thread that runs until ``_stop`` is set: the NVML poller, the XID watcher."""
-
-    _stop: threading.Event
-    _thread: threading.Thread | None
-    _closed: bool
-
-    def _end_thread(self) -> bool:
-        """Set ``_stop`` and join the thread; False when already done, so ``close`` is safe twice."""
-        if self._closed:
-            return False
-        self._closed = True
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return True
 
 
 class XidEventWatcher(ThreadOwner):
