@@ -208,11 +208,7 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
         for dev in self._devices:
             self._open(dev)
         self._last_sample_at = self._clock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if start_poller:
-            self._thread = threading.Thread(target=self._poll_loop, name="gpuwatch-amdsmi-poll", daemon=True)
-            self._thread.start()
+        self._start_polling(start_poller, "gpuwatch-amdsmi-poll")
         names = ", ".join(f"{d.index}={d.name}" for d in self._devices)
         log.info("amdsmi: %d GPU(s): %s", len(handles), names)
 

@@ -182,6 +182,14 @@ class DevicePoller(ThreadOwner):
     _lock: threading.Lock
     _devices: list[Any]
 
+    def _start_polling(self, start: bool, thread_name: str) -> None:
+        """Ready the stop event; start the poller thread unless the caller polls by hand."""
+        self._stop = threading.Event()
+        self._thread = None
+        if start:
+            self._thread = threading.Thread(target=self._poll_loop, name=thread_name, daemon=True)
+            self._thread.start()
+
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.poll_interval_s):
             self.poll()

@@ -230,11 +230,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
         for dev in self._devices:
             self._open(dev)
         self._last_sample_at = self._clock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if start_poller:
-            self._thread = threading.Thread(target=self._poll_loop, name="gpuwatch-nvml-poll", daemon=True)
-            self._thread.start()
+        self._start_polling(start_poller, "gpuwatch-nvml-poll")
         log.info("NVML: %d GPU(s): %s", count, ", ".join(f"{d.index}={d.name}" for d in self._devices))
 
     # -- calling NVML -------------------------------------------------------------------
