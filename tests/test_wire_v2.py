@@ -169,3 +169,11 @@ def test_columns_follow_the_v1_models():
         columns = wire_v2.COLUMNS[kind].model_fields
         assert set(columns) == set(model.model_fields) - {"kind"}, kind
     assert wire_v2.json_schema()["$id"] == "urn:gpuwatch:wire:batch:v2"
+
+
+@pytest.mark.parametrize("stamp", [1_764_000_000, "1764000000", 1.5])
+def test_a_unix_time_is_not_a_stamp(stamp) -> None:  # type: ignore[no-untyped-def]
+    doc = _gpu_doc()
+    doc["gpu"]["ts"] = [stamp, stamp]
+    with pytest.raises(ValidationError, match="RFC 3339"):
+        ColumnarBatch.model_validate_json(json.dumps(doc))

@@ -20,9 +20,9 @@ Schema generated from it.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from gpuwatch.clock import utcnow
 
@@ -38,6 +38,19 @@ NodeName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z
 JobId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_.+-]+$")]
 
 
+def rfc3339_only(value: Any) -> Any:
+    """Refuse what pydantic would read as a Unix time: a number, or text of digits alone."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError("a time is RFC 3339 text with a zone (2026-12-01T10:00:00Z), not a number")
+    if isinstance(value, str) and value[:1].isdigit() and (len(value) < 10 or value[4:5] != "-"):
+        raise ValueError(f"{value[:32]!r} is not RFC 3339 text with a zone (2026-12-01T10:00:00Z)")
+    return value
+
+
+#: an instant: RFC 3339 text with a zone (or a Python ``datetime``); never a Unix time
+Stamp = Annotated[AwareDatetime, BeforeValidator(rfc3339_only)]
+
+
 class _Sample(BaseModel):
     """Fields every sample kind has."""
 
@@ -46,9 +59,7 @@ class _Sample(BaseModel):
     # Any zone is accepted and kept (the agent sends UTC, "Z"); storage is by instant, and the
     # one place that needs a calendar day converts (``daemon.store.batch_store.days_of``). A Python
     # validator converting every sample to UTC was a quarter of a batch's parse time.
-    ts: AwareDatetime = Field(
-        description="When the reading was taken (RFC 3339 with a zone; the agent sends UTC)."
-    )
+    ts: Stamp = Field(description="When the reading was taken (RFC 3339 with a zone; the agent sends UTC).")
 
 
 class GpuProcess(BaseModel):
@@ -274,7 +285,7 @@ class Batch(BaseModel):
     node: NodeName
     agent_version: str = Field(min_length=1, max_length=64)
     seq: Count = Field(0, description="Agent-local sequence number; informational, for gaps.")
-    created_at: AwareDatetime = Field(default_factory=utcnow)
+    created_at: Stamp = Field(default_factory=utcnow)
     samples: list[Sample] = Field(max_length=MAX_SAMPLES_PER_BATCH)
 
 

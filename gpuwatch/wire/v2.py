@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -77,9 +76,7 @@ class _Columns(BaseModel):
     #: each optional field's v1 default: what every sample has when its column is left out
     defaults: ClassVar[dict[str, Any]]
 
-    ts: Annotated[list[AwareDatetime], WrapValidator(_shared_stamps)] = Field(
-        max_length=v1.MAX_SAMPLES_PER_BATCH
-    )
+    ts: Annotated[list[v1.Stamp], WrapValidator(_shared_stamps)] = Field(max_length=v1.MAX_SAMPLES_PER_BATCH)
 
     @model_validator(mode="after")
     def _same_lengths(self) -> _Columns:

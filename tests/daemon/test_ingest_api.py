@@ -80,7 +80,7 @@ def _unknown_kind(body: bytes) -> bytes:
     return json.dumps(doc).encode()
 
 
-def _stamped(ts: str):
+def _stamped(ts: str | int):
     def transform(body: bytes) -> bytes:
         doc = json.loads(body)
         doc["samples"][1]["ts"] = ts
@@ -111,6 +111,8 @@ CASES = [
     ("future-clock", "node001", "node001", _future, 422, "ahead of the daemon"),
     ("clock-reset", "node001", "node001", _stamped("1970-01-01T00:00:10Z"), 422, "before 2000-01-01"),
     ("before-year-1", "node001", "node001", _stamped("0001-01-01T00:00:00+00:02"), 422, "before year 1"),
+    ("unix-time-number", "node001", "node001", _stamped(1_764_000_000), 422, "not a number"),
+    ("unix-time-text", "node001", "node001", _stamped("1764000000"), 422, "not RFC 3339"),
     (
         "oversize",
         "node001",
