@@ -22,22 +22,16 @@ import sqlalchemy as sa
 from gpuwatch.slurm.model import HOLDING_STATES
 from gpuwatch.sql.schema import slurm_jobs
 from gpuwatch.views.evaluations import VerdictRow, group_evaluations, latest_select, verdict_of
-from gpuwatch.views.jobs import apply_job_filters, display_id, run_seconds
+from gpuwatch.views.jobs import JobFilters, apply_job_filters, display_id, run_seconds
 
 SORTS = ("wasted", "util", "duration", "start")
 
 
 @dataclass(frozen=True)
-class LowUtilFilters:
-    """What a caller can ask for; None or empty = no filter."""
+class LowUtilFilters(JobFilters):
+    """The job filters of ``gpuwatch jobs`` (``since``: jobs not ended before it), and what only
+    the listing of verdicts asks; None or empty = no filter."""
 
-    user: str | None = None
-    account: str | None = None
-    partition: str | None = None
-    node: str | None = None
-    states: tuple[str, ...] = ()
-    #: jobs not ended before this time (running, or ended at or after it)
-    since: datetime | None = None
     #: jobs whose newest evaluation ran at or after this time
     evaluated_since: datetime | None = None
     #: show this cause's verdict, for jobs whose newest evaluation found it
@@ -46,7 +40,6 @@ class LowUtilFilters:
     #: only jobs that still hold their GPUs (Slurm says running, or only the agents know them)
     running: bool = False
     sort: str = "wasted"
-    limit: int | None = None
 
 
 @dataclass(frozen=True)
