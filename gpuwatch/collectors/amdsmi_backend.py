@@ -61,6 +61,7 @@ from gpuwatch.collectors.gpu_backend import (
     clamp_ratio,
     mean_or_none,
     order_reasons,
+    sample_identity,
     util_stats,
 )
 from gpuwatch.wire import GpuProcess, GpuSample
@@ -362,27 +363,14 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
             fields = self._read_interval(dev, at)
         except DeviceLost as exc:
             self._mark_lost(dev, exc)
-            return GpuSample(
-                ts=now,
-                gpu_index=dev.index,
-                uuid=dev.uuid,
-                name=dev.name,
-                pci_bus_id=dev.pci_bus_id,
-                state="lost",
-                interval_s=interval_s,
-            )
+            return GpuSample(**sample_identity(dev, now, interval_s), state="lost")
         if dev.lost:
             log.warning("GPU %d (%s) answers again", dev.index, dev.uuid)
             dev.lost = False
         stats = util_stats([p.util_gpu for p in polls if p.util_gpu is not None])
         reason_polls = [p.reasons for p in polls if p.reasons is not None]
         return GpuSample(
-            ts=now,
-            gpu_index=dev.index,
-            uuid=dev.uuid,
-            name=dev.name,
-            pci_bus_id=dev.pci_bus_id,
-            interval_s=interval_s,
+            **sample_identity(dev, now, interval_s),
             util_gpu_ratio=stats.mean,
             util_gpu_idle_fraction_ratio=stats.idle_fraction,
             util_gpu_stddev_ratio=stats.stddev,

@@ -217,3 +217,16 @@ class DevicePoller(ThreadOwner):
         if not dev.lost:
             log.warning("GPU %d (%s) lost: %s", dev.index, dev.uuid, exc)
         dev.lost = True
+
+
+def sample_identity(dev: Any, now: datetime, interval_s: float) -> dict[str, Any]:
+    """What names a GPU's sample, lost or not: the stamp, the interval and the GPU as last opened
+    (``dev`` has ``index``, ``uuid``, ``name`` and ``pci_bus_id``)."""
+    return {
+        "ts": now,
+        "gpu_index": dev.index,
+        "uuid": dev.uuid,
+        "name": dev.name,
+        "pci_bus_id": dev.pci_bus_id,
+        "interval_s": interval_s,
+    }

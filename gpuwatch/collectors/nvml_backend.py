@@ -64,6 +64,7 @@ from gpuwatch.collectors.gpu_backend import (
     clamp_ratio,
     mean_or_none,
     reduce_xids,
+    sample_identity,
     util_stats,
 )
 from gpuwatch.collectors.nvml_events import DEFAULT_WAIT_MS, XidEventWatcher, start_watcher
@@ -165,18 +166,6 @@ class _Device:
     #: nvmlDeviceGetMaxMigDeviceCount when MIG mode is on, else None
     mig_slots: int | None = None
     mig_layout: tuple[tuple[int, str | None], ...] = ()
-
-
-def _identity(dev: _Device, now: datetime, interval_s: float) -> dict[str, Any]:
-    """What names a GPU's sample, lost or not: the stamp, the interval and the GPU as last opened."""
-    return {
-        "ts": now,
-        "gpu_index": dev.index,
-        "uuid": dev.uuid,
-        "name": dev.name,
-        "pci_bus_id": dev.pci_bus_id,
-        "interval_s": interval_s,
-    }
 
 
 class NvmlBackend(GpuBackend, DevicePoller):
@@ -386,7 +375,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
         except DeviceLost as exc:
             self._mark_lost(dev, exc)
             # as the simulated backend: XIDs only when one arrived
-            return GpuSample(**_identity(dev, now, interval_s), state="lost", xid_errors=xids or None)
+            return GpuSample(**sample_identity(dev, now, interval_s), state="lost", xid_errors=xids or None)
         if dev.lost:
             log.warning("GPU %d (%s) answers again", dev.index, dev.uuid)
             dev.lost = False
@@ -396,7 +385,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
         for mask in masks:
             union |= mask
         return GpuSample(
-            **_identity(dev, now, interval_s),
+            **sample_identity(dev, now, interval_s),
             util_gpu_ratio=stats.mean,
             util_gpu_idle_fraction_ratio=stats.idle_fraction,
             util_gpu_stddev_ratio=stats.stddev,
