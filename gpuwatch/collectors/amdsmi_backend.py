@@ -59,10 +59,9 @@ from gpuwatch.collectors.gpu_backend import (
     GpuBackend,
     GpuBackendUnavailable,
     clamp_ratio,
-    mean_or_none,
     order_reasons,
+    poll_means,
     sample_identity,
-    util_stats,
 )
 from gpuwatch.wire import GpuProcess, GpuSample
 
@@ -147,7 +146,7 @@ class _Poll:
     util_gpu: float | None  # amdsmi_get_gpu_activity gfx_activity % / 100
     util_memory: float | None  # ... umc_activity % / 100 (memory controller busy)
     power_watts: float | None  # amdsmi_get_power_info socket power, W
-    gfx_clock_hz: float | None  # amdsmi_get_clock_info(GFX) clk, MHz
+    sm_clock_hz: float | None  # amdsmi_get_clock_info(GFX) clk, MHz (the GFX clock drives the CUs)
     memory_clock_hz: float | None  # amdsmi_get_clock_info(MEM) clk, MHz
     temperature_celsius: float | None  # amdsmi_get_temp_metric(HOTSPOT, CURRENT), °C
     reasons: tuple[str, ...] | None  # violation status / throttle_status
@@ -304,7 +303,7 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
             util_gpu=None if gfx_pct is None else clamp_ratio(gfx_pct / 100),
             util_memory=None if umc_pct is None else clamp_ratio(umc_pct / 100),
             power_watts=first_number(power, ("current_socket_power", "socket_power", "average_socket_power")),
-            gfx_clock_hz=_mhz(first_number(gfx, ("clk",))),
+            sm_clock_hz=_mhz(first_number(gfx, ("clk",))),
             memory_clock_hz=_mhz(first_number(mem, ("clk",))),
             temperature_celsius=self._hotspot_celsius(dev),
             reasons=self._throttle_reasons(dev),
@@ -367,20 +366,12 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
         if dev.lost:
             log.warning("GPU %d (%s) answers again", dev.index, dev.uuid)
             dev.lost = False
-        stats = util_stats([p.util_gpu for p in polls if p.util_gpu is not None])
         reason_polls = [p.reasons for p in polls if p.reasons is not None]
         return GpuSample(
             **sample_identity(dev, now, interval_s),
-            util_gpu_ratio=stats.mean,
-            util_gpu_idle_fraction_ratio=stats.idle_fraction,
-            util_gpu_stddev_ratio=stats.stddev,
-            util_memory_ratio=mean_or_none(p.util_memory for p in polls),
-            power_watts=mean_or_none(p.power_watts for p in polls),
-            sm_clock_hz=mean_or_none(p.gfx_clock_hz for p in polls),
+            **poll_means(polls),
             sm_clock_max_hz=dev.gfx_clock_max_hz,
-            memory_clock_hz=mean_or_none(p.memory_clock_hz for p in polls),
             memory_clock_max_hz=dev.memory_clock_max_hz,
-            temperature_celsius=mean_or_none(p.temperature_celsius for p in polls),
             # any limit active at any poll of the interval
             throttle_reasons=order_reasons(r for rs in reason_polls for r in rs) if reason_polls else None,
             **fields,

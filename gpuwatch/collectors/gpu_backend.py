@@ -230,3 +230,21 @@ def sample_identity(dev: Any, now: datetime, interval_s: float) -> dict[str, Any
         "pci_bus_id": dev.pci_bus_id,
         "interval_s": interval_s,
     }
+
+
+def poll_means(polls: Sequence[Any]) -> dict[str, Any]:
+    """A sample's readings from its interval's 1 s polls, as GpuSample keyword arguments: the
+    utilization statistics and the means of memory activity, power, clocks and temperature
+    (each poll has ``util_gpu``, ``util_memory``, ``power_watts``, ``sm_clock_hz``,
+    ``memory_clock_hz`` and ``temperature_celsius``, None where the card has none)."""
+    stats = util_stats([p.util_gpu for p in polls if p.util_gpu is not None])
+    return {
+        "util_gpu_ratio": stats.mean,
+        "util_gpu_idle_fraction_ratio": stats.idle_fraction,
+        "util_gpu_stddev_ratio": stats.stddev,
+        "util_memory_ratio": mean_or_none(p.util_memory for p in polls),
+        "power_watts": mean_or_none(p.power_watts for p in polls),
+        "sm_clock_hz": mean_or_none(p.sm_clock_hz for p in polls),
+        "memory_clock_hz": mean_or_none(p.memory_clock_hz for p in polls),
+        "temperature_celsius": mean_or_none(p.temperature_celsius for p in polls),
+    }

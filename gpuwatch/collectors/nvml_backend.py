@@ -63,9 +63,9 @@ from gpuwatch.collectors.gpu_backend import (
     MigDevice,
     clamp_ratio,
     mean_or_none,
+    poll_means,
     reduce_xids,
     sample_identity,
-    util_stats,
 )
 from gpuwatch.collectors.nvml_events import DEFAULT_WAIT_MS, XidEventWatcher, start_watcher
 from gpuwatch.wire import GpuProcess, GpuSample
@@ -379,23 +379,15 @@ class NvmlBackend(GpuBackend, DevicePoller):
         if dev.lost:
             log.warning("GPU %d (%s) answers again", dev.index, dev.uuid)
             dev.lost = False
-        stats = util_stats([p.util_gpu for p in polls if p.util_gpu is not None])
         masks = [p.reasons_mask for p in polls if p.reasons_mask is not None]
         union = 0
         for mask in masks:
             union |= mask
         return GpuSample(
             **sample_identity(dev, now, interval_s),
-            util_gpu_ratio=stats.mean,
-            util_gpu_idle_fraction_ratio=stats.idle_fraction,
-            util_gpu_stddev_ratio=stats.stddev,
-            util_memory_ratio=mean_or_none(p.util_memory for p in polls),
-            power_watts=mean_or_none(p.power_watts for p in polls),
-            sm_clock_hz=mean_or_none(p.sm_clock_hz for p in polls),
+            **poll_means(polls),
             sm_clock_max_hz=dev.sm_clock_max_hz,
-            memory_clock_hz=mean_or_none(p.memory_clock_hz for p in polls),
             memory_clock_max_hz=dev.memory_clock_max_hz,
-            temperature_celsius=mean_or_none(p.temperature_celsius for p in polls),
             # any reason active at any poll of the interval
             throttle_reasons=reasons_from_mask(union) if masks else None,
             xid_errors=xids,
