@@ -7,7 +7,10 @@
 # brings back at most 8 files, so one archive carries them all).
 #
 #   bench/gpu_session.sh OUT_DIR
-#   PROBE_BUDGET_S=100 VALIDATE_S=15 VIRTUAL_MINUTES=6 bench/gpu_session.sh OUT_DIR
+#   PROBE_BUDGET_S=100 VALIDATE_S=15 VIRTUAL_MINUTES=6 VALIDATE_CPUS=8 bench/gpu_session.sh OUT_DIR
+#
+# VALIDATE_CPUS pins each scenario's job to that many cores (a GPU's share of a node; the
+# H200 runs in tests/gpu/fixtures/h200/run2 and run3 used 8).
 #
 # PYTHON (default python3) must import torch with CUDA and gpuwatch's dependencies; on a
 # machine without them, install wheels first (docs/gpu.md, "Recording a real GPU").
@@ -32,7 +35,8 @@ timeout --kill-after=10 $((${PROBE_BUDGET_S:-100} + 60)) "$py" bench/gpu_probe.p
 echo "probe: $((SECONDS - start)) s"
 vstart=$SECONDS
 timeout --kill-after=10 "${VALIDATE_TIMEOUT_S:-420}" "$py" -m gpuwatch validate --device cuda \
-  --duration "${VALIDATE_S:-15}" --virtual-minutes "${VIRTUAL_MINUTES:-6}" --out "$out/validate" \
+  --duration "${VALIDATE_S:-15}" --virtual-minutes "${VIRTUAL_MINUTES:-6}" --cpus "${VALIDATE_CPUS:-8}" \
+  --out "$out/validate" \
   --format json ${VALIDATE_SCENARIOS:+--scenarios "$VALIDATE_SCENARIOS"} > "$out/validate.json" 2> "$out/validate.log"
 vstatus=$?
 cat "$out/validate/validate.txt" 2>/dev/null || tail -n 40 "$out/validate.log"
