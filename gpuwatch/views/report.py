@@ -62,7 +62,7 @@ def usage_report(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime)
         if total <= 0:
             continue
         row["flagged"] += 1
-        scale = min(1.0, hours / total) if total else 0.0  # never more than the job held
+        scale = min(1.0, hours / total)  # never more than the job held
         for cause, value in causes.items():
             row["causes"][cause] = row["causes"].get(cause, 0.0) + value * scale
         row["wasted"] += total * scale

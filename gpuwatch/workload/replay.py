@@ -29,6 +29,7 @@ from typing import Any
 
 from gpuwatch.collectors.base import Collector
 from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.wire import JobSample
 from gpuwatch.workload.validate import (
     EXPECTED,
@@ -37,7 +38,6 @@ from gpuwatch.workload.validate import (
     ValidateReport,
     classify_run,
     clocked_agent,
-    floor_minute,
 )
 
 #: minutes between the replayed job's end and now: past every "ahead of the clock" check

@@ -64,6 +64,7 @@ from typing import Any
 
 from gpuwatch.collectors.base import Collector
 from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.wire import JobSample
 
 #: expected (cause, window) per scenario: the cause the classifier must give as the window's
@@ -363,10 +364,6 @@ _KEY_FEATURES = (
     "pcie_bytes_per_s",
     "cpu_ratio",
 )
-
-
-def floor_minute(ts: datetime) -> datetime:
-    return ts.replace(second=0, microsecond=0)
 
 
 def _wait_stream(path: Path, proc: subprocess.Popen, timeout_s: float, until: str) -> Any:

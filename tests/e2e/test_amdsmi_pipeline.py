@@ -40,7 +40,8 @@ def test_amd_job_gets_a_verdict_that_names_the_missing_signals(tmp_path: Path) -
     from gpuwatch.config import AgentConfig, Settings
     from gpuwatch.daemon.server import BackgroundServer
     from gpuwatch.sql.nodes import create_token
-    from gpuwatch.workload.validate import ScenarioOutcome, classify_run, floor_minute, validate_thresholds
+    from gpuwatch.sql.rollups import floor_minute
+    from gpuwatch.workload.validate import ScenarioOutcome, classify_run, validate_thresholds
 
     fake = _small_work_card()
     backend = AmdSmiBackend(amdsmi=fake, start_poller=False, clock=fake.clock)
