@@ -114,6 +114,7 @@ def import_trace(engine: sa.Engine, batches_path: Path, jobs_doc: Any, group: in
     from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
     from gpuwatch.sql.rollups import Rollup, floor_minute
     from gpuwatch.wire import Batch
+    from gpuwatch.wire.text import without_nul
 
     jobs = parse_jobs(jobs_doc)
     batches: list[Batch] = []
@@ -121,7 +122,7 @@ def import_trace(engine: sa.Engine, batches_path: Path, jobs_doc: Any, group: in
         for n, line in enumerate(fh, 1):
             if line.strip():
                 try:
-                    batches.append(Batch.model_validate_json(line))
+                    batches.append(Batch.model_validate_json(without_nul(line)))
                 except ValueError as exc:
                     raise ValueError(
                         f"{batches_path}:{n}: not a wire batch: {str(exc).splitlines()[0]}"

@@ -57,6 +57,7 @@ from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
 from gpuwatch.wire import Batch, json_schema
 from gpuwatch.wire import v2 as wire_v2
+from gpuwatch.wire.text import without_nul
 from gpuwatch.wire.v2 import ColumnarBatch
 
 #: a batch in either wire format
@@ -157,10 +158,10 @@ WIRE_FORMATS: dict[int, type[Any]] = {1: Batch, 2: ColumnarBatch}
 
 
 def parse_batch(body: bytes, version: int = 1) -> WireBatch:
-    """Validate the body as a batch of wire format ``version``, mapping pydantic errors to 400
-    or 422."""
+    """Validate the body as a batch of wire format ``version`` (NUL characters removed from its
+    strings: ``wire/text.py``), mapping pydantic errors to 400 or 422."""
     try:
-        return WIRE_FORMATS[version].model_validate_json(body)
+        return WIRE_FORMATS[version].model_validate_json(without_nul(body))
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         if any(e["type"] == "json_invalid" for e in errors):

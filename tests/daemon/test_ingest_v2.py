@@ -176,3 +176,41 @@ def test_a_kind_with_no_samples_is_stored_as_nothing(bundle_api):
     with engine.connect() as conn:
         counts = count_rows(conn)
     assert counts["cpu_samples"] == 0 and counts["gpu_samples"] == 4
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_nul_characters_are_removed_and_the_cycle_kept(bundle_api, version):
+    """PostgreSQL cannot store U+0000 (SQLite can): on both the strings arrive without it and
+    every sample of the batch is stored."""
+    client, tokens, engine, _ = bundle_api
+    batch = factories.batch(cycles=1, start=utcnow() - timedelta(minutes=5))
+    gpu = batch.samples[0].model_copy(
+        update={
+            "name": "NVIDIA\x00 H200\x00\x00",
+            "uuid": "GPU-\x000001",
+            "throttle_reasons": ["sw_power\x00_cap"],
+        }
+    )
+    samples = [gpu, *batch.samples[1:]]
+    at = next(i for i, s in enumerate(samples) if s.kind == "agent")
+    samples[at] = samples[at].model_copy(
+        update={"collector_errors": {"nv\x00ml": "NVMLError_Unknown\x00garbage"}}
+    )
+    batch = batch.model_copy(update={"samples": samples})
+    body = wire_v2.encode(batch, version)
+    assert b"\\u0000" in body
+    response = _post(client, tokens["node001"], body, path=f"/api/v{version}/ingest/node001")
+    assert response.status_code == 200, response.text
+    assert response.json()["samples"] == len(batch.samples)
+    tables = {kind: SAMPLE_TABLES[kind] for kind in ("gpu", "agent")}
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(tables["gpu"]).where(tables["gpu"].c.gpu_index == 0, tables["gpu"].c.ts == gpu.ts)
+        ).one()
+        errors = conn.execute(sa.select(tables["agent"].c.collector_errors)).scalars().all()
+        from gpuwatch.sql.schema import gpus
+
+        name, uuid_text = conn.execute(sa.select(gpus.c.name, gpus.c.uuid).where(gpus.c.gpu_index == 0)).one()
+    assert row.throttle_reasons == ["sw_power_cap"]
+    assert (name, uuid_text) == ("NVIDIA H200", "GPU-0001")
+    assert {"nvml": "NVMLError_Unknowngarbage"} in errors

@@ -23,7 +23,12 @@ How rows go in depends on the database (``BulkMode``):
   the columns (``BatchStore.copy_min_rows``, off by default, ``daemon/store/pg_copy.py``): a
   third less server CPU, more daemon CPU.
 * ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy executemany of
-  dict rows per table, pipelined on PostgreSQL.
+  dict rows per table with ``ON CONFLICT DO NOTHING``, not pipelined (its row counts are read).
+
+The answer's ``samples`` is what the database added: all of the batch when nothing in it was
+stored before, else the group goes again from a savepoint a batch at a time and each batch is
+credited with the rows it added (a sample repeated in a batch, or stored before under another
+batch id, counts once). ``ingested_batches.samples`` is what the batch held.
 """
 
 from __future__ import annotations
@@ -173,7 +178,8 @@ class BatchStore:
         # (node_id, gpu_index) -> (identity, monotonic time of the last upsert): the upsert
         # is ~20 % of a small batch's cost and almost always a no-op
         self._gpu_seen: dict[tuple[int, int], tuple[tuple, float]] = {}
-        #: groups that met a sample already stored and went again with ON CONFLICT DO NOTHING
+        #: groups that met a sample already stored (or one sent twice) and went again, a batch
+        #: at a time, to count what each added
         self.conflict_retries = 0
         if self.bulk is BulkMode.UNNEST and not is_pg:
             raise ValueError("bulk='unnest' needs PostgreSQL")
@@ -213,14 +219,16 @@ class BatchStore:
                 last_batch[node_id] = batch
                 results.append(IngestResult(IngestStatus.STORED, batch.samples))
             if self.bulk is BulkMode.UNNEST:
-                self._write_unnest(conn, stored, lambda: self._write_small(conn, changed, last_batch, now))
+                kept = self._write_unnest(
+                    conn, stored, lambda: self._write_small(conn, changed, last_batch, now)
+                )
             else:
+                kept = self._write_rows(conn, stored)
                 with _pipelined(conn):
-                    self._write_rows(conn, stored)
                     self._write_small(conn, changed, last_batch, now)
         for node_id, node_changed in changed.items():
             self._remember_identities(node_id, node_changed)
-        return results
+        return _with_stored_counts(results, kept)
 
     def _claim(
         self, conn: sa.Connection, items: list[tuple[int, BatchColumns]], now: Any
@@ -260,18 +268,43 @@ class BatchStore:
             )
         }
 
-    def _write_rows(self, conn: sa.Connection, stored: list[tuple[int, BatchColumns]]) -> None:
-        """``insert``: rows as dicts, one SQLAlchemy executemany per table."""
+    def _write_rows(self, conn: sa.Connection, stored: list[tuple[int, BatchColumns]]) -> list[int] | None:
+        """``insert``: rows as dicts, one SQLAlchemy executemany per table for the whole group.
+
+        None when every sample went in; else (a sample stored before, or sent twice) the group
+        goes again from a savepoint one batch at a time, and the result is how many samples
+        each batch really added (:func:`_with_stored_counts`).
+        """
         all_rows: dict[str, list[dict]] = defaultdict(list)
-        for node_id, batch in stored:
-            for name, table_rows in sample_rows(node_id, batch).items():
+        per_batch = [sample_rows(node_id, batch) for node_id, batch in stored]
+        for rows in per_batch:
+            for name, table_rows in rows.items():
                 all_rows[name].extend(table_rows)
-        for name, table_rows in all_rows.items():
-            conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
+        savepoint = conn.begin_nested()
+        # not pipelined: SQLAlchemy closes an insert's cursor before a pipeline's sync would
+        # give it its row count
+        results = self._insert_rows(conn, all_rows)
+        if _rowcount(results) == sum(batch.samples for _, batch in stored):
+            savepoint.commit()
+            return None
+        savepoint.rollback()
+        self.conflict_retries += 1
+        return [_rowcount(self._insert_rows(conn, rows)) for rows in per_batch]
+
+    def _insert_rows(self, conn: sa.Connection, rows: dict[str, list[dict]]) -> list[Any]:
+        """Insert ``rows`` (per table name) skipping any already there; the results of the
+        sample tables' inserts (process packs are not samples)."""
+        results = []
+        for name, table_rows in rows.items():
+            insert = _insert(conn, self._tables[name]).on_conflict_do_nothing()
+            result = conn.execute(insert.execution_options(preserve_rowcount=True), table_rows)
+            if name != gpu_process_packs.name:
+                results.append(result)
+        return results
 
     def _write_unnest(
         self, conn: sa.Connection, stored: list[tuple[int, BatchColumns]], then: Callable[[], None]
-    ) -> None:
+    ) -> list[int] | None:
         """``unnest``: per table ONE ``INSERT ... SELECT FROM unnest(<one array per column>)``.
 
         The batches' columns (``daemon/store/columns.py``) are concatenated per table; no per-row
@@ -285,7 +318,10 @@ class BatchStore:
         Optimistic: the rows first go without ``ON CONFLICT`` inside a savepoint, a quarter less
         server CPU (``bench/README.md``); a sample already stored (a restored spool copy re-sent
         under new batch ids, or twice in one group) is a unique violation, and then all of it runs
-        again from the savepoint as ``unnest`` inserts with ``ON CONFLICT DO NOTHING``.
+        again from the savepoint as ``unnest`` inserts with ``ON CONFLICT DO NOTHING``, one batch
+        at a time so that each batch's added samples are counted.
+
+        None when every sample went in; else the samples each batch added.
         """
         statements = list(self._unnest_statements(stored))
         copied: list[tuple[_UnnestInsert, list]] = []
@@ -310,17 +346,27 @@ class BatchStore:
                         cur.execute(_numbered(_as_one([insert.sql for insert, _ in inserts])), params)
                     then()
                     cur.execute("RELEASE SAVEPOINT gpuwatch_rows")
-                return
+                return None
             except sa.exc.IntegrityError as exc:
                 if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
                     raise
             with _sa_errors():
                 cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
             self.conflict_retries += 1
+            # rare (a restored spool, a buggy agent): a statement per batch and table, each
+            # waiting for its row count, outside the pipeline
+            added = []
+            with _sa_errors():
+                for one in stored:
+                    count = 0
+                    for insert, params in self._unnest_statements([one]):
+                        cur.execute(_numbered(insert.sql_on_conflict), params)
+                        if isinstance(insert, _UnnestInsert):  # not the process packs
+                            count += cur.rowcount
+                    added.append(count)
             with _pipelined(conn):
-                for inserts, params in _chunks(statements):
-                    cur.execute(_numbered(_as_one([i.sql_on_conflict for i, _ in inserts])), params)
                 then()
+            return added
 
     @staticmethod
     def _unnest_statements(stored: list[tuple[int, BatchColumns]]) -> Iterator[tuple[Any, list]]:
@@ -412,6 +458,20 @@ class BatchStore:
                 for i, ident in sorted(identities.items())
             ],
         )
+
+
+def _rowcount(results: list[Any]) -> int:
+    """Rows the inserts added (``preserve_rowcount``: SQLAlchemy keeps an insert's count)."""
+    return sum(result.rowcount for result in results)
+
+
+def _with_stored_counts(results: list[IngestResult], added: list[int] | None) -> list[IngestResult]:
+    """The results with each stored batch's sample count replaced by what it really added
+    (``added``: one count per stored batch, in order; None when every sample went in)."""
+    if added is None:
+        return results
+    counts = iter(added)
+    return [IngestResult(r.status, next(counts)) if r.status is IngestStatus.STORED else r for r in results]
 
 
 @contextlib.contextmanager

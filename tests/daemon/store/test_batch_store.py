@@ -20,6 +20,7 @@ from gpuwatch.sql.schema import (
     job_samples,
     nodes,
 )
+from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 
 
@@ -338,3 +339,58 @@ def test_the_daemon_default_is_the_stores():
     from gpuwatch.config import Settings
 
     assert Settings().daemon.copy_min_rows == COPY_MIN_ROWS
+
+
+def _with_new_id(batch):
+    return batch.model_copy(
+        update={"batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id}
+    )
+
+
+@pytest.mark.parametrize("bulk", [None, "insert"])
+def test_stored_count_is_the_samples_that_went_in(engine, bulk):
+    """The answer's ``samples`` is what the database added, not what the batch held: a GPU
+    sample repeated in a batch, a copy of stored samples under a new id, a half-new batch."""
+    if bulk == "insert" and engine.dialect.name != "postgresql":
+        pytest.skip("SQLite only has the insert path, run as the default")
+    node_id = _node_id(engine)
+    store = BatchStore(engine, bulk=bulk)
+    first = factories.batch(cycles=3)  # 3 x (2 GPUs + host samples)
+    repeated = first.model_copy(update={"samples": [*first.samples, first.samples[0]]})
+    result = store.store(node_id, repeated)
+    assert result.status is IngestStatus.STORED
+    assert result.samples == len(first.samples)  # the repeat is not counted
+    assert store.conflict_retries == 1
+    clean = store.store(node_id, factories.batch(cycles=1, start=factories.T0 - timedelta(hours=1)))
+    assert store.conflict_retries == 1  # a batch with nothing stored before goes in at the first try
+    assert clean.samples == len(factories.batch(cycles=1).samples)
+    copy = store.store(node_id, _with_new_id(first))
+    assert (copy.status, copy.samples) == (IngestStatus.STORED, 0)
+    half_new = factories.batch(cycles=6)
+    assert store.store(node_id, half_new).samples == len(half_new.samples) - len(first.samples)
+    with engine.connect() as conn:
+        stored = sum(count_rows(conn, SAMPLE_TABLES.values()).values())
+        assert stored == len(half_new.samples) + clean.samples
+
+
+def test_stored_counts_are_per_batch_in_a_group(engine):
+    """In a group the counts stay each batch's own: the original is credited, its copy not,
+    a batch of another node in the same group keeps its full count."""
+    node_id, other = _node_id(engine), _node_id(engine, "node002")
+    first = factories.batch(cycles=2)
+    unrelated = factories.batch(node="node002", cycles=4)
+    results = BatchStore(engine).store_many(
+        [(node_id, first), (node_id, _with_new_id(first)), (other, unrelated)]
+    )
+    assert [r.samples for r in results] == [len(first.samples), 0, len(unrelated.samples)]
+
+
+def test_stored_count_of_a_v2_batch_with_repeats(engine):
+    """The columnar form: three GPU samples of one GPU at one stamp store one row, and say so."""
+    node_id = _node_id(engine)
+    one = factories.gpu_sample(factories.T0, 0)
+    batch = factories.wire.Batch(node="node001", agent_version="t", samples=[one, one, one])
+    columnar = wire_v2.from_v1(batch)
+    assert BatchStore(engine).store(node_id, columnar).samples == 1
+    with engine.connect() as conn:
+        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 1
