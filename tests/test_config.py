@@ -14,7 +14,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "gpuwatch.toml"
 def test_example_config_is_valid_and_shows_the_defaults():
     example = load_settings(EXAMPLE)
     defaults = load_settings(None)
-    for section in ("agent", "gpu", "daemon", "slurm", "classify"):
+    for section in ("agent", "gpu", "daemon", "slurm", "classify", "retention", "alerts"):
         ex, de = getattr(example, section), getattr(defaults, section)
         for key in type(ex).model_fields:
             if key in {"node", "spool_dir"}:

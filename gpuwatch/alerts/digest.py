@@ -5,11 +5,11 @@ latest whole-job verdict evaluated in it, else the largest recent window (a lowe
 job's total is its largest cause, not the sum: two causes of one job describe the same idle
 GPU-hours.
 
-Each digest is due once per period (the daily one at ``daily_at``, the weekly one at
-``weekly_at`` on ``weekly_weekday``, in the digest's time zone) and carries a dedup key of its
-period, so a restart, a second daemon or a late run still queues it once. A daemon that was
-down at the due time queues it when it comes back (the daily one until the next is due; the
-weekly one for two days).
+A digest with no job in it is not sent. Each digest is due once per period (the daily one
+at ``daily_at``, the weekly one at ``weekly_at`` on ``weekly_weekday``, in the digest's time
+zone) and carries a dedup key of its period, so a restart, a second daemon or a late run
+still queues it once. A daemon that was down at the due time queues it when it comes back
+(the daily one until the next is due; the weekly one for two days).
 """
 
 from __future__ import annotations
@@ -163,6 +163,8 @@ class Digests:
         if not targets:
             return []
         d = admin_digest(self.engine, start, end, self.cfg.digest.top_n)
+        if not d.jobs:  # nothing wasted in the period (or a fresh install): no digest to read
+            return []
         subject = tpl.admin_subject(d)
         out = []
         for channel, recipient in targets:

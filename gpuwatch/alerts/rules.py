@@ -24,17 +24,18 @@ from __future__ import annotations
 import logging
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
 from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
+from gpuwatch.alerts.templates import format as fmt
 from gpuwatch.alerts.templates import job as job_tpl
 from gpuwatch.alerts.templates.job import JobFacts
 from gpuwatch.config.alerts import AlertRule, AlertsConfig, QuietHours, RecipientKind
-from gpuwatch.sql.schema import alert_outbox
+from gpuwatch.sql.schema import alert_outbox, verdicts
 from gpuwatch.views import LowUtilFilters, LowUtilJob, VerdictRow, low_util_jobs
 
 log = logging.getLogger(__name__)
@@ -172,15 +173,99 @@ class Evaluation:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-def _recent_notices(engine: sa.Engine, since: datetime) -> list[tuple[str | None, str, datetime]]:
-    t = alert_outbox.c
+#: a later notice about the same job and cause is an escalation when this many times the
+#: GPU-hours wasted (or more GPUs idle) than the notice before
+ESCALATION_WASTE_FACTOR = 3.0
+#: the cause that says "low, reason unknown": a specific cause found later replaces its notice
+GENERIC_CAUSE = "unknown_low"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A job notice queued before (whatever its delivery state): what a new one is weighed against."""
+
+    job_id: str
+    recipient: str
+    cause: str
+    created_at: datetime
+    gpu_hours_wasted: float
+    idle_gpus: int
+
+
+def _recent_notices(engine: sa.Engine, since: datetime) -> list[Sent]:
+    t, v = alert_outbox.c, verdicts.c
+    query = (
+        sa.select(t.job_id, t.recipient, t.cause, t.created_at, t.gpu_hours_wasted, v.evidence)
+        .select_from(alert_outbox.outerjoin(verdicts, v.id == t.verdict_id))
+        .where(t.kind == "job", t.created_at >= since)
+        .order_by(t.created_at, t.id)
+    )
     with engine.connect() as conn:
         return [
-            (r.job_id, r.recipient, r.created_at)
-            for r in conn.execute(
-                sa.select(t.job_id, t.recipient, t.created_at).where(t.kind == "job", t.created_at >= since)
+            Sent(
+                r.job_id,
+                r.recipient,
+                r.cause,
+                r.created_at,
+                r.gpu_hours_wasted or 0.0,
+                idle_count(r.evidence),
             )
+            for r in conn.execute(query)
         ]
+
+
+def idle_count(evidence: object) -> int:
+    """How many GPUs a verdict's evidence names idle (0 for other causes)."""
+    signals = evidence.get("signals") if isinstance(evidence, dict) else None
+    idle = signals.get("idle_gpus") if isinstance(signals, dict) else None
+    return len(idle) if isinstance(idle, list) else 0
+
+
+def follow_up(f: JobFacts, before: Sequence[Sent]) -> tuple[str | None, str | None]:
+    """``(note, None)`` when a notice about ``f`` may go although this recipient heard about the
+    job within the cooldown, saying why; ``(None, reason)`` when it may not; ``(None, None)``
+    when the recipient heard nothing about the job.
+
+    * the same cause was notified: only an escalation (more GPUs idle, or
+      :data:`ESCALATION_WASTE_FACTOR` times the waste), and only once;
+    * only :data:`GENERIC_CAUSE` was notified and ``f`` names a specific cause: it replaces that
+      notice;
+    * another specific cause was notified: ``f`` is a new finding, and goes (the person cooldown
+      still applies), unless ``f`` is itself :data:`GENERIC_CAUSE`, which adds nothing.
+    """
+    if not before:
+        return None, None
+    named = [s for s in before if s.cause != GENERIC_CAUSE]
+    if f.cause == GENERIC_CAUSE and named:  # "cause unknown" adds nothing to a named cause
+        return None, f"job cooldown ({named[-1].cause} notified at {fmt.when(named[-1].created_at)})"
+    same = [s for s in before if s.cause == f.cause]
+    if same:
+        if len(same) > 1:
+            return None, f"job cooldown ({f.cause} notified and escalated already)"
+        last = same[-1]
+        idle_now = idle_count(f.evidence)
+        if idle_now > last.idle_gpus > 0:
+            return (
+                f"Escalation: {idle_now} GPUs idle now, {last.idle_gpus} when we wrote at "
+                f"{fmt.when(last.created_at)}.",
+                None,
+            )
+        wasted = f.gpu_hours_wasted or 0.0
+        if last.gpu_hours_wasted > 0 and wasted >= ESCALATION_WASTE_FACTOR * last.gpu_hours_wasted:
+            return (
+                f"Escalation: {fmt.number(wasted)} GPU-hours wasted now, "
+                f"{fmt.number(last.gpu_hours_wasted)} when we wrote at {fmt.when(last.created_at)}.",
+                None,
+            )
+        return None, f"job cooldown ({f.cause} notified at {fmt.when(last.created_at)})"
+    if not named:
+        first = before[0]
+        return (
+            f"This replaces our notice of {fmt.when(first.created_at)}, which could not name a cause: "
+            "the cause is now clear.",
+            None,
+        )
+    return "", None
 
 
 def job_notice(cfg: AlertsConfig, f: JobFacts, target: Target, now: datetime) -> Notice:
@@ -190,7 +275,7 @@ def job_notice(cfg: AlertsConfig, f: JobFacts, target: Target, now: datetime) ->
         payload = job_tpl.slack(f, link)
     else:
         hours = cfg.job_cooldown_s / 3600
-        note = f"Further notices about this job: at most one every {hours:g} h." if hours else ""
+        note = f"Further notices about this job and cause: at most one every {hours:g} h." if hours else ""
         payload = job_tpl.email(f, kind.value, link, note)
     return Notice(
         dedup_key=dedup_key(
@@ -221,6 +306,22 @@ def job_notice(cfg: AlertsConfig, f: JobFacts, target: Target, now: datetime) ->
     )
 
 
+def _chosen(
+    cfg: AlertsConfig, kind: RecipientKind, ranked: list[JobFacts]
+) -> tuple[JobFacts | None, list[str]]:
+    """The first of a job's verdicts (listing order) that a rule sends to ``kind``; else why none."""
+    reasons: list[str] = []
+    for f in ranked:
+        rule = rule_for(cfg.rules, f.cause)
+        if rule is None or kind not in rule.notify:
+            continue
+        why_not = passes(rule, f)
+        if why_not is None:
+            return f, reasons
+        reasons.append(f"{f.cause}: {why_not}")
+    return None, reasons
+
+
 def evaluate(
     engine: sa.Engine, cfg: AlertsConfig, now: datetime, resolver: RecipientResolver | None = None
 ) -> Evaluation:
@@ -232,25 +333,18 @@ def evaluate(
     recent = _recent_notices(engine, horizon)
     job_since = now - timedelta(seconds=cfg.job_cooldown_s)
     user_since = now - timedelta(seconds=cfg.user_cooldown_s)
-    notified_job = {(jid, rcpt) for jid, rcpt, at in recent if at >= job_since}
-    notified_person = {rcpt for _, rcpt, at in recent if at >= user_since}
+    heard: dict[tuple[str, str], list[Sent]] = {}
+    for s in recent:
+        if s.created_at >= job_since:
+            heard.setdefault((s.job_id, s.recipient), []).append(s)
+    notified_person = {s.recipient for s in recent if s.created_at >= user_since}
 
     candidates: list[Notice] = []
     # the job wasting most first: under the per-person cooldown, a user hears about the worst one
     order = sorted(jobs.items(), key=lambda kv: (-(kv[1][0].gpu_hours_wasted or 0.0), kv[0]))
     for job_id, ranked in order:
         for kind in RecipientKind:
-            chosen: JobFacts | None = None
-            reasons: list[str] = []
-            for f in ranked:
-                rule = rule_for(cfg.rules, f.cause)
-                if rule is None or kind not in rule.notify:
-                    continue
-                why_not = passes(rule, f)
-                if why_not is None:
-                    chosen = f
-                    break
-                reasons.append(f"{f.cause}: {why_not}")
+            chosen, reasons = _chosen(cfg, kind, ranked)
             if chosen is None:
                 if reasons:
                     result.skipped.append((job_id, kind.value, "; ".join(reasons)))
@@ -259,15 +353,28 @@ def evaluate(
             if not found:
                 result.skipped.append((job_id, kind.value, "no address or channel configured"))
             for target in found:
-                if (job_id, target.recipient) in notified_job:
-                    result.skipped.append((job_id, target.recipient, "job cooldown"))
+                before = heard.get((job_id, target.recipient), [])
+                note, refused = follow_up(chosen, before)
+                if refused:
+                    result.skipped.append((job_id, target.recipient, refused))
                     continue
-                if kind in (RecipientKind.USER, RecipientKind.OWNER) and target.recipient in notified_person:
+                person = kind in (RecipientKind.USER, RecipientKind.OWNER)
+                if person and not note and target.recipient in notified_person:
                     result.skipped.append((job_id, target.recipient, "person cooldown"))
                     continue
-                candidates.append(job_notice(cfg, chosen, target, now))
-                notified_job.add((job_id, target.recipient))
-                if kind in (RecipientKind.USER, RecipientKind.OWNER):
+                facts = replace(chosen, follows=note) if note else chosen
+                candidates.append(job_notice(cfg, facts, target, now))
+                heard.setdefault((job_id, target.recipient), []).append(
+                    Sent(
+                        job_id,
+                        target.recipient,
+                        chosen.cause,
+                        now,
+                        chosen.gpu_hours_wasted or 0.0,
+                        idle_count(chosen.evidence),
+                    )
+                )
+                if person:
                     notified_person.add(target.recipient)
     if candidates:
         with engine.connect() as conn:

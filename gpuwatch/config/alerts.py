@@ -75,8 +75,13 @@ class AlertRule(Section):
 
     causes: list[str] = Field(default_factory=lambda: ["*"])
     notify: list[RecipientKind] = Field(default_factory=lambda: [RecipientKind.USER, RecipientKind.ADMIN])
-    min_gpu_hours_wasted: float = Field(1.0, ge=0)
-    min_duration_s: float = Field(1800.0, ge=0, description="Window length (window_end - window_start).")
+    min_gpu_hours_wasted: float = Field(0.25, ge=0)
+    min_duration_s: float = Field(
+        300.0,
+        ge=0,
+        description="Window length (window_end - window_start); the recent window is "
+        "classify.recent_window_s (600 s) long.",
+    )
     min_confidence: float = Field(0.5, ge=0, le=1)
 
     @field_validator("causes")
@@ -89,6 +94,18 @@ class AlertRule(Section):
 
     def matches(self, cause: str) -> bool:
         return "*" in self.causes or cause in self.causes
+
+
+def default_rules() -> list[AlertRule]:
+    """The rules when ``[[alerts.rules]]`` is not set: GPUs doing nothing at all are told within
+    minutes (one idle GPU of four for ten minutes wastes 0.17 GPU-h); any other named cause
+    once it has wasted a quarter GPU-hour; "low, cause unknown" only after half an hour and a
+    GPU-hour, as it asks the user to investigate."""
+    return [
+        AlertRule(causes=["idle_allocation", "cpu_only"], min_gpu_hours_wasted=0.1, min_confidence=0.7),
+        AlertRule(causes=["unknown_low"], min_gpu_hours_wasted=1.0, min_duration_s=1800.0),
+        AlertRule(causes=["*"]),
+    ]
 
 
 class QuietHours(Section):
@@ -225,7 +242,7 @@ class AlertsConfig(Section):
     """Everything about notices; see docs/alerts.md."""
 
     enabled: bool = Field(False, description="Evaluate rules and send from inside the daemon.")
-    rules: list[AlertRule] = Field(default_factory=lambda: [AlertRule()])
+    rules: list[AlertRule] = Field(default_factory=default_rules)
     lookback_s: float = Field(6 * 3600.0, gt=0, description="Verdicts evaluated this recently are read.")
     user_email_pattern: str | None = Field(None, description="e.g. '{user}@example.edu'.")
     user_email_command: list[str] = Field(
@@ -235,7 +252,12 @@ class AlertsConfig(Section):
     admin_emails: list[str] = Field(default_factory=list)
     job_url: str | None = Field(None, description="e.g. 'https://gpuwatch.example.edu/jobs/{job_id}'.")
     user_cooldown_s: float = Field(6 * 3600.0, ge=0, description="At most one notice per person per this.")
-    job_cooldown_s: float = Field(24 * 3600.0, ge=0, description="Per job and recipient.")
+    job_cooldown_s: float = Field(
+        24 * 3600.0,
+        ge=0,
+        description="Per job, cause and recipient; a cause replacing 'unknown_low', or one "
+        "escalation, goes at once.",
+    )
     quiet_hours: QuietHours | None = None
     slack: SlackConfig = Field(default_factory=SlackConfig)
     email: EmailConfig = Field(default_factory=EmailConfig)

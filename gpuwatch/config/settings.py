@@ -315,7 +315,12 @@ class ClassifyConfig(Thresholds):
     """``[classify]``: every threshold of :class:`~gpuwatch.config.thresholds.Thresholds`,
     plus how often the daemon evaluates running jobs."""
 
-    evaluate_interval_s: float = Field(300.0, ge=30, description="Evaluate running jobs this often.")
+    evaluate_interval_s: float = Field(
+        120.0,
+        ge=30,
+        description="Evaluate running jobs this often, on the clock (at :10 past a minute boundary, "
+        "after the minute's rollup), the first time within a minute of start.",
+    )
 
 
 def default_database_url() -> str:

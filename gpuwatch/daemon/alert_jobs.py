@@ -2,7 +2,7 @@
 
 * ``alerts-rules`` every ``alerts.worker.interval_s``: verdicts → notices, due digests,
   enforcement (:meth:`~gpuwatch.alerts.service.AlertService.decide`); everything found is
-  queued in the outbox;
+  queued in the outbox, and sent at once when anything was;
 * ``alerts-send`` at the same interval: the worker sends what is due.
 
 Alerts take their own advisory lock (``alerts.leader_lock_key``, :mod:`gpuwatch.daemon.leader`),
@@ -43,6 +43,8 @@ def register_alert_jobs(
             d = service.decide()
             if d.queued or d.actions:
                 log.info("alerts: %d notice(s) queued, %d enforcement action(s)", d.queued, len(d.actions))
+            if d.queued:  # out now, not at the worker's next pass
+                service.send()
 
     def send_job() -> None:
         if leader.is_leader():

@@ -1,8 +1,9 @@
 """Scheduled work inside the daemon (APScheduler), one place that lists every job.
 
 Jobs now: create partitions ahead (hourly, and once at start); roll raw samples up per
-minute (every minute); classify running jobs (every ``classify.evaluate_interval_s``, from
-the rollups) and store their verdicts; with ``slurm.enabled`` the Slurm sync (squeue every
+minute (at :05 of every minute, :data:`ROLLUP_LAG` behind); classify running jobs (every
+``classify.evaluate_interval_s`` on the clock, just after a rollup, and within a minute of
+start) and store their verdicts; with ``slurm.enabled`` the Slurm sync (squeue every
 ``sync_interval_s``, sacct every ``sacct_interval_s``); retention (``[retention]``); alerts
 (``daemon/alert_jobs.py``: rules, outbox worker, digests, enforcement, leader-only).
 """
@@ -15,12 +16,29 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
 
 from gpuwatch.config import Settings
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.rollups import Rollup
 
 log = logging.getLogger(__name__)
+
+#: a minute is rolled up once this long after it ended (batches in flight; a later batch
+#: re-rolls it), by the rollup job at :ROLLUP_AT_S of every minute
+ROLLUP_LAG = timedelta(minutes=1)
+ROLLUP_AT_S = 5
+#: classification runs on a grid of ``evaluate_interval_s`` from the epoch, offset to just
+#: after the rollup: a verdict sees the newest minute, and a restart does not shift the grid
+CLASSIFY_AT_S = 10
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def first_classification(now: datetime) -> datetime:
+    """The first classification after a start: the next :CLASSIFY_AT_S past a minute boundary
+    (within a minute), not a whole interval later."""
+    at = now.replace(second=CLASSIFY_AT_S, microsecond=0)
+    return at if at > now else at + timedelta(minutes=1)
 
 
 def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundScheduler:
@@ -49,9 +67,13 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
     scheduler.add_job(partitions_ahead, "interval", hours=1, id="partitions", name="create partitions ahead")
     partitions_ahead()
 
-    rollup = Rollup(store.engine, raw_days=settings.retention.raw_days)
+    rollup = Rollup(store.engine, lag=ROLLUP_LAG, raw_days=settings.retention.raw_days)
     scheduler.add_job(
-        leader_only(rollup.run_once), "interval", minutes=1, id="rollup", name="per-minute rollups"
+        leader_only(rollup.run_once),
+        "cron",
+        second=ROLLUP_AT_S,
+        id="rollup",
+        name="per-minute rollups",
     )
 
     # jobs that ended are classified once at their end, when their last minutes are rolled up
@@ -67,12 +89,13 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
         ended_until[0] = max(ended_until[0], ready)
         log.info("classified %d running job(s) and %d that ended", len(found), len(ended))
 
+    every = settings.classify.evaluate_interval_s
     scheduler.add_job(
         leader_only(classify_running),
-        "interval",
-        seconds=settings.classify.evaluate_interval_s,
+        IntervalTrigger(seconds=every, start_date=_EPOCH + timedelta(seconds=CLASSIFY_AT_S), timezone="UTC"),
         id="classify",
         name="classify running jobs",
+        next_run_time=first_classification(datetime.now(timezone.utc)),
     )
 
     def retention() -> None:

@@ -19,6 +19,8 @@ from gpuwatch.classify.verdict import Cause
 from gpuwatch.sql.schema import verdicts
 
 HEALTHY = Cause.HEALTHY.value
+#: the fallback cause "low, reason unknown": any cause a rule names is more actionable
+GENERIC = Cause.UNKNOWN_LOW.value
 #: the window a listing prefers: GPU-hours wasted over the whole run, not a rolling slice of it
 WINDOW_ORDER = ("job", "recent")
 
@@ -75,14 +77,16 @@ class Evaluation:
 
     @property
     def shown(self) -> VerdictRow | None:
-        """The verdict a listing shows: the whole-job window's leading one when it is a waste
-        cause, else the recent window's (a job that went idle after a busy start); None when
-        neither window leads with a waste cause."""
-        for kind in WINDOW_ORDER:
-            found = self.window(kind)
-            if found and found[0].is_waste:
-                return found[0]
-        return None
+        """The verdict a listing (and an alert) shows: the most actionable window's leading one.
+
+        That is the whole-job window's when it names a cause; the recent window's when the
+        whole job looks healthy or only :data:`GENERIC` ("low, cause unknown") and the recent
+        window names a cause (a job that went idle after a busy start); :data:`GENERIC` only when
+        neither names a cause; None when neither window leads with a waste cause.
+        """
+        leads = [found[0] for kind in WINDOW_ORDER if (found := self.window(kind)) and found[0].is_waste]
+        specific = [v for v in leads if v.cause != GENERIC]
+        return (specific or leads or [None])[0]
 
     def of_cause(self, cause: str) -> VerdictRow | None:
         """The verdict of ``cause``, whole-job window first; None if neither window found it."""

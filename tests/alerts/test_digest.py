@@ -82,11 +82,16 @@ def test_digests_are_queued_once_per_period(engine):
     assert alice.subject == "[gpuwatch] Your GPU jobs this week: 5.0 GPU-hours wasted"
     assert 'Job 1 "train": GPUs allocated but idle, 5.0 GPU-hours wasted' in alice.payload["text"]
     assert "https://gpuwatch.example.edu/jobs/1" in alice.payload["text"]
-    # a week later nobody wasted anything: only the admins' daily digest
+    # a week later nobody wasted anything: no digest at all, not one saying "0.0 GPU-h"
     week = DAY + timedelta(days=7, hours=9, minutes=1)
-    assert sorted(n.recipient_kind for n in Digests(engine, cfg).due(week)) == ["admin", "admin"]
+    assert Digests(engine, cfg).due(week) == []
     # more than two days after the weekly digest was due it is not sent late
-    assert Digests(engine, cfg).due(DAY + timedelta(days=3, hours=10)) != []
-    assert all(
-        n.recipient_kind == "admin" for n in Digests(engine, cfg).due(DAY + timedelta(days=3, hours=10))
-    )
+    later = DAY + timedelta(days=3, hours=10)
+    add_job(engine, "3", user="carol", account="nlp")
+    add_verdict(engine, "3", "idle_allocation", evaluated_at=later - timedelta(hours=4), wasted=6)
+    assert [n.recipient_kind for n in Digests(engine, cfg).due(later)] == ["admin", "admin"]
+
+
+def test_a_fresh_install_sends_no_digest(engine):
+    """Nothing evaluated yet: the daily digest that is due would say 0.0 GPU-h; it is not sent."""
+    assert Digests(engine, _cfg()).due(DAY + timedelta(hours=9, minutes=30)) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 from gpuwatch.alerts import outbox
@@ -141,3 +142,95 @@ def test_email_lookup_command(tmp_path):
     assert r.user_email("alice") == "alice.x@dept.example.edu"
     assert r.user_email("nobody") is None
     assert r.user_email(None) is None
+
+
+def _idle(n: int) -> dict:
+    return {"signals": {"idle_gpus": [f"n1/gpu{i}" for i in range(n)]}}
+
+
+def test_cooldown_is_per_job_and_cause(engine):
+    """Another cause of the same job is news and goes; the same cause waits out the cooldown."""
+    cfg = _cfg(rules=[{"notify": ["admin"]}], job_cooldown_s=24 * 3600)
+    add_job(engine, "30")
+    add_verdict(engine, "30", "input_bound", wasted=2)
+    outbox.enqueue(engine, evaluate(engine, cfg, T0).notices, T0)
+    later = T0 + timedelta(hours=1)
+    add_verdict(engine, "30", "input_bound", evaluated_at=later, wasted=2.5)
+    result = evaluate(engine, cfg, later)
+    assert result.notices == [] and any("job cooldown (input_bound" in why for _, _, why in result.skipped)
+    much_later = T0 + timedelta(hours=2)
+    add_verdict(engine, "30", "gpu_memory_pressure", evaluated_at=much_later, wasted=2.5)
+    assert _who(evaluate(engine, cfg, much_later)) == [("slack", "#gpu-admins", "30", "gpu_memory_pressure")]
+
+
+def test_a_cause_replacing_unknown_goes_at_once_and_says_so(engine):
+    """unknown_low first (no cause yet), then the specific cause: it goes despite both cooldowns
+    and tells the reader it replaces the earlier notice; unknown_low after a cause adds nothing."""
+    cfg = _cfg(rules=[{"notify": ["user", "admin"]}], user_cooldown_s=6 * 3600, job_cooldown_s=24 * 3600)
+    add_job(engine, "31", user="alice")
+    add_verdict(engine, "31", "unknown_low", wasted=2, evidence={})
+    first = evaluate(engine, cfg, T0).notices
+    assert {n.cause for n in first} == {"unknown_low"}
+    outbox.enqueue(engine, first, T0)
+    later = T0 + timedelta(minutes=10)
+    add_verdict(engine, "31", "idle_allocation", evaluated_at=later, wasted=2, evidence=_idle(4))
+    second = evaluate(engine, cfg, later).notices
+    assert _who(evaluate(engine, cfg, later)) == [
+        ("email", "alice@example.edu", "31", "idle_allocation"),
+        ("slack", "#gpu-admins", "31", "idle_allocation"),
+    ]
+    mail = next(n for n in second if n.channel == "email")
+    assert mail.subject.startswith("[gpuwatch] Update: Job 31: ")
+    assert "This replaces our notice of 2026-12-02 12:00 UTC" in mail.payload["text"]
+    slack = next(n for n in second if n.channel == "slack")
+    assert "replaces our notice" in json.dumps(slack.payload["blocks"])
+    outbox.enqueue(engine, second, later)
+    again = T0 + timedelta(minutes=20)
+    add_verdict(engine, "31", "unknown_low", evaluated_at=again, wasted=9, evidence={})
+    assert evaluate(engine, cfg, again).notices == []
+
+
+def test_one_escalation_is_allowed(engine):
+    """1 of 4 GPUs idle is notified; 4 of 4 idle later goes once more, saying what changed;
+    after that the job and cause are quiet for the cooldown."""
+    cfg = _cfg(rules=[{"notify": ["admin"]}], job_cooldown_s=24 * 3600)
+    add_job(engine, "32")
+    add_verdict(engine, "32", "idle_allocation", wasted=0.5, evidence=_idle(1))
+    outbox.enqueue(engine, evaluate(engine, cfg, T0).notices, T0)
+    t1 = T0 + timedelta(minutes=30)
+    add_verdict(engine, "32", "idle_allocation", evaluated_at=t1, wasted=0.6, evidence=_idle(1))
+    assert evaluate(engine, cfg, t1).notices == []  # the same: no news
+    t2 = T0 + timedelta(minutes=40)
+    add_verdict(engine, "32", "idle_allocation", evaluated_at=t2, wasted=0.7, evidence=_idle(4))
+    [n] = evaluate(engine, cfg, t2).notices
+    assert "Escalation: 4 GPUs idle now, 1 when we wrote at 2026-12-02 12:00 UTC." in json.dumps(n.payload)
+    outbox.enqueue(engine, [n], t2)
+    t3 = T0 + timedelta(hours=3)
+    add_verdict(engine, "32", "idle_allocation", evaluated_at=t3, wasted=40, evidence=_idle(4))
+    result = evaluate(engine, cfg, t3)
+    assert result.notices == [] and any("escalated already" in why for _, _, why in result.skipped)
+
+
+def test_waste_growing_threefold_is_an_escalation(engine):
+    cfg = _cfg(rules=[{"notify": ["admin"]}], job_cooldown_s=24 * 3600)
+    add_job(engine, "33")
+    add_verdict(engine, "33", "input_bound", wasted=1.0, evidence={})
+    outbox.enqueue(engine, evaluate(engine, cfg, T0).notices, T0)
+    t1 = T0 + timedelta(hours=1)
+    add_verdict(engine, "33", "input_bound", evaluated_at=t1, wasted=2.9, evidence={})
+    assert evaluate(engine, cfg, t1).notices == []
+    t2 = T0 + timedelta(hours=2)
+    add_verdict(engine, "33", "input_bound", evaluated_at=t2, wasted=3.0, evidence={})
+    [n] = evaluate(engine, cfg, t2).notices
+    assert "Escalation: 3.0 GPU-hours wasted now, 1.0 when we wrote" in json.dumps(n.payload)
+
+
+def test_default_rules_fire_on_a_recent_window(engine):
+    """The code's defaults: one idle GPU of four over the 10-minute recent window is told;
+    unknown_low over the same window is not (it waits for half an hour and a GPU-hour)."""
+    cfg = _cfg()
+    add_job(engine, "34")
+    add_verdict(engine, "34", "idle_allocation", window_s=600, wasted=0.17, evidence=_idle(1))
+    add_job(engine, "35")
+    add_verdict(engine, "35", "unknown_low", window_s=600, wasted=0.6, evidence={})
+    assert {n.job_id for n in evaluate(engine, cfg, T0).notices} == {"34"}

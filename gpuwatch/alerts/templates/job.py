@@ -37,6 +37,9 @@ class JobFacts:
     account: str | None = None
     partition: str | None = None
     state: str | None = None
+    #: a notice about a job the recipient heard of before: why this one follows
+    #: (``alerts/rules.follow_up``: an escalation, or a cause that replaces "unknown")
+    follows: str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -86,7 +89,8 @@ def _job_label(f: JobFacts) -> str:
 
 def subject(f: JobFacts) -> str:
     wasted = f" - {fmt.number(f.gpu_hours_wasted)} GPU-hours wasted" if f.gpu_hours_wasted else ""
-    return f"[gpuwatch] Job {f.job_id}: {title(f)}{wasted}"
+    update = "Update: " if f.follows else ""
+    return f"[gpuwatch] {update}Job {f.job_id}: {title(f)}{wasted}"
 
 
 def _facts(f: JobFacts) -> list[tuple[str, str]]:
@@ -130,6 +134,7 @@ def email(f: JobFacts, recipient_kind: str, link: str | None, cooldown_note: str
     text_lines = [
         _opening(f, recipient_kind),
         "",
+        *([f.follows, ""] if f.follows else []),
         f"What we saw: {f.summary}",
         "",
         *(f"{k + ':':<11}{v}" for k, v in _facts(f)),
@@ -155,6 +160,7 @@ def email(f: JobFacts, recipient_kind: str, link: str | None, cooldown_note: str
         "<!DOCTYPE html>",
         '<html><body style="font-family:sans-serif;max-width:680px">',
         f"<p>{opening_html}</p>",
+        *([f"<p><b>{h(f.follows)}</b></p>"] if f.follows else []),
         f"<h2>{h(title(f))}</h2>",
         f"<p><b>What we saw:</b> {h(f.summary)}</p>",
         f"<table>{facts_html}</table>",
@@ -195,6 +201,11 @@ def slack(f: JobFacts, link: str | None) -> dict[str, Any]:
                 "emoji": True,
             },
         },
+        *(
+            [{"type": "context", "elements": [{"type": "mrkdwn", "text": fmt.clip(m(f.follows), 3000)}]}]
+            if f.follows
+            else []
+        ),
         {"type": "section", "text": {"type": "mrkdwn", "text": fmt.clip(m(f.summary), 3000)}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": fmt.clip(x, 2000)} for x in fields]},
         {"type": "section", "text": {"type": "mrkdwn", "text": fmt.clip(f"*Fix:* {m(fix(f))}", 3000)}},
