@@ -173,9 +173,11 @@ class Evaluation:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-#: a later notice about the same job and cause is an escalation when this many times the
-#: GPU-hours wasted (or more GPUs idle) than the notice before
+#: a later notice about the same job and cause is an escalation when more GPUs are idle, or
+#: when it has wasted this many times the GPU-hours of the notice before and at least
+#: ESCALATION_MIN_GPU_HOURS more (a whole-job window grows by itself: no news in minutes)
 ESCALATION_WASTE_FACTOR = 3.0
+ESCALATION_MIN_GPU_HOURS = 4.0
 #: the cause that says "low, reason unknown": a specific cause found later replaces its notice
 GENERIC_CAUSE = "unknown_low"
 
@@ -227,7 +229,8 @@ def follow_up(f: JobFacts, before: Sequence[Sent]) -> tuple[str | None, str | No
     when the recipient heard nothing about the job.
 
     * the same cause was notified: only an escalation (more GPUs idle, or
-      :data:`ESCALATION_WASTE_FACTOR` times the waste), and only once;
+      :data:`ESCALATION_WASTE_FACTOR` times the waste and :data:`ESCALATION_MIN_GPU_HOURS`
+      more), and only once;
     * only :data:`GENERIC_CAUSE` was notified and ``f`` names a specific cause: it replaces that
       notice;
     * another specific cause was notified: ``f`` is a new finding, and goes (the person cooldown
@@ -246,14 +249,18 @@ def follow_up(f: JobFacts, before: Sequence[Sent]) -> tuple[str | None, str | No
         idle_now = idle_count(f.evidence)
         if idle_now > last.idle_gpus > 0:
             return (
-                f"Escalation: {idle_now} GPUs idle now, {last.idle_gpus} when we wrote at "
+                f"More GPUs are idle now: {idle_now}, against {last.idle_gpus} when we wrote at "
                 f"{fmt.when(last.created_at)}.",
                 None,
             )
         wasted = f.gpu_hours_wasted or 0.0
-        if last.gpu_hours_wasted > 0 and wasted >= ESCALATION_WASTE_FACTOR * last.gpu_hours_wasted:
+        if (
+            last.gpu_hours_wasted > 0
+            and wasted >= ESCALATION_WASTE_FACTOR * last.gpu_hours_wasted
+            and wasted - last.gpu_hours_wasted >= ESCALATION_MIN_GPU_HOURS
+        ):
             return (
-                f"Escalation: {fmt.number(wasted)} GPU-hours wasted now, "
+                f"Still wasting: {fmt.number(wasted)} GPU-hours now, against "
                 f"{fmt.number(last.gpu_hours_wasted)} when we wrote at {fmt.when(last.created_at)}.",
                 None,
             )

@@ -289,6 +289,22 @@ class WindowFeatures:
     job_gpu_memory_max_bytes: int | None
     missing: tuple[str, ...] = field(default=())
 
+    @property
+    def gap_fraction(self) -> float | None:
+        """Share of 0 % polls inside the samples that did some work: the gaps of a duty cycle.
+
+        Whole samples at 0 % are left out: a GPU idle throughout, or idle for a stretch after a
+        busy one (a window across a job's change from training to idle), is a phase, not a
+        gap; counted in ``idle_fraction_mean`` it looks like a loader stalling every step.
+        """
+        idle, zero = self.idle_fraction_mean, self.zero_share
+        if idle is None:
+            return None
+        zero = zero or 0.0
+        if zero >= 0.999:
+            return 0.0
+        return _round(max(0.0, min(1.0, (idle - zero) / (1.0 - zero))))
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["start"] = self.start.isoformat()

@@ -12,20 +12,29 @@ so one replica can evaluate alerts while another runs rollups.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
 
 from gpuwatch.alerts.service import AlertService
+from gpuwatch.clock import utcnow
 from gpuwatch.config import Settings
 from gpuwatch.daemon.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
+#: both passes run on a grid of ``alerts.worker.interval_s`` from the epoch, offset to just
+#: after classification (at :10 past a minute, ``daemon/scheduler.py``): a verdict is judged
+#: within seconds of being stored
+RULES_AT_S = 12
+
 
 def register_alert_jobs(
-    scheduler: BaseScheduler, settings: Settings, engine: sa.Engine
+    scheduler: BaseScheduler, settings: Settings, engine: sa.Engine, clock: Callable[[], datetime] = utcnow
 ) -> AlertService | None:
     """Add the alert jobs to the daemon's APScheduler ``scheduler``; nothing if alerts are off.
 
@@ -35,7 +44,7 @@ def register_alert_jobs(
     if not cfg.enabled:
         log.info("alerts: disabled (alerts.enabled = false)")
         return None
-    service = AlertService(engine, cfg)
+    service = AlertService(engine, cfg, clock=clock)
     leader = LeaderLock(engine, cfg.leader_lock_key)
 
     def rules_job() -> None:
@@ -50,10 +59,11 @@ def register_alert_jobs(
         if leader.is_leader():
             service.send()
 
-    interval = cfg.worker.interval_s
-    scheduler.add_job(
-        rules_job, "interval", seconds=interval, id="alerts-rules", name="alert rules and digests"
-    )
-    scheduler.add_job(send_job, "interval", seconds=interval, id="alerts-send", name="alert outbox worker")
+    def on_the_clock() -> IntervalTrigger:
+        start = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=RULES_AT_S)
+        return IntervalTrigger(seconds=cfg.worker.interval_s, start_date=start, timezone="UTC")
+
+    scheduler.add_job(rules_job, on_the_clock(), id="alerts-rules", name="alert rules and digests")
+    scheduler.add_job(send_job, on_the_clock(), id="alerts-send", name="alert outbox worker")
     scheduler.add_listener(lambda _event: leader.release(), EVENT_SCHEDULER_SHUTDOWN)
     return service

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from gpuwatch.clock import utcnow
 from gpuwatch.config import Settings
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.rollups import Rollup
@@ -41,9 +42,14 @@ def first_classification(now: datetime) -> datetime:
     return at if at > now else at + timedelta(minutes=1)
 
 
-def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundScheduler:
+def build_scheduler(
+    settings: Settings, store: BatchStore, clock: Callable[[], datetime] = utcnow
+) -> BackgroundScheduler:
     """Every scheduled job; those that must run once per cluster run only on the leader
-    (several daemon replicas may share one PostgreSQL database, see daemon/leader.py)."""
+    (several daemon replicas may share one PostgreSQL database, see daemon/leader.py).
+
+    ``clock`` is what the jobs take as now (the rollup edge, the evaluation time, the alerts'
+    now): a virtual clock drives the same jobs through simulated hours (``bench/alert_latency.py``)."""
     from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 
     from gpuwatch.daemon.leader import LeaderLock
@@ -68,8 +74,12 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
     partitions_ahead()
 
     rollup = Rollup(store.engine, lag=ROLLUP_LAG, raw_days=settings.retention.raw_days)
+
+    def rollup_pass() -> None:
+        rollup.run_once(now=clock())
+
     scheduler.add_job(
-        leader_only(rollup.run_once),
+        leader_only(rollup_pass),
         "cron",
         second=ROLLUP_AT_S,
         id="rollup",
@@ -77,12 +87,12 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
     )
 
     # jobs that ended are classified once at their end, when their last minutes are rolled up
-    ended_until = [datetime.now(timezone.utc) - timedelta(hours=1)]  # at start: catch up an hour
+    ended_until = [clock() - timedelta(hours=1)]  # at start: catch up an hour
 
     def classify_running() -> None:
         from gpuwatch.classify.runner import evaluate_ended, evaluate_running
 
-        now = datetime.now(timezone.utc)
+        now = clock()
         found = evaluate_running(store.engine, now, settings.classify)
         ready = now - rollup.lag - timedelta(minutes=1)
         ended = evaluate_ended(store.engine, ended_until[0], ready, settings.classify)
@@ -95,7 +105,7 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
         IntervalTrigger(seconds=every, start_date=_EPOCH + timedelta(seconds=CLASSIFY_AT_S), timezone="UTC"),
         id="classify",
         name="classify running jobs",
-        next_run_time=first_classification(datetime.now(timezone.utc)),
+        next_run_time=first_classification(clock()),
     )
 
     def retention() -> None:
@@ -128,5 +138,5 @@ def build_scheduler(settings: Settings, store: BatchStore) -> BackgroundSchedule
             )
     from gpuwatch.daemon.alert_jobs import register_alert_jobs
 
-    register_alert_jobs(scheduler, settings, store.engine)
+    register_alert_jobs(scheduler, settings, store.engine, clock)
     return scheduler

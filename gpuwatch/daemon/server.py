@@ -136,12 +136,17 @@ class BackgroundServer:
     Production runs :func:`serve` in its own process; this is the same app and scheduler.
     """
 
-    def __init__(self, settings: Settings, engine=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, settings: Settings, engine=None, clock=None, schedule: bool = True) -> None:  # type: ignore[no-untyped-def]
+        """``clock`` (default: the real one) is the scheduled jobs' now; ``schedule=False``
+        builds the scheduler without starting it: the caller runs its jobs (a virtual clock)."""
         import threading
 
         self.engine = engine or prepare_database(settings)
         self.app = create_app(settings, self.engine)
-        self.scheduler = build_scheduler(settings, self.app.state.store)
+        self.scheduler = build_scheduler(
+            settings, self.app.state.store, **({"clock": clock} if clock else {})
+        )
+        self.schedule = schedule
         config = uvicorn.Config(
             self.app,
             host=settings.daemon.host,
@@ -161,7 +166,8 @@ class BackgroundServer:
     def __enter__(self) -> BackgroundServer:
         import time
 
-        self.scheduler.start()
+        if self.schedule:
+            self.scheduler.start()
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:
@@ -173,4 +179,5 @@ class BackgroundServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=10)
-        self.scheduler.shutdown(wait=False)
+        if self.schedule:
+            self.scheduler.shutdown(wait=False)

@@ -203,7 +203,9 @@ def test_one_escalation_is_allowed(engine):
     t2 = T0 + timedelta(minutes=40)
     add_verdict(engine, "32", "idle_allocation", evaluated_at=t2, wasted=0.7, evidence=_idle(4))
     [n] = evaluate(engine, cfg, t2).notices
-    assert "Escalation: 4 GPUs idle now, 1 when we wrote at 2026-12-02 12:00 UTC." in json.dumps(n.payload)
+    assert "More GPUs are idle now: 4, against 1 when we wrote at 2026-12-02 12:00 UTC." in json.dumps(
+        n.payload
+    )
     outbox.enqueue(engine, [n], t2)
     t3 = T0 + timedelta(hours=3)
     add_verdict(engine, "32", "idle_allocation", evaluated_at=t3, wasted=40, evidence=_idle(4))
@@ -211,18 +213,20 @@ def test_one_escalation_is_allowed(engine):
     assert result.notices == [] and any("escalated already" in why for _, _, why in result.skipped)
 
 
-def test_waste_growing_threefold_is_an_escalation(engine):
+def test_waste_growing_threefold_and_by_four_gpu_hours_is_an_escalation(engine):
+    """A whole-job window's waste grows by itself; three times the notified waste is news only
+    once it is also 4 GPU-hours more (an idle 4-GPU job: about an hour after the first notice)."""
     cfg = _cfg(rules=[{"notify": ["admin"]}], job_cooldown_s=24 * 3600)
     add_job(engine, "33")
-    add_verdict(engine, "33", "input_bound", wasted=1.0, evidence={})
+    add_verdict(engine, "33", "input_bound", wasted=0.7, evidence={})
     outbox.enqueue(engine, evaluate(engine, cfg, T0).notices, T0)
-    t1 = T0 + timedelta(hours=1)
-    add_verdict(engine, "33", "input_bound", evaluated_at=t1, wasted=2.9, evidence={})
-    assert evaluate(engine, cfg, t1).notices == []
-    t2 = T0 + timedelta(hours=2)
-    add_verdict(engine, "33", "input_bound", evaluated_at=t2, wasted=3.0, evidence={})
+    t1 = T0 + timedelta(minutes=30)
+    add_verdict(engine, "33", "input_bound", evaluated_at=t1, wasted=2.2, evidence={})
+    assert evaluate(engine, cfg, t1).notices == []  # three times, but 1.5 GPU-h more
+    t2 = T0 + timedelta(hours=1)
+    add_verdict(engine, "33", "input_bound", evaluated_at=t2, wasted=4.7, evidence={})
     [n] = evaluate(engine, cfg, t2).notices
-    assert "Escalation: 3.0 GPU-hours wasted now, 1.0 when we wrote" in json.dumps(n.payload)
+    assert "Still wasting: 4.7 GPU-hours now, against 0.7 when we wrote" in json.dumps(n.payload)
 
 
 def test_default_rules_fire_on_a_recent_window(engine):

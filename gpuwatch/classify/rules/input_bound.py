@@ -19,10 +19,13 @@ from gpuwatch.config.thresholds import Thresholds
 
 
 def gaps_and_bursts(f: WindowFeatures, t: Thresholds, ev: Evidence) -> tuple[bool, bool] | None:
-    """(the GPU idles in gaps, its bursts read busy); None when the per-poll signals are absent."""
+    """(the GPU idles in gaps, its bursts read busy); None when the per-poll signals are absent.
+
+    The gaps are the idle polls inside samples that did work (:attr:`WindowFeatures.gap_fraction`):
+    a window across a change from busy to idle holds busy samples and idle ones, not gaps."""
     idle = ev.check(
-        "idle_fraction_mean",
-        f.idle_fraction_mean,
+        "gap_fraction",
+        f.gap_fraction,
         ">=",
         "duty_idle_fraction_ratio",
         t.duty_idle_fraction_ratio,

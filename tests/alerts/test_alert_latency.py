@@ -1,0 +1,37 @@
+"""Alerts within minutes, with the right cause, through the whole pipeline (bench/alert_latency.py).
+
+Real agents on simulated GPUs push over HTTP into the daemon; the daemon's scheduler jobs run
+at the virtual times their triggers give (default config: rules, thresholds, schedules), with
+a restart of the scheduler in the middle; notices go to local webhook and SMTP servers. Time
+is virtual, so the figures do not depend on how busy the machine is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench import alert_latency
+
+
+def test_every_scenario_is_alerted_in_time_with_its_cause_and_once():
+    result = alert_latency.run(minutes=80, restart_at_min=37)
+    failed = [o.as_dict() for o in result.outcomes if not o.ok]
+    assert not failed, failed
+    healthy = next(o for o in result.outcomes if o.expected is None)
+    assert healthy.notices == []
+    # every notice was delivered: one webhook post per Slack row, one mail per email row
+    channels = Counter(row[3] for row in result.sent)
+    assert (channels["slack"], channels["email"]) == (result.webhook_posts, result.emails)
+    # once per job, cause and recipient across the restart; a second only as an "Update"
+    firsts = Counter(
+        (job, cause, recipient)
+        for _, job, cause, _, recipient, subject in result.sent
+        if "Update:" not in subject
+    )
+    assert set(firsts.values()) == {1}
+    updates = Counter(
+        (job, cause, recipient)
+        for _, job, cause, _, recipient, subject in result.sent
+        if "Update:" in subject
+    )
+    assert set(updates) <= set(firsts) and set(updates.values()) <= {1}
