@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 SAMPLE_S = 10.0
+#: virtual time zero (jobs start 20 s into its minute)
+START = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
 #: each scenario's job starts this much after the previous one, so their waste begins at
 #: different points of the minute and of the classifier's 2-minute grid
 PHASE_S = 37.0
@@ -203,6 +205,16 @@ class Run:
     real_seconds: float
     #: (virtual time, job id, cause, channel, recipient, subject) of every job notice sent
     sent: list[tuple[datetime, str, str, str, str, str]]
+    #: the first email (subject, payload) and Slack payload about the first scenario's job
+    example: tuple[str, dict[str, Any], dict[str, Any]] | None = None
+
+    def docs_section(self) -> str:
+        """docs/alerts.md's generated examples: what was sent about the first scenario's job."""
+        from gpuwatch.alerts import docs
+
+        if self.example is None:
+            raise RuntimeError("no email and Slack notice about the first scenario to show")
+        return docs.examples_markdown(*self.example)
 
 
 def _scheduler_jobs(server: Any) -> dict[str, Any]:
@@ -242,8 +254,10 @@ def run(
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="gpuwatch-alert-latency-"))
     real_now = datetime.now(timezone.utc)
-    # ends a few minutes before now (no sample from the future); jobs start 20 s into a minute
-    vstart = (real_now - timedelta(minutes=minutes + 5)).replace(second=0, microsecond=0)
+    # a fixed start makes every run send the same messages (docs/alerts.md shows them); a run
+    # must end before now (the daemon refuses samples from the future)
+    vstart = START if START + timedelta(minutes=minutes + 5) < real_now else None
+    vstart = vstart or (real_now - timedelta(minutes=minutes + 5)).replace(second=0, microsecond=0)
     job_start = vstart + timedelta(seconds=20)  # the first job; each next one PHASE_S later
     clock = VirtualTime(vstart)
     webhook, smtp = WebhookSink(clock.now), SmtpSink(clock.now)
@@ -358,11 +372,15 @@ def run(
         t = alert_outbox.c
         with server.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(t.job_id, t.cause, t.channel, t.recipient, t.sent_at, t.subject)
+                sa.select(t.job_id, t.cause, t.channel, t.recipient, t.sent_at, t.subject, t.payload)
                 .where(t.kind == "job", t.status == "sent")
                 .order_by(t.sent_at, t.id)
             ).all()
         sent = [(r.sent_at, r.job_id, r.cause, r.channel, r.recipient, r.subject) for r in rows]
+        first_job = ids[scenarios[0].name]
+        mail = next((r for r in rows if r.job_id == first_job and r.channel == "email"), None)
+        slack = next((r for r in rows if r.job_id == first_job and r.channel == "slack"), None)
+        example = (mail.subject, mail.payload, slack.payload) if mail and slack else None
         outcomes = []
         grace_min = settings.classify.grace_period_s / 60
         for s in scenarios:
@@ -386,7 +404,13 @@ def run(
                 )
             )
         return Run(
-            outcomes, len(webhook.received), len(smtp.received), len(rows), time.monotonic() - started, sent
+            outcomes,
+            len(webhook.received),
+            len(smtp.received),
+            len(rows),
+            time.monotonic() - started,
+            sent,
+            example,
         )
     finally:
         stop.set()
@@ -427,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         "--restart-at", type=float, default=None, help="restart the daemon's scheduler at this minute"
     )
     parser.add_argument("--verbose", action="store_true", help="also list every notice sent")
+    parser.add_argument("--write-docs", type=Path, default=None, help="rewrite docs/alerts.md's examples")
     parser.add_argument("--db", default=None, help="database URL (default: a temporary SQLite file)")
     args = parser.parse_args(argv)
     random.seed(0)
@@ -436,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
         db_url=args.db,
         log=lambda s: print(s, file=sys.stderr),
     )
+    if args.write_docs:
+        from gpuwatch.alerts import docs
+
+        docs.rewrite(args.write_docs, result.docs_section())
     if args.json:
         print(json.dumps([o.as_dict() for o in result.outcomes], indent=1))
     else:

@@ -33,8 +33,8 @@ import sqlalchemy as sa
 from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
 from gpuwatch.alerts.templates import format as fmt
 from gpuwatch.alerts.templates import job as job_tpl
-from gpuwatch.alerts.templates.job import JobFacts
-from gpuwatch.config.alerts import AlertRule, AlertsConfig, QuietHours, RecipientKind
+from gpuwatch.alerts.templates.job import JobFacts, idle_count
+from gpuwatch.config.alerts import AlertRule, AlertsConfig, EnforceMode, QuietHours, RecipientKind
 from gpuwatch.sql.schema import alert_outbox, verdicts
 from gpuwatch.views import LowUtilFilters, LowUtilJob, VerdictRow, low_util_jobs
 
@@ -216,13 +216,6 @@ def _recent_notices(engine: sa.Engine, since: datetime) -> list[Sent]:
         ]
 
 
-def idle_count(evidence: object) -> int:
-    """How many GPUs a verdict's evidence names idle (0 for other causes)."""
-    signals = evidence.get("signals") if isinstance(evidence, dict) else None
-    idle = signals.get("idle_gpus") if isinstance(signals, dict) else None
-    return len(idle) if isinstance(idle, list) else 0
-
-
 def follow_up(f: JobFacts, before: Sequence[Sent]) -> tuple[str | None, str | None]:
     """``(note, None)`` when a notice about ``f`` may go although this recipient heard about the
     job within the cooldown, saying why; ``(None, reason)`` when it may not; ``(None, None)``
@@ -278,6 +271,9 @@ def follow_up(f: JobFacts, before: Sequence[Sent]) -> tuple[str | None, str | No
 def job_notice(cfg: AlertsConfig, f: JobFacts, target: Target, now: datetime) -> Notice:
     kind = target.recipient_kind
     link = cfg.job_link(f.job_id)
+    every_gpu_idle = f.cause == "idle_allocation" and f.gpus is not None and f.idle_gpus >= f.gpus > 0
+    if every_gpu_idle and cfg.enforcement.mode is EnforceMode.OFF:
+        f = replace(f, suggest_scancel=True)
     if target.channel == "slack":
         payload = job_tpl.slack(f, link)
     else:

@@ -11,10 +11,12 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 * :func:`waste_in_period` — the GPU-hours each job wasted in a period, per cause;
 * :func:`idle_jobs` — which running jobs have held only idle GPUs, and since when;
 * :func:`node_summaries` — which nodes report, with their GPUs and sample counts;
-* :func:`usage_report` — GPU-hours held and wasted per user, account or partition.
+* :func:`usage_report` — GPU-hours held and wasted per user, account or partition;
+* :func:`evidence_sentences` — a verdict's evidence as sentences, for every surface.
 """
 
 from gpuwatch.views.evaluations import Evaluation, VerdictRow, latest_evaluations
+from gpuwatch.views.evidence import evidence_sentences
 from gpuwatch.views.idle import IdleJob, idle_jobs
 from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
 from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
@@ -45,6 +47,7 @@ __all__ = [
     "VerdictRow",
     "cluster_overview",
     "downsample",
+    "evidence_sentences",
     "idle_jobs",
     "job_view",
     "jobs_query",

@@ -231,7 +231,17 @@ def add_verdict(
                 fix=fix,
                 evidence=evidence
                 if evidence is not None
-                else {"idle_gpus": gpus, "util_gpu_ratio_max": mean_util},
+                else {
+                    # the shape a cause rule writes (classify/verdict.Evidence)
+                    "signals": {
+                        "idle_gpus": [f"gpu-node/gpu{i}" for i in range(gpus)],
+                        "job_util_max": mean_util,
+                    },
+                    "thresholds": {"idle_zero_share": 1.0},
+                    "checks": [],
+                    "missing": [],
+                    "notes": [],
+                },
                 rules_version="test",
             )
             .returning(verdicts.c.id)

@@ -9,8 +9,12 @@ is virtual, so the figures do not depend on how busy the machine is.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from bench import alert_latency
+from gpuwatch.alerts import docs
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 
 
 def test_every_scenario_is_alerted_in_time_with_its_cause_and_once():
@@ -35,3 +39,7 @@ def test_every_scenario_is_alerted_in_time_with_its_cause_and_once():
         if "Update:" in subject
     )
     assert set(updates) <= set(firsts) and set(updates.values()) <= {1}
+    # docs/alerts.md shows exactly what was sent about the first job
+    assert docs.generated_part(DOC.read_text()) == result.docs_section(), (
+        "docs/alerts.md is stale: run .venv/bin/python bench/alert_latency.py --write-docs docs/alerts.md"
+    )

@@ -44,7 +44,11 @@ def test_multipart_email_to_user_and_owner(engine, smtp_server, clock):
     text, html = body(mail, "plain"), body(mail, "html")
     assert text.startswith('Hello user301,\n\nyour Slurm job 301 "train" is not making good use')
     assert "How to fix it: If the work is done, end the job (scancel 301)" in text
-    assert "Evidence:\n  idle_gpus: 4\n  util_gpu_ratio_max: 0%" in text
+    assert (
+        "What we measured:\n  - Idle GPUs (0 % in every sample): gpu-node/gpu0, gpu-node/gpu1, "
+        "gpu-node/gpu2, gpu-node/gpu3.\n  - Highest GPU utilization over the whole job: 0%." in text
+    )
+    assert "4 of the job's 4 GPU(s) read 0 % utilization in every sample" in text
     assert "Job page: https://gpuwatch.example.edu/jobs/301" in text
     assert (
         "<h2>GPUs allocated but idle</h2>" in html and 'href="https://gpuwatch.example.edu/jobs/301"' in html

@@ -29,8 +29,8 @@ def _t(text: str) -> Template:
 CAUSE_TEXTS: dict[str, CauseText] = {
     "idle_allocation": CauseText(
         "GPUs allocated but idle",
-        _t("""The job holds $gpus GPU(s) but they did almost nothing for $duration (mean GPU
-        utilization $mean_util). Idle GPUs cannot be used by anyone else while the job holds them."""),
+        _t("""$idle of the job's $gpus GPU(s) read 0 % utilization in every sample for $duration.
+        Idle GPUs cannot be used by anyone else while the job holds them."""),
         _t("""If the work is done, end the job (scancel $job_id); for interactive sessions, release
         the allocation when you step away. If the code should use the GPU, check that it sees one
         (torch.cuda.is_available(), CUDA_VISIBLE_DEVICES)."""),

@@ -1,5 +1,5 @@
-"""Formatting shared by every template: numbers by unit suffix, durations, evidence rows,
-and escaping for HTML and Slack mrkdwn."""
+"""Formatting shared by every template: numbers by unit suffix, durations, and escaping for
+HTML and Slack mrkdwn (evidence is rendered by :func:`gpuwatch.views.evidence_sentences`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-#: evidence rows shown at most (the rest is in the job page and ``gpuwatch`` CLI)
-MAX_EVIDENCE_ROWS = 16
 _AGGREGATE = re.compile(r"_(max|min|mean|avg|median|sum|last|p\d+)$")
 
 
@@ -66,23 +64,6 @@ def value_by_unit(key: str, value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(value_by_unit(key, v) for v in value[:12]) + (" ..." if len(value) > 12 else "")
     return str(value)
-
-
-def evidence_rows(evidence: Any) -> list[tuple[str, str]]:
-    """Flatten nested evidence to ``(dotted.key, formatted value)`` rows, in the rule's order."""
-    rows: list[tuple[str, str]] = []
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        else:
-            rows.append((prefix, value_by_unit(prefix.rpartition(".")[2], value)))
-
-    walk("", evidence if isinstance(evidence, dict) else {"evidence": evidence})
-    if len(rows) > MAX_EVIDENCE_ROWS:
-        rows = [*rows[:MAX_EVIDENCE_ROWS], ("...", f"{len(rows) - MAX_EVIDENCE_ROWS} more")]
-    return rows
 
 
 def h(text: Any) -> str:

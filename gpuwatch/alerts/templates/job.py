@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuwatch.alerts.templates import format as fmt
 from gpuwatch.alerts.templates.causes import cause_text
+from gpuwatch.views import evidence_sentences
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,23 @@ class JobFacts:
     #: a notice about a job the recipient heard of before: why this one follows
     #: (``alerts/rules.follow_up``: an escalation, or a cause that replaces "unknown")
     follows: str | None = None
+    #: every GPU idle and nothing cancels idle jobs (enforcement off): say how to end the job
+    suggest_scancel: bool = False
 
     @property
     def duration_s(self) -> float:
         return (self.window_end - self.window_start).total_seconds()
+
+    @property
+    def idle_gpus(self) -> int:
+        return idle_count(self.evidence)
+
+
+def idle_count(evidence: object) -> int:
+    """How many GPUs a verdict's evidence names idle (0 for other causes)."""
+    signals = evidence.get("signals") if isinstance(evidence, dict) else None
+    idle = signals.get("idle_gpus") if isinstance(signals, dict) else None
+    return len(idle) if isinstance(idle, list) else 0
 
 
 WHY = {
@@ -63,6 +77,7 @@ def context(f: JobFacts) -> dict[str, str]:
         account=f.account or "?",
         partition=f.partition or "?",
         gpus=str(f.gpus) if f.gpus is not None else "?",
+        idle=str(f.idle_gpus) if f.idle_gpus else "?",
         mean_util=fmt.percent(f.mean_util_ratio),
         duration=fmt.duration(f.duration_s),
         gpu_hours_wasted=fmt.number(f.gpu_hours_wasted),
@@ -80,7 +95,10 @@ def meaning(f: JobFacts) -> str:
 
 
 def fix(f: JobFacts) -> str:
-    return f.fix or cause_text(f.cause).fix.safe_substitute(context(f))
+    text = f.fix or cause_text(f.cause).fix.safe_substitute(context(f))
+    if f.suggest_scancel and "scancel" not in text:
+        text = f"If its work is done, end the job now: scancel {f.job_id}. {text}"
+    return text
 
 
 def _job_label(f: JobFacts) -> str:
@@ -130,7 +148,7 @@ def _opening(f: JobFacts, recipient_kind: str) -> str:
 
 def email(f: JobFacts, recipient_kind: str, link: str | None, cooldown_note: str = "") -> dict[str, str]:
     why = WHY.get(recipient_kind, "").format(account=f.account or "?")
-    evidence = fmt.evidence_rows(f.evidence)
+    evidence = evidence_sentences(f.evidence)
     text_lines = [
         _opening(f, recipient_kind),
         "",
@@ -143,8 +161,8 @@ def email(f: JobFacts, recipient_kind: str, link: str | None, cooldown_note: str
         "",
         f"How to fix it: {fix(f)}",
         "",
-        "Evidence:",
-        *(f"  {k}: {v}" for k, v in evidence),
+        "What we measured:",
+        *(f"  - {sentence}" for sentence in evidence),
     ]
     if link:
         text_lines += ["", f"Job page: {link}"]
@@ -154,7 +172,7 @@ def email(f: JobFacts, recipient_kind: str, link: str | None, cooldown_note: str
         f'<tr><th align="left" style="padding-right:12px">{h(k)}</th><td>{h(v)}</td></tr>'
         for k, v in _facts(f)
     )
-    evidence_html = "".join(f"<tr><td><code>{h(k)}</code></td><td>{h(v)}</td></tr>" for k, v in evidence)
+    evidence_html = "".join(f"<li>{h(sentence)}</li>" for sentence in evidence)
     opening_html = "<br>".join(h(p) for p in _opening(f, recipient_kind).split("\n\n"))
     html_parts = [
         "<!DOCTYPE html>",
@@ -166,7 +184,7 @@ def email(f: JobFacts, recipient_kind: str, link: str | None, cooldown_note: str
         f"<table>{facts_html}</table>",
         f"<p><b>What it means:</b> {h(meaning(f))}</p>",
         f"<p><b>How to fix it:</b> {h(fix(f))}</p>",
-        f'<h3>Evidence</h3><table cellpadding="2">{evidence_html}</table>',
+        f"<h3>What we measured</h3><ul>{evidence_html}</ul>",
     ]
     if link:
         html_parts.append(f'<p><a href="{h(link)}">Job page</a></p>')
@@ -191,7 +209,7 @@ def slack(f: JobFacts, link: str | None) -> dict[str, Any]:
         f"*Wasted*\n{fmt.number(f.gpu_hours_wasted)} of {fmt.number(f.gpu_hours)} GPU-hours",
         f"*Window*\n{fmt.duration(f.duration_s)} to {fmt.when(f.window_end)}",
     ]
-    evidence = " · ".join(f"{m(k)}: {m(v)}" for k, v in fmt.evidence_rows(f.evidence))
+    evidence = " · ".join(m(sentence) for sentence in evidence_sentences(f.evidence))
     blocks: list[dict[str, Any]] = [
         {
             "type": "header",
