@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwatch.clock import utcnow
+from gpuwatch.views.evidence import evidence_sentences
 
 if TYPE_CHECKING:
     from gpuwatch.cli.main import Context
@@ -86,12 +87,6 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 
 
-def _num(v: Any) -> str:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-
 def _power(mean: float | None, limit: float | None) -> str:
     if mean is None:
         return "-"
@@ -142,15 +137,7 @@ def render_text(d: dict[str, Any]) -> str:
                 f"mean util {_pct(v['mean_util_ratio'])}"
             )
             lines.append(f"    evidence: {v['summary']}")
-            signals = (v["evidence"] or {}).get("signals", {})
-            scalars = [
-                f"{k}={_num(x)}" for k, x in signals.items() if x is None or isinstance(x, (int, float, str))
-            ]
-            if scalars:
-                lines.append(f"    signals: {', '.join(scalars)}")
-            missing = (v["evidence"] or {}).get("missing") or []
-            if missing:
-                lines.append(f"    missing: {', '.join(missing)}")
+            lines += [f"      - {sentence}" for sentence in evidence_sentences(v["evidence"])]
             if v["fix"]:
                 lines.append(f"    fix: {v['fix']}")
     tl = d["timeline"]

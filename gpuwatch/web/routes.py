@@ -27,6 +27,7 @@ from gpuwatch.views import (
     LowUtilJob,
     VerdictRow,
     cluster_overview,
+    evidence_sentences,
     job_view,
     low_util_jobs,
 )
@@ -304,13 +305,15 @@ def _verdicts(rows: tuple[VerdictRow, ...]) -> str:
     for v in rows:
         evidence = dict(v.evidence or {})
         evidence.pop("values", None)
+        sentences = "".join(f"<li>{escape(s)}</li>" for s in evidence_sentences(evidence))
         out.append(
             f"<div class=verdict><p><span class=cause>{escape(v.cause)}</span> "
             f"({escape(v.window_kind)} window {v.window_start:%H:%M}-{v.window_end:%H:%M}, "
             f"confidence {v.confidence:.2f}, GPU-h wasted {v.gpu_hours_wasted or 0:.2f}): "
             f"{escape(v.summary)}</p>"
             + (f"<p class=fix>Fix: {escape(v.fix)}</p>" if v.fix else "")
-            + "<details><summary>evidence</summary>"
+            + (f"<ul class=evidence>{sentences}</ul>" if sentences else "")
+            + "<details><summary>raw evidence</summary>"
             + f"<pre>{escape(json.dumps(evidence, indent=1, default=str))}</pre>"
             "</details></div>"
         )

@@ -28,7 +28,8 @@ def test_text_has_cause_evidence_fix_and_timeline(classified) -> None:
     assert result.exit_code == 0, result.output
     out = result.output
     assert "idle_allocation" in out and "4 of 4 GPU(s) idle" in out
-    assert "signals: gpu_count=4, job_util_max=0" in out  # the evidence's numbers
+    assert "      - GPUs allocated: 4." in out  # the evidence, in sentences
+    assert "      - Highest GPU utilization over the whole job: 0%." in out
     assert TEXTS[Cause.IDLE_ALLOCATION].fix in out
     assert "140.4 GiB" in out and "/ 700 W" in out  # H200 memory total, power limit
     lines = [ln for ln in out.splitlines() if ln.strip().startswith(f"c{jid[-2:]}n0:")]

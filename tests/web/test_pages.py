@@ -36,6 +36,10 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
             assert "<polyline" in job.text and cause in job.text
             if cause != "healthy":
                 assert "Fix:" in job.text
+                # the evidence in sentences (views/evidence.py), as the alerts and the CLI say it
+                assert "<ul class=evidence><li>" in job.text
+            if cause == "idle_allocation":
+                assert "<li>GPUs allocated: 4.</li>" in job.text
         assert client.get("/jobs/nope").status_code == 404
         assert client.get("/healthz").status_code == 200  # the daemon's own routes still there
 
