@@ -207,6 +207,8 @@ class Run:
     sent: list[tuple[datetime, str, str, str, str, str]]
     #: the first email (subject, payload) and Slack payload about the first scenario's job
     example: tuple[str, dict[str, Any], dict[str, Any]] | None = None
+    #: scenario name -> the text of the first email about its job
+    first_emails: dict[str, str] = field(default_factory=dict)
 
     def docs_section(self) -> str:
         """docs/alerts.md's generated examples: what was sent about the first scenario's job."""
@@ -381,6 +383,11 @@ def run(
         mail = next((r for r in rows if r.job_id == first_job and r.channel == "email"), None)
         slack = next((r for r in rows if r.job_id == first_job and r.channel == "slack"), None)
         example = (mail.subject, mail.payload, slack.payload) if mail and slack else None
+        first_emails = {}
+        for s in scenarios:
+            found = next((r for r in rows if r.job_id == ids[s.name] and r.channel == "email"), None)
+            if found is not None:
+                first_emails[s.name] = found.payload["text"]
         outcomes = []
         grace_min = settings.classify.grace_period_s / 60
         for s in scenarios:
@@ -411,6 +418,7 @@ def run(
             time.monotonic() - started,
             sent,
             example,
+            first_emails,
         )
     finally:
         stop.set()

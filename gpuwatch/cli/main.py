@@ -66,6 +66,15 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
+#: how ``gpuwatch --help`` groups the commands: who runs them, and where
+COMMAND_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Admin: what wastes GPUs, and why", ("jobs", "job", "report", "nodes", "processes", "alerts")),
+    ("Compute node", ("agent", "spool")),
+    ("Daemon host", ("daemon", "db", "token")),
+    ("Tools", ("demo", "import", "validate", "workload", "wire-schema")),
+)
+
+
 class LazyGroup(click.Group):
     """Imports the feature modules' commands only when one of them is asked for.
 
@@ -93,6 +102,25 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._load()
         return super().list_commands(ctx)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """``gpuwatch --help`` lists the commands by who runs them where (:data:`COMMAND_SECTIONS`);
+        a command no section names is listed under "Other", so none is ever hidden."""
+        commands = {}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                commands[name] = command
+        width = formatter.width - 6 - max((len(name) for name in commands), default=0)
+        listed: set[str] = set()
+        for title, names in (*COMMAND_SECTIONS, ("Other", tuple(sorted(commands)))):
+            rows = [
+                (n, commands[n].get_short_help_str(width)) for n in names if n in commands and n not in listed
+            ]
+            if rows:
+                listed.update(n for n, _ in rows)
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -211,8 +211,15 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(job_id: str) -> HTMLResponse:
         view = job_view(engine, job_id, now(), charts=True)
-        if view is None:
-            raise HTTPException(404, f"no job {job_id}")
+        if view is None:  # a page, not the API's JSON: people follow links from notices
+            page = _page(
+                "job not found",
+                f"<h2>No job {escape(job_id)}</h2><p>gpuwatch has no record of this job: neither Slurm "
+                "(the daemon's sync) nor an agent named it. Check the id, or see the "
+                '<a href="/jobs">low-utilization jobs</a>.</p>',
+            )
+            page.status_code = 404
+            return page
         return _page(f"job {job_id}", _job_body(view), simulated=view.simulated)
 
     return router

@@ -39,6 +39,16 @@ def test_every_scenario_is_alerted_in_time_with_its_cause_and_once():
         if "Update:" in subject
     )
     assert set(updates) <= set(firsts) and set(updates.values()) <= {1}
+    # the words match the numbers: one idle GPU of four is not "GPUs that did almost nothing",
+    # and only when every GPU is idle (enforcement off) does the fix say scancel
+    one_idle = result.first_emails["1 of 4 idle from start"]
+    assert "1 of the job's 4 GPU(s) read 0 % utilization in every sample" in one_idle
+    assert "almost nothing" not in one_idle and "scancel" not in one_idle
+    all_idle = result.first_emails["4 GPUs idle from start"]
+    assert "4 of the job's 4 GPU(s) read 0 %" in all_idle and "end the job now: scancel 880001" in all_idle
+    later = result.first_emails["4 GPUs idle after 60 min busy"]
+    assert "4 of the job's 4 GPU(s) read 0 %" in later and ", recent)" in later  # the recent window
+    assert not [line for line in all_idle.splitlines() if line.startswith("  - ") and "_" in line]
     # docs/alerts.md shows exactly what was sent about the first job
     assert docs.generated_part(DOC.read_text()) == result.docs_section(), (
         "docs/alerts.md is stale: run .venv/bin/python bench/alert_latency.py --write-docs docs/alerts.md"

@@ -136,3 +136,37 @@ def test_agent_once_replays_a_recording(tmp_path):
     assert [g.util_gpu_ratio for g in gpus] == [
         s.util_gpu_ratio for s in recorded.samples if s.kind == "gpu"
     ]  # the second recorded reading comes back second
+
+
+def test_help_groups_every_command_by_who_runs_it():
+    import click
+    from click.testing import CliRunner
+
+    from gpuwatch.cli.main import COMMAND_SECTIONS, cli
+
+    out = CliRunner().invoke(cli, ["--help"]).output
+    titles = [title for title, _ in COMMAND_SECTIONS]
+    assert [line.rstrip(":") for line in out.splitlines() if line.rstrip(":") in titles] == titles
+    listed = {line.split()[0] for line in out.split(titles[0], 1)[1].splitlines() if line.startswith("  ")}
+    assert listed == set(cli.list_commands(click.Context(cli))), "a command is missing from --help"
+    assert "\nOther:" not in out  # every command has its section
+    admin = out.split(titles[0] + ":", 1)[1].split("\n\n", 1)[0]
+    assert [line.split()[0] for line in admin.strip().splitlines()] == list(COMMAND_SECTIONS[0][1])
+
+
+def test_a_command_no_section_names_is_still_listed():
+    import click
+    from click.testing import CliRunner
+
+    from gpuwatch.cli.main import cli
+
+    @click.command("extra-tool")
+    def extra() -> None:
+        """A command added by a plugin."""
+
+    cli.add_command(extra)
+    try:
+        out = CliRunner().invoke(cli, ["--help"]).output
+    finally:
+        cli.commands.pop("extra-tool")
+    assert "Other:\n  extra-tool  A command added by a plugin." in out

@@ -40,7 +40,9 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
                 assert "<ul class=evidence><li>" in job.text
             if cause == "idle_allocation":
                 assert "<li>GPUs allocated: 4.</li>" in job.text
-        assert client.get("/jobs/nope").status_code == 404
+        missing = client.get("/jobs/nope<b>")
+        assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+        assert "<h2>No job nope&lt;b&gt;</h2>" in missing.text and 'href="/jobs"' in missing.text
         assert client.get("/healthz").status_code == 200  # the daemon's own routes still there
 
 
