@@ -20,7 +20,7 @@ from gpuwatch.views.report import GroupBy, ReportRow, usage_report
 #: the stable JSON/CSV keys; the group's own key is the --by value (user, account, partition)
 REPORT_KEYS = (
     "jobs", "jobs_flagged", "gpu_hours", "gpu_hours_wasted", "wasted_share", "top_cause",
-    "top_cause_gpu_hours",
+    "top_cause_gpu_hours", "energy_kwh", "energy_estimated_share", "co2_kg",
 )  # fmt: skip
 
 
@@ -36,8 +36,11 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     for key in ("gpu_hours", "gpu_hours_wasted", "top_cause_gpu_hours"):
         out[key] = f"{row[key]:.1f}"
-    if row["wasted_share"] is not None:
-        out["wasted_share"] = f"{100 * row['wasted_share']:.0f}%"
+    for key in ("wasted_share", "energy_estimated_share"):
+        if row[key] is not None:
+            out[key] = f"{100 * row[key]:.0f}%"
+    out["energy_kwh"] = f"{row['energy_kwh']:.2f}"
+    out["co2_kg"] = "-" if row["co2_kg"] is None else f"{row['co2_kg']:.2f}"
     return out
 
 
@@ -75,7 +78,8 @@ def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> No
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
-    rows = report_rows(usage_report(engine, group, start, end), group)
+    co2 = ctx.settings.report.grid_co2_kg_per_kwh
+    rows = report_rows(usage_report(engine, group, start, end, co2), group)
     columns = [(group.value, group.value), *((key, key.replace("_", " ")) for key in REPORT_KEYS)]
     output = OutputFormat(fmt)
     shown = [for_people(r) for r in rows] if output is OutputFormat.TABLE else rows

@@ -323,6 +323,18 @@ class ClassifyConfig(Thresholds):
     )
 
 
+class ReportConfig(Section):
+    """``gpuwatch report`` (docs/cli.md): what turns the GPUs' energy into CO2."""
+
+    grid_co2_kg_per_kwh: float | None = Field(
+        None,
+        ge=0,
+        le=2,
+        description="Carbon intensity of the site's electricity, kg CO2e per kWh (e.g. 0.4); "
+        "unset: no CO2 figure.",
+    )
+
+
 def default_database_url() -> str:
     """SQLite under the user's data dir: the embedded default for one machine and demos."""
     data = Path(platformdirs.user_data_dir("gpuwatch"))
@@ -363,6 +375,7 @@ class Settings(BaseSettings):
     classify: ClassifyConfig = Field(default_factory=ClassifyConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     host_paths: HostPaths = Field(default_factory=HostPaths)
 

@@ -96,8 +96,36 @@ def _sum_if(condition: sa.ColumnElement) -> sa.ColumnElement:
     return sa.func.sum(sa.case((condition, 1), else_=0))
 
 
-def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> sa.Select:
+#: the total-energy counter's rise counts for a sample when the sample before it is at most
+#: this many intervals back (an agent that was away: its gap's energy is not this minute's)
+ENERGY_MAX_GAP_INTERVALS = 3
+#: the sample before a chunk's first one is looked for this far back
+_ENERGY_LOOKBACK = timedelta(minutes=1)
+
+
+def _with_energy(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> Any:
+    """``gpu_samples`` in ``[start - lookback, end)`` with each sample's energy (joules) and
+    whether it came from the power reading instead of the counter."""
     g = gpu_samples.c
+    order = {"partition_by": (g.node_id, g.gpu_index), "order_by": g.ts}
+    previous = sa.func.lag(g.energy_joules).over(**order)
+    previous_ts = sa.func.lag(g.ts).over(**order)
+    interval = sa.func.coalesce(g.interval_s, 10.0)
+    rise = g.energy_joules - previous
+    gap_s = epoch_seconds(conn, g.ts) - epoch_seconds(conn, previous_ts)
+    from_counter = sa.and_(rise.is_not(None), rise >= 0, gap_s <= ENERGY_MAX_GAP_INTERVALS * interval)
+    query = sa.select(
+        gpu_samples,
+        sa.case((from_counter, rise), else_=g.power_watts * interval).label("energy_j"),
+        sa.case((from_counter, 0), (g.power_watts.is_not(None), 1), else_=0).label("energy_from_power"),
+    ).where(g.ts >= start - _ENERGY_LOOKBACK, g.ts < end)
+    if node_id is not None:
+        query = query.where(g.node_id == node_id)
+    return query.subquery("gpu_samples_energy")
+
+
+def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> sa.Select:
+    g = _with_energy(conn, start, end, node_id).c
     util = g.util_gpu_ratio
     bins = [_sum_if(util == 0).label("util_bin_0")]
     bins += [
@@ -150,10 +178,10 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
             "xid_codes"
         ),
         (sa.func.max(sa.case((g.simulated, 1), else_=0)) > 0).label("simulated"),
+        sa.func.sum(g.energy_j).label("energy_joules"),
+        sa.func.sum(g.energy_from_power).label("energy_power_samples"),
     ]
-    query = sa.select(*columns).where(g.ts >= start, g.ts < end)
-    if node_id is not None:
-        query = query.where(g.node_id == node_id)
+    query = sa.select(*columns).where(g.ts >= start)
     return query.group_by(g.node_id, g.gpu_index, sa.text("3"))
 
 

@@ -376,6 +376,11 @@ gpu_minutes = sa.Table(
     # who owns a fault (gpuwatch/classify/xid.py); read with rollups.xid_codes
     sa.Column("xid_codes", sa.Text, nullable=True),
     sa.Column("simulated", sa.Boolean, nullable=False, server_default=sa.false()),
+    # energy the GPU used in the minute: the total-energy counter's rise since the sample
+    # before, or (counter absent, reset, or that sample too far back) mean power x interval,
+    # for energy_power_samples of the minute's samples (sql/rollups.py)
+    _d("energy_joules"),
+    sa.Column("energy_power_samples", sa.Integer, nullable=False, server_default="0"),
 )
 sa.Index("ix_gpu_minutes_minute", gpu_minutes.c.minute)
 

@@ -5,7 +5,9 @@ times that overlap (``slurm_jobs``: start, end or now, GPUs). GPU-hours wasted a
 :func:`gpuwatch.views.waste_in_period` counts from the verdicts evaluated in the period (the
 same figures the digests send), summed over a job's causes and capped at its allocation, so a
 job judged twice on overlapping windows is never counted past what it held. The top cause of
-a group is the one with the most wasted GPU-hours.
+a group is the one with the most wasted GPU-hours. Energy is the GPUs' own, from the driver's
+energy counter while the jobs held them (:mod:`gpuwatch.views.energy`); CO2 is that energy
+times ``report.grid_co2_kg_per_kwh`` when the site sets it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from enum import Enum
 import sqlalchemy as sa
 
 from gpuwatch.sql.schema import slurm_jobs
+from gpuwatch.views.energy import JOULES_PER_KWH, job_energy
 from gpuwatch.views.waste import waste_in_period
 
 
@@ -44,19 +47,34 @@ class ReportRow:
     wasted_share: float | None  # wasted / allocated
     top_cause: str | None
     top_cause_gpu_hours: float
+    #: the GPUs' energy while the group's jobs held them, inside the period (views/energy.py)
+    energy_kwh: float
+    #: share of that energy's samples estimated from power x interval (no counter reading)
+    energy_estimated_share: float | None
+    #: energy x the configured grid intensity; None when none is configured
+    co2_kg: float | None
 
 
-def usage_report(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -> list[ReportRow]:
+def usage_report(
+    engine: sa.Engine, by: GroupBy, start: datetime, end: datetime, co2_kg_per_kwh: float | None = None
+) -> list[ReportRow]:
     """Every group with a GPU job running inside ``[start, end)``, most wasted GPU-hours first."""
     allocated = _allocated(engine, by, start, end)
+    energy = job_energy(engine, start, end)
     wasted_by_job: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for w in waste_in_period(engine, start, end):
         wasted_by_job[w.job_id][w.cause] += w.gpu_hours_wasted
     rows: dict[str, dict] = {}
     for job_id, (group, hours) in allocated.items():
-        row = rows.setdefault(group, {"jobs": 0, "flagged": 0, "hours": 0.0, "wasted": 0.0, "causes": {}})
+        row = rows.setdefault(
+            group,
+            {"jobs": 0, "flagged": 0, "hours": 0.0, "wasted": 0.0, "causes": {}, "joules": 0.0, "est": 0.0},
+        )
         row["jobs"] += 1
         row["hours"] += hours
+        if job_id in energy:
+            row["joules"] += energy[job_id].joules
+            row["est"] += energy[job_id].joules * energy[job_id].estimated_share
         causes = wasted_by_job.get(job_id, {})
         total = sum(causes.values())
         if total <= 0:
@@ -69,6 +87,7 @@ def usage_report(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime)
     out = []
     for group, r in rows.items():
         top = max(r["causes"].items(), key=lambda item: (item[1], item[0]), default=(None, 0.0))
+        kwh = r["joules"] / JOULES_PER_KWH
         out.append(
             ReportRow(
                 group=group,
@@ -79,6 +98,9 @@ def usage_report(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime)
                 wasted_share=round(r["wasted"] / r["hours"], 4) if r["hours"] > 0 else None,
                 top_cause=top[0],
                 top_cause_gpu_hours=round(top[1], 4),
+                energy_kwh=round(kwh, 4),
+                energy_estimated_share=round(r["est"] / r["joules"], 4) if r["joules"] > 0 else None,
+                co2_kg=None if co2_kg_per_kwh is None else round(kwh * co2_kg_per_kwh, 4),
             )
         )
     return sorted(out, key=lambda row: (-row.gpu_hours_wasted, -row.gpu_hours, row.group))

@@ -180,3 +180,43 @@ def test_a_minute_without_xids_has_no_codes(engine):
     with engine.connect() as conn:
         row = conn.execute(sa.select(gpu_minutes)).mappings().one()
     assert row["xid_codes"] is None and xid_codes(row["xid_codes"]) == ()
+
+
+def _energy_by_gpu_minute(engine) -> dict:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                gpu_minutes.c.gpu_index,
+                gpu_minutes.c.minute,
+                gpu_minutes.c.energy_joules,
+                gpu_minutes.c.energy_power_samples,
+            )
+        ).all()
+    return {(r.gpu_index, r.minute.minute): (r.energy_joules, r.energy_power_samples) for r in rows}
+
+
+def test_energy_from_the_counter_with_a_reset_a_gap_and_a_lost_gpu(engine):
+    """GPU 0: the counter rises 3,000 J per 10 s sample; at 12:01:10 it resets (a driver
+    reload), and 12:01:50 comes 40 s after the sample before it (the agent was away): those two
+    count power x interval (350.5 W x 10 s) instead, and say so. GPU 1 has no counter: power x
+    interval throughout. GPU 2 is lost (no power, no counter): no energy. 11:59:50 has no sample
+    before it: power x interval for its own minute, and the counter's starting point for 12:00."""
+    node_id = _node(engine)
+    samples: list = []
+    counter = 100_000.0
+    offsets = [-10, 0, 10, 20, 30, 40, 50, 60, 70, 110]
+    for offset in offsets:
+        ts = M0 + timedelta(seconds=offset)
+        counter = 500.0 if offset == 70 else counter + 3000.0
+        samples.append(factories.gpu_sample(ts, 0, energy_joules=counter))
+        samples.append(factories.gpu_sample(ts, 1, energy_joules=None, power_watts=200.0))
+        samples.append(wire.GpuSample(ts=ts, gpu_index=2, state="lost", simulated=True))
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=samples))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    got = _energy_by_gpu_minute(engine)
+    power_j = 350.5 * 10
+    assert got[(0, 59)] == (power_j, 1)
+    assert got[(0, 0)] == (6 * 3000.0, 0)  # six rises, the first from 11:59:50
+    assert got[(0, 1)] == (3000.0 + power_j + power_j, 2)  # 12:01:00 rise; :10 reset; :50 after 40 s
+    assert got[(1, 0)] == (6 * 200.0 * 10, 6) and got[(1, 1)] == (3 * 200.0 * 10, 3)
+    assert got[(2, 0)] == (None, 0)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from gpuwatch.cli.main import cli
 from gpuwatch.cli.report import REPORT_KEYS
-from gpuwatch.sql.schema import slurm_jobs, verdicts
+from gpuwatch.sql.schema import gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.views import GroupBy, usage_report
 from tests.demo_data import load_demo
 
@@ -107,3 +107,71 @@ def test_report_cli_json_keys_on_the_demo(db_url, engine) -> None:  # type: igno
 def test_report_cli_refuses_a_time_without_zone(db_url) -> None:  # type: ignore[no-untyped-def]
     out = CliRunner().invoke(cli, ["--db", db_url, "report", "--until", "2026-12-01T00:00"])
     assert out.exit_code == 2 and "give a time zone" in out.output
+
+
+def _minutes(
+    engine, node: str, gpu: int, start: datetime, count: int, joules: float, estimated: int = 0
+) -> None:
+    from gpuwatch.sql.nodes import create_token, get_node
+
+    with engine.connect() as conn:
+        found = get_node(conn, node)
+    if found is None:
+        create_token(engine, node)
+        with engine.connect() as conn:
+            found = get_node(conn, node)
+    rows = [
+        {
+            "node_id": found.id, "gpu_index": gpu, "minute": start + timedelta(minutes=k), "samples": 6,
+            "lost_samples": 0, "energy_joules": joules, "energy_power_samples": estimated,
+        }
+        for k in range(count)
+    ]  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(gpu_minutes.insert(), rows)
+
+
+def test_energy_of_the_jobs_gpus_while_they_held_them(filled) -> None:  # type: ignore[no-untyped-def]
+    """alice's job 1 holds n1 GPUs 0 and 1 from day 1 00:00 for 10 h; GPU 2 of the same node
+    belongs to nobody in the report. Minutes before the job started and after it ended are
+    another job's. Hand-computed: 2 GPUs x 600 minutes x 24 kJ = 28.8 MJ = 8 kWh."""
+    from gpuwatch.sql.schema import job_gpus
+
+    start = T0 + timedelta(days=1)
+    with filled.begin() as conn:
+        conn.execute(job_gpus.insert(), [{"job_id": "1", "node": "n1", "gpu_index": g} for g in (0, 1)])
+    _minutes(filled, "n1", 0, start - timedelta(minutes=30), 30, 99_000.0)  # before the job
+    _minutes(filled, "n1", 0, start, 600, 24_000.0)
+    _minutes(filled, "n1", 1, start, 600, 24_000.0, estimated=6)  # no counter: all from power
+    _minutes(filled, "n1", 0, start + timedelta(hours=10), 30, 99_000.0)  # after it ended
+    _minutes(filled, "n1", 2, start, 600, 50_000.0)  # the node's other GPU: not the job's
+    rows = {r.group: r for r in usage_report(filled, GroupBy.USER, *WEEK, co2_kg_per_kwh=0.25)}
+    assert rows["alice"].energy_kwh == pytest.approx(8.0)
+    assert rows["alice"].energy_estimated_share == pytest.approx(0.5)
+    assert rows["alice"].co2_kg == pytest.approx(2.0)
+    assert rows["bob"].energy_kwh == 0.0 and rows["bob"].energy_estimated_share is None
+    # half the job inside the period: half its energy
+    half = usage_report(filled, GroupBy.USER, T0, start + timedelta(hours=5))
+    assert {r.group: r.energy_kwh for r in half}["alice"] == pytest.approx(4.0)
+    assert usage_report(filled, GroupBy.USER, *WEEK)[0].co2_kg is None  # no intensity configured
+
+
+def test_demo_energy_is_the_simulated_power_over_time(db_url, engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The simulated backend's energy counter is the integral of its polled power: a job's
+    energy from the counter equals its GPUs' mean power x time, within the first sample's."""
+
+    load_demo(db_url, cycles=None)
+    monkeypatch.setenv("GPUWATCH_REPORT__GRID_CO2_KG_PER_KWH", "0.5")
+    out = CliRunner().invoke(
+        cli, ["--db", db_url, "report", "--by", "user", "--since", "1d", "--format", "json"]
+    )
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    total_kwh = sum(r["energy_kwh"] for r in rows)
+    with engine.connect() as conn:
+        power = conn.execute(
+            sa.select(sa.func.sum(gpu_minutes.c.power_watts_sum * 10.0))  # watts x 10 s per sample
+        ).scalar()
+    assert total_kwh == pytest.approx(power / 3.6e6, rel=0.03)
+    assert all(r["co2_kg"] == pytest.approx(r["energy_kwh"] * 0.5, abs=1e-3) for r in rows)
+    assert all(r["energy_estimated_share"] is None or r["energy_estimated_share"] < 0.05 for r in rows)

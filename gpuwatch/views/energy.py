@@ -1,0 +1,72 @@
+"""How much energy each job's GPUs used: the per-minute energy of its GPUs while it held them.
+
+``gpu_minutes.energy_joules`` is filled by the rollups from the driver's monotonic
+total-energy counter (NVML ``nvmlDeviceGetTotalEnergyConsumption``), or, for the samples where
+the counter cannot say (absent, reset, a gap), from mean power x interval, counted in
+``energy_power_samples`` (``sql/rollups.py``). A job's energy is the sum over the minutes of the
+GPUs it held (``job_gpus``) from the minute it started to its end, within the period asked: on a
+shared node only the job's own GPUs count. GPU energy only: CPUs, memory and cooling are not in
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from gpuwatch.sql.rollups import minute_bucket
+from gpuwatch.sql.schema import gpu_minutes, job_gpus, nodes, slurm_jobs
+
+JOULES_PER_KWH = 3.6e6
+
+
+@dataclass(frozen=True)
+class JobEnergy:
+    job_id: str
+    joules: float
+    #: share of the samples behind it whose energy came from power x interval, not the counter
+    estimated_share: float
+
+    @property
+    def kwh(self) -> float:
+        return self.joules / JOULES_PER_KWH
+
+
+def job_energy(
+    engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
+) -> dict[str, JobEnergy]:
+    """Energy of every job (or of ``job_ids``) whose GPUs have minutes in ``[start, end)``."""
+    j, jg, n, m = slurm_jobs.c, job_gpus.c, nodes.c, gpu_minutes.c
+    with engine.connect() as conn:
+        query = (
+            sa.select(
+                j.job_id,
+                sa.func.sum(m.energy_joules).label("joules"),
+                sa.func.sum(m.energy_power_samples).label("estimated"),
+                sa.func.sum(sa.case((m.energy_joules.is_not(None), m.samples), else_=0)).label("samples"),
+            )
+            .select_from(
+                slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
+                .join(nodes, n.name == jg.node)
+                .join(gpu_minutes, sa.and_(m.node_id == n.id, m.gpu_index == jg.gpu_index))
+            )
+            .where(
+                m.minute >= start,
+                m.minute < end,
+                j.start_at.is_not(None),
+                m.minute >= minute_bucket(conn, j.start_at),
+                sa.or_(j.end_at.is_(None), m.minute < j.end_at),
+            )
+            .group_by(j.job_id)
+        )
+        if job_ids is not None:
+            query = query.where(j.job_id.in_(list(job_ids)))
+        rows = conn.execute(query).all()
+    return {
+        r.job_id: JobEnergy(r.job_id, float(r.joules), (r.estimated or 0) / r.samples if r.samples else 0.0)
+        for r in rows
+        if r.joules is not None
+    }
