@@ -69,9 +69,13 @@ def job_detail(engine: Any, job_id: str, now: datetime, columns: int = COLUMNS) 
         {k: getattr(v, k) for k in VERDICT_KEYS}
         for v in (view.evaluation.verdicts if view.evaluation else ())
     ]
+    energy = view.energy
     return {
         "job": info,
         "gpus": [asdict(g) for g in view.gpus],
+        "energy": None
+        if energy is None
+        else {"kwh": round(energy.kwh, 4), "estimated_share": round(energy.estimated_share, 4)},
         "verdicts": verdict_rows,
         "timeline": timeline,
     }
@@ -97,6 +101,14 @@ def _when(v: datetime | None) -> str:
     return "-" if v is None else v.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _energy_line(energy: dict[str, Any] | None) -> str:
+    if energy is None:
+        return "  GPU energy: not measured"
+    estimated = energy["estimated_share"]
+    note = f" ({100 * estimated:.0f}% estimated from power)" if estimated >= 0.005 else ""
+    return f"  GPU energy: {energy['kwh']:.3f} kWh{note}"
+
+
 def render_text(d: dict[str, Any]) -> str:
     from gpuwatch.cli.render import OutputFormat, render
 
@@ -106,6 +118,7 @@ def render_text(d: dict[str, Any]) -> str:
         + f"  user {j['user'] or '-'}  account {j['account'] or '-'}  partition {j['partition'] or '-'}"
         + f"  state {j['state'] or '-'}",
         f"  start {_when(j['start_at'])}  end {_when(j['end_at'])}  (UTC)",
+        _energy_line(d["energy"]),
         "",
     ]  # fmt: skip
     gpu_rows = [

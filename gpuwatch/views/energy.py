@@ -35,6 +35,27 @@ class JobEnergy:
         return self.joules / JOULES_PER_KWH
 
 
+def gpus_energy(
+    conn: sa.Connection, gpus: Sequence[tuple[int, int]], job_id: str, start: datetime, end: datetime
+) -> JobEnergy | None:
+    """Energy of the GPUs ``(node_id, gpu_index)`` over ``[start, end)`` (a job's own GPUs and
+    run, as the job page knows them); None when no minute of them has an energy figure."""
+    if not gpus:
+        return None
+    m = gpu_minutes.c
+    wanted = sa.or_(*(sa.and_(m.node_id == node, m.gpu_index == index) for node, index in gpus))
+    row = conn.execute(
+        sa.select(
+            sa.func.sum(m.energy_joules).label("joules"),
+            sa.func.sum(m.energy_power_samples).label("estimated"),
+            sa.func.sum(sa.case((m.energy_joules.is_not(None), m.samples), else_=0)).label("samples"),
+        ).where(wanted, m.minute >= start, m.minute < end)
+    ).one()
+    if row.joules is None:
+        return None
+    return JobEnergy(job_id, float(row.joules), (row.estimated or 0) / row.samples if row.samples else 0.0)
+
+
 def job_energy(
     engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
 ) -> dict[str, JobEnergy]:

@@ -18,6 +18,7 @@ from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
+from gpuwatch.views.energy import JobEnergy, gpus_energy
 from gpuwatch.views.evaluations import Evaluation, latest_evaluations
 from gpuwatch.views.jobs import display_id, run_seconds
 
@@ -94,6 +95,8 @@ class JobView:
     evaluation: Evaluation | None
     simulated: bool
     charts: JobCharts | None = field(default=None)
+    #: the energy its GPUs used over the run window (views/energy.py); None where not measured
+    energy: JobEnergy | None = None
 
     @property
     def minutes(self) -> int:
@@ -207,6 +210,7 @@ def _job_view(
         evaluation=found,
         simulated=simulated,
         charts=job_charts,
+        energy=gpus_energy(conn, sorted({(r.node_id, r.gpu_index) for r in refs}), stored, start, end),
     )
 
 

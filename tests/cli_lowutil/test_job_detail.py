@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
+import pytest
 from click.testing import CliRunner
 
 from gpuwatch.classify.verdict import TEXTS, Cause
@@ -121,3 +122,18 @@ def test_png_plot_into_a_missing_folder_is_one_line(classified, tmp_path) -> Non
                                       "--plot", str(png)])  # fmt: skip
     assert (result.exit_code == 1 and result.exception is None) or isinstance(result.exception, SystemExit)
     assert f"cannot write --plot {png}" in result.output and "No such file or directory" in result.output
+
+
+def test_energy_of_the_job_is_its_gpus_power_over_the_run(classified) -> None:
+    """The corpus's samples carry power; the job's GPU energy (views/energy.py) is its GPUs'
+    mean power x the minutes they reported, in the JSON and in one line of the text."""
+    url, built = classified
+    jid = job_of(built, "healthy-training-h200")
+    data = json.loads(run("--db", url, "job", jid, "--at", AT, "--format", "json").output)
+    energy = data["energy"]
+    assert energy is not None and 0 <= energy["estimated_share"] <= 1
+    # each sample covers 10 s at its mean power
+    expected_kwh = sum(g["power_watts_mean"] * g["samples"] * 10 for g in data["gpus"]) / 3.6e6
+    assert energy["kwh"] == pytest.approx(expected_kwh, rel=0.02), energy
+    text = run("--db", url, "job", jid, "--at", AT).output
+    assert f"GPU energy: {energy['kwh']:.3f} kWh" in text
