@@ -234,6 +234,14 @@ _METRIC_TITLES = {
 }
 
 
+def _energy(view: JobView) -> str:
+    """The run's GPU energy as the CLI says it (views/energy.py)."""
+    if view.energy is None:
+        return "not measured"
+    share = view.energy.estimated_share
+    return f"{view.energy.kwh:.3f} kWh" + (f" ({100 * share:.0f}% from power)" if share >= 0.005 else "")
+
+
 def _job_body(view: JobView) -> str:
     job = view.job
     facts = [
@@ -246,6 +254,7 @@ def _job_body(view: JobView) -> str:
         ("end", job.end_at),
         ("GPUs", f"{len(view.gpu_refs)}: {_gpu_list(view.gpu_refs)}"),
         ("CPUs", job.cpus),
+        ("GPU energy", _energy(view)),
     ]
     parts = [f"<h2>Job {escape(job.job_id)}</h2><table><tr>"]
     parts += [f"<th>{k}</th>" for k, _ in facts] + ["</tr><tr>"]

@@ -40,6 +40,7 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
                 assert "<ul class=evidence><li>" in job.text
             if cause == "idle_allocation":
                 assert "<li>GPUs allocated: 4.</li>" in job.text
+            assert "<th>GPU energy</th>" in job.text and " kWh" in job.text
         missing = client.get("/jobs/nope<b>")
         assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
         assert "<h2>No job nope&lt;b&gt;</h2>" in missing.text and 'href="/jobs"' in missing.text
