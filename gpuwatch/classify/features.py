@@ -45,6 +45,7 @@ from gpuwatch.sql.schema import (
     rollup_state,
     slurm_jobs,
 )
+from gpuwatch.sql.types import UtcDateTime
 
 #: rounding of every feature: far below any threshold's resolution, far above float noise
 #: from the two databases summing in different orders
@@ -288,22 +289,29 @@ class WindowFeatures:
     job_util_max: float | None
     job_gpu_memory_max_bytes: int | None
     missing: tuple[str, ...] = field(default=())
+    #: share of the samples with an idle fraction that lie in idle minutes at a GPU's edges of
+    #: the window (:func:`_idle_edges`): an idle phase, not a duty cycle's gaps
+    idle_edge_share: float | None = None
+    #: the longest run of minutes from a GPU's first to its last minute with work in the window
+    active_span_minutes: int | None = None
 
     @property
     def gap_fraction(self) -> float | None:
-        """Share of 0 % polls inside the samples that did some work: the gaps of a duty cycle.
+        """Share of 0 % polls between a GPU's first and last minute with work: the gaps of a
+        duty cycle.
 
-        Whole samples at 0 % are left out: a GPU idle throughout, or idle for a stretch after a
-        busy one (a window across a job's change from training to idle), is a phase, not a
-        gap; counted in ``idle_fraction_mean`` it looks like a loader stalling every step.
+        Idle minutes at the window's edges are left out: a GPU idle throughout, or idle after a
+        busy stretch (a window across a job's change from training to idle), is a phase, not
+        gaps; counted in ``idle_fraction_mean`` it looks like a loader stalling every step. Idle
+        minutes between busy ones stay in: a loader that stalls for longer than a sample is
+        still a loader that stalls.
         """
-        idle, zero = self.idle_fraction_mean, self.zero_share
+        idle, edges = self.idle_fraction_mean, self.idle_edge_share or 0.0
         if idle is None:
             return None
-        zero = zero or 0.0
-        if zero >= 0.999:
+        if edges >= 0.999:
             return 0.0
-        return _round(max(0.0, min(1.0, (idle - zero) / (1.0 - zero))))
+        return _round(max(0.0, min(1.0, (idle - edges) / (1.0 - edges))))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -348,6 +356,54 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
         .group_by(g.node_id, g.gpu_index)
     ).mappings()
     return {(r["node_id"], r["gpu_index"]): dict(r) for r in rows if (r["node_id"], r["gpu_index"]) in wanted}
+
+
+def _idle_edges(
+    conn: sa.Connection, scope: JobScope, start: datetime, end: datetime
+) -> tuple[int, int | None]:
+    """(samples with a per-poll idle fraction in minutes at 0 % throughout that come before a
+    GPU's first minute with work in the window or after its last, the longest span of minutes
+    from a GPU's first to its last minute with work; None when no GPU worked).
+
+    Idle minutes at the edges are an idle phase (a job that went idle, or has not started
+    computing yet), or a GPU idle all along — not the gaps of a duty cycle, which lie between
+    minutes with work; and a duty cycle needs a few minutes of work to show at all.
+    """
+    g = gpu_minutes.c
+    wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
+    in_window = sa.and_(g.node_id.in_(scope.node_ids), g.minute >= start, g.minute < end)
+    worked = g.util_bin_0 < g.util_gpu_ratio_n
+    active = (
+        sa.select(
+            g.node_id, g.gpu_index, sa.func.min(g.minute).label("first"), sa.func.max(g.minute).label("last")
+        )
+        .where(in_window, worked)
+        .group_by(g.node_id, g.gpu_index)
+        .subquery("active")
+    )
+    a = active.c
+    spans = [
+        (_minute_value(conn, r.last) - _minute_value(conn, r.first)) // MINUTE + 1
+        for r in conn.execute(sa.select(active))
+        if (r.node_id, r.gpu_index) in wanted
+    ]
+    rows = conn.execute(
+        sa.select(g.node_id, g.gpu_index, sa.func.sum(g.util_gpu_idle_fraction_ratio_n).label("n"))
+        .select_from(
+            gpu_minutes.outerjoin(active, sa.and_(a.node_id == g.node_id, a.gpu_index == g.gpu_index))
+        )
+        .where(in_window, sa.or_(a.first.is_(None), g.minute < a.first, g.minute > a.last))
+        .group_by(g.node_id, g.gpu_index)
+    )
+    edges = sum(int(r.n or 0) for r in rows if (r.node_id, r.gpu_index) in wanted)
+    return edges, max(spans, default=None)
+
+
+def _minute_value(conn: sa.Connection, value: Any) -> datetime:
+    """A minute read back from an aggregate (SQLite returns its stored text)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return UtcDateTime().process_result_value(value, conn.dialect)  # type: ignore[return-value]
 
 
 def _mean(row: dict, name: str) -> float | None:
@@ -509,6 +565,7 @@ def window_features(
         return _div(tot(f"{name}_sum"), tot(f"{name}_n"))
 
     bins = [int(tot(f"bin{k}") or 0) for k in range(UTIL_BINS)]
+    edges, active_span = _idle_edges(conn, scope, start, end)
     util_n = int(tot("util_gpu_ratio_n") or 0)
     util = jmean("util_gpu_ratio")
     idle_fraction = jmean("util_gpu_idle_fraction_ratio")
@@ -579,6 +636,8 @@ def window_features(
         util_std=_std(tot("util_sumsq"), tot("util_gpu_ratio_sum"), util_n),
         zero_share=_div(bins[0], util_n),
         idle_fraction_mean=idle_fraction,
+        idle_edge_share=_div(edges, tot("util_gpu_idle_fraction_ratio_n")),
+        active_span_minutes=active_span,
         burst_util=_burst(util, idle_fraction),
         sm_active=jmean("sm_active_ratio"),
         sm_occupancy=jmean("sm_occupancy_ratio"),

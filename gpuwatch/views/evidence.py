@@ -25,6 +25,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "tensor_cores": ("the GPUs have tensor cores", "bool"),
     "burst_util": ("utilization while not idle", "pct"),
     "gap_fraction": ("share of idle polls between bursts", "pct"),
+    "active_span_minutes": ("minutes from the first to the last minute with GPU work", "count"),
     "idle_fraction_mean": ("share of 1 s polls at 0 %", "pct"),
     "zero_share": ("share of samples at 0 %", "pct"),
     "power_ratio": ("mean power against the power limit", "pct"),

@@ -21,8 +21,14 @@ from gpuwatch.config.thresholds import Thresholds
 def gaps_and_bursts(f: WindowFeatures, t: Thresholds, ev: Evidence) -> tuple[bool, bool] | None:
     """(the GPU idles in gaps, its bursts read busy); None when the per-poll signals are absent.
 
-    The gaps are the idle polls inside samples that did work (:attr:`WindowFeatures.gap_fraction`):
-    a window across a change from busy to idle holds busy samples and idle ones, not gaps."""
+    The gaps are the idle polls between a GPU's first and last minute with work
+    (:attr:`WindowFeatures.gap_fraction`): a window across a change from busy to idle holds busy
+    minutes and idle ones, not gaps; and fewer than ``min_window_minutes`` minutes of work (the
+    minute a job went idle in) show no duty cycle at all."""
+    span = f.active_span_minutes
+    if span is not None and span < t.min_window_minutes:
+        ev.signal("active_span_minutes", span)
+        return False, False
     idle = ev.check(
         "gap_fraction",
         f.gap_fraction,

@@ -56,18 +56,20 @@ def test_without_per_poll_signals_it_says_so() -> None:
 
 
 def test_a_window_across_a_change_to_idle_is_a_phase_not_gaps() -> None:
-    """Five busy minutes then five idle ones: half the polls read 0 %, but in whole idle samples
-    (zero_share), not between the steps: no duty cycle, so not the loader. Measured through the
-    whole pipeline (bench/alert_latency.py), this window was called input_bound before."""
+    """Five busy minutes then five idle ones: half the polls read 0 %, but in idle minutes at
+    the window's edge (idle_edge_share), not between the steps: no duty cycle, so not the
+    loader. Measured through the whole pipeline (bench/alert_latency.py), this window was
+    called input_bound before."""
     busy_then_idle = window(
-        util_mean=0.47, zero_share=0.5, idle_fraction_mean=0.5, burst_util=0.95, cpu_ratio=0.5
+        util_mean=0.47, idle_edge_share=0.5, idle_fraction_mean=0.5, burst_util=0.95, cpu_ratio=0.5
     )
     assert busy_then_idle.gap_fraction == 0.0
     assert input_bound.rule(busy_then_idle, T) is None
-    # the same idle share spread through every sample is a duty cycle
-    stalling = window(util_mean=0.47, zero_share=0.0, idle_fraction_mean=0.5, burst_util=0.95, cpu_ratio=0.95)
+    # the same idle share between minutes with work is a duty cycle, even in whole idle samples
+    # (a loader stalling longer than a sample)
+    stalling = window(util_mean=0.47, zero_share=0.4, idle_fraction_mean=0.5, burst_util=0.95, cpu_ratio=0.95)
     assert stalling.gap_fraction == 0.5
     assert isinstance(input_bound.rule(stalling, T), Verdict)
-    # gaps inside the samples that worked, beside a stretch of whole idle samples
-    mixed = window(zero_share=0.2, idle_fraction_mean=0.6)
+    # gaps between the minutes with work, beside an idle tail
+    mixed = window(idle_edge_share=0.2, idle_fraction_mean=0.6)
     assert mixed.gap_fraction == 0.5
