@@ -129,3 +129,55 @@ def test_short_running_job_is_not_judged(engine):
     # the same data judged later (a finished job's age counts to its end, a running one's to now)
     later = classify_job(engine, b.job_id, b.case.now + timedelta(minutes=2))
     assert later[0].cause.value == "cpu_only"  # GPU never touched, job CPUs at 50 % of 8 cores
+
+
+def test_idle_minutes_at_the_edges_are_a_phase_between_them_gaps(engine):
+    """One GPU over ten minutes: idle, busy x3, idle, busy x2, idle x3. The first and the last
+    three idle minutes are edges (a phase); the idle minute between busy ones is a gap."""
+    from datetime import datetime, timezone
+
+    from gpuwatch.classify.features import window_features
+    from gpuwatch.sql.nodes import create_token, get_node
+    from gpuwatch.sql.schema import gpu_minutes, job_gpus, slurm_jobs
+
+    t0 = datetime(2026, 12, 5, 9, 0, tzinfo=timezone.utc)
+    create_token(engine, "edge-n1")
+    with engine.connect() as conn:
+        node_id = get_node(conn, "edge-n1").id
+    idle = [True, False, False, False, True, False, False, True, True, True]
+    with engine.begin() as conn:
+        conn.execute(
+            slurm_jobs.insert().values(
+                job_id="77001",
+                source="test",
+                state="RUNNING",
+                start_at=t0,
+                gpus=1,
+                first_seen_at=t0,
+                updated_at=t0,
+            )
+        )
+        conn.execute(job_gpus.insert().values(job_id="77001", node="edge-n1", gpu_index=0))
+        conn.execute(
+            gpu_minutes.insert(),
+            [
+                {
+                    "node_id": node_id, "gpu_index": 0, "minute": t0 + timedelta(minutes=k), "samples": 6,
+                    "lost_samples": 0, "util_gpu_ratio_sum": 0.0 if is_idle else 5.7, "util_gpu_ratio_n": 6,
+                    "util_gpu_idle_fraction_ratio_sum": 6.0 if is_idle else 0.0,
+                    "util_gpu_idle_fraction_ratio_n": 6, "util_bin_0": 6 if is_idle else 0,
+                    "util_bin_10": 0 if is_idle else 6,
+                }
+                for k, is_idle in enumerate(idle)
+            ],
+        )  # fmt: skip
+    with engine.connect() as conn:
+        scope = load_scope(conn, "77001")
+        f = window_features(conn, scope, "job", t0, t0 + timedelta(minutes=10), DEFAULT_THRESHOLDS)
+        short = window_features(
+            conn, scope, "recent", t0 + timedelta(minutes=6), t0 + timedelta(minutes=10), DEFAULT_THRESHOLDS
+        )
+    assert f.idle_fraction_mean == 0.5 and f.idle_edge_share == 0.4
+    assert f.gap_fraction == pytest.approx(1 / 6, abs=1e-3) and f.active_span_minutes == 6
+    # the last four minutes: one busy minute, then idle: a minute of work shows no duty cycle
+    assert short.active_span_minutes == 1 and short.idle_edge_share == 0.75
