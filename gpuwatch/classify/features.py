@@ -184,15 +184,11 @@ def window_edge(conn: sa.Connection, scope: JobScope, now: datetime) -> datetime
 
 
 @dataclass(frozen=True)
-class GpuFeatures:
-    """One GPU over one window."""
+class Activity:
+    """How busy GPUs were over a window: utilization and its spread, idle shares, GPM pipe
+    activity. One GPU's (:class:`GpuFeatures`) or a job's over its GPUs, sample-weighted
+    (:class:`WindowFeatures`); a GPM field is None where the card has no GPM."""
 
-    gpu: str  # "node/gpuN"
-    model: str | None
-    minutes: int
-    samples: int
-    lost_samples: int
-    util_samples: int
     util_mean: float | None
     util_p50: float | None
     util_p95: float | None
@@ -207,6 +203,18 @@ class GpuFeatures:
     dram_active: float | None
     fp32_active: float | None
     fp16_active: float | None
+
+
+@dataclass(frozen=True)
+class GpuFeatures(Activity):
+    """One GPU over one window."""
+
+    gpu: str  # "node/gpuN"
+    model: str | None
+    minutes: int
+    samples: int
+    lost_samples: int
+    util_samples: int
     memory_used_max_bytes: int | None
     memory_total_bytes: int | None
     memory_used_ratio: float | None
@@ -226,8 +234,9 @@ class GpuFeatures:
 
 
 @dataclass(frozen=True)
-class WindowFeatures:
-    """One job over one window: per-GPU features, job aggregates and host signals."""
+class WindowFeatures(Activity):
+    """One job over one window: per-GPU features, job aggregates (its :class:`Activity`, over
+    its GPUs, sample-weighted) and host signals."""
 
     job_id: str
     kind: str  # "recent" | "job"
@@ -245,20 +254,6 @@ class WindowFeatures:
     # job aggregates over its GPUs (sample-weighted)
     samples: int
     lost_samples: int
-    util_mean: float | None
-    util_p50: float | None
-    util_p95: float | None
-    util_max: float | None
-    util_std: float | None
-    zero_share: float | None
-    idle_fraction_mean: float | None
-    burst_util: float | None
-    sm_active: float | None
-    sm_occupancy: float | None
-    tensor_active: float | None
-    dram_active: float | None
-    fp32_active: float | None
-    fp16_active: float | None
     memory_used_ratio_max: float | None
     power_ratio: float | None
     throttled_share: float | None

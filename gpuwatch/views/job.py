@@ -20,7 +20,7 @@ from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
 from gpuwatch.views.energy import JobEnergy, gpus_energy
 from gpuwatch.views.evaluations import Evaluation, latest_evaluations
-from gpuwatch.views.jobs import display_id, run_seconds
+from gpuwatch.views.jobs import JobIdentity, display_id, run_seconds
 
 __all__ = ["GPU_METRICS", "GpuSummary", "JobCharts", "JobInfo", "JobView", "downsample", "job_view"]
 
@@ -33,16 +33,9 @@ NO_START_SPAN = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
-class JobInfo:
+class JobInfo(JobIdentity):
     """The job as Slurm (or, without a Slurm row, the agents' attribution) knows it."""
 
-    job_id: str  # what users type: "18_1" for an array task
-    raw_job_id: str
-    name: str | None
-    user: str | None
-    account: str | None
-    partition: str | None
-    state: str | None
     start_at: datetime | None
     end_at: datetime | None
     duration_s: int | None

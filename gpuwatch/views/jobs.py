@@ -61,6 +61,19 @@ class JobFilters:
 
 
 @dataclass(frozen=True)
+class JobIdentity:
+    """Which job, whose, where: what every job record of the read model starts with."""
+
+    job_id: str  # what users type: "18_1" for an array task
+    raw_job_id: str
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str | None
+
+
+@dataclass(frozen=True)
 class JobSummary:
     """One job as ``gpuwatch jobs`` shows it."""
 

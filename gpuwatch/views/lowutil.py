@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from gpuwatch.slurm.model import HOLDING_STATES
 from gpuwatch.sql.schema import slurm_jobs
 from gpuwatch.views.evaluations import VerdictRow, group_evaluations, latest_select, verdict_of
-from gpuwatch.views.jobs import JobFilters, apply_job_filters, display_id, run_seconds
+from gpuwatch.views.jobs import JobFilters, JobIdentity, apply_job_filters, display_id, run_seconds
 
 SORTS = ("wasted", "util", "duration", "start")
 
@@ -43,16 +43,9 @@ class LowUtilFilters(JobFilters):
 
 
 @dataclass(frozen=True)
-class LowUtilJob:
+class LowUtilJob(JobIdentity):
     """A job that wastes GPUs: its Slurm facts, the verdict shown and the evaluation's others."""
 
-    job_id: str  # what users type: "18_1" for an array task
-    raw_job_id: str
-    name: str | None
-    user: str | None
-    account: str | None
-    partition: str | None
-    state: str | None
     nodes: tuple[str, ...]
     start_at: datetime | None
     end_at: datetime | None

@@ -3,9 +3,9 @@
 A job counts in a period for the part of its run inside it: GPU-hours allocated are its GPUs
 times that overlap (``slurm_jobs``: start, end or now, GPUs). GPU-hours wasted are what
 :func:`gpuwatch.views.waste_in_period` counts from the verdicts evaluated in the period (the
-same figures the digests send), summed over a job's causes and capped at its allocation, so a
-job judged twice on overlapping windows is never counted past what it held. The top cause of
-a group is the one with the most wasted GPU-hours. Energy is the GPUs' own, from the driver's
+same figures the digests send): a job's largest cause (two causes of one job describe the same
+GPU-hours), capped at what it held in the period, and credited to that cause. The top cause
+of a group is the one with the most wasted GPU-hours. Energy is the GPUs' own, from the driver's
 energy counter while the jobs held them (:mod:`gpuwatch.views.energy`); CO2 is that energy
 times ``report.grid_co2_kg_per_kwh`` when the site sets it.
 """
@@ -76,14 +76,15 @@ def usage_report(
             row["joules"] += energy[job_id].joules
             row["est"] += energy[job_id].joules * energy[job_id].estimated_share
         causes = wasted_by_job.get(job_id, {})
-        total = sum(causes.values())
-        if total <= 0:
+        largest = max(causes.values(), default=0.0)
+        if largest <= 0:
             continue
         row["flagged"] += 1
-        scale = min(1.0, hours / total)  # never more than the job held
-        for cause, value in causes.items():
-            row["causes"][cause] = row["causes"].get(cause, 0.0) + value * scale
-        row["wasted"] += total * scale
+        # a job's waste is its largest cause, never more than it held: two causes of one job
+        # (idle and CPU-only, say) describe the same GPU-hours, as in the digests
+        lead = max(causes, key=lambda cause: (causes[cause], cause))
+        row["causes"][lead] = row["causes"].get(lead, 0.0) + min(largest, hours)
+        row["wasted"] += min(largest, hours)
     out = []
     for group, r in rows.items():
         top = max(r["causes"].items(), key=lambda item: (item[1], item[0]), default=(None, 0.0))
