@@ -27,7 +27,8 @@ JOULES_PER_KWH = 3.6e6
 class JobEnergy:
     job_id: str
     joules: float
-    #: share of the samples behind it whose energy came from power x interval, not the counter
+    #: share of the samples behind it (a lost GPU's are not) whose energy came from power x
+    #: interval, not the counter
     estimated_share: float
 
     @property
@@ -48,7 +49,9 @@ def gpus_energy(
         sa.select(
             sa.func.sum(m.energy_joules).label("joules"),
             sa.func.sum(m.energy_power_samples).label("estimated"),
-            sa.func.sum(sa.case((m.energy_joules.is_not(None), m.samples), else_=0)).label("samples"),
+            sa.func.sum(sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)).label(
+                "samples"
+            ),
         ).where(wanted, m.minute >= start, m.minute < end)
     ).one()
     if row.joules is None:
@@ -67,7 +70,9 @@ def job_energy(
                 j.job_id,
                 sa.func.sum(m.energy_joules).label("joules"),
                 sa.func.sum(m.energy_power_samples).label("estimated"),
-                sa.func.sum(sa.case((m.energy_joules.is_not(None), m.samples), else_=0)).label("samples"),
+                sa.func.sum(
+                    sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)
+                ).label("samples"),
             )
             .select_from(
                 slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
