@@ -132,11 +132,13 @@ def render_text(d: dict[str, Any]) -> str:
             if g["memory_total_bytes"] is None
             else f"{(g['memory_used_bytes_max'] or 0) / GIB:.1f} / {g['memory_total_bytes'] / GIB:.1f} GiB",
             "power": _power(g["power_watts_mean"], g["power_limit_watts"]),
+            "energy": "-" if g["energy_kwh"] is None else f"{g['energy_kwh']:.3f} kWh",
         }
         for g in d["gpus"]
     ]  # fmt: skip
     cols = [("node", "node"), ("gpu", "GPU"), ("util", "mean util"), ("sm", "SM active"),
-            ("tensor", "tensor"), ("mem", "memory max / total"), ("power", "power mean / limit")]  # fmt: skip
+            ("tensor", "tensor"), ("mem", "memory max / total"), ("power", "power mean / limit"),
+            ("energy", "energy")]  # fmt: skip
     lines.append(render(gpu_rows, cols, OutputFormat.TABLE, title="GPUs") if gpu_rows else "No GPUs known.")
     lines.append("")
     if not d["verdicts"]:

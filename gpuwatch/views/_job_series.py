@@ -38,7 +38,8 @@ def _minute(value: Any, dialect: sa.Dialect) -> datetime:
 
 
 def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime) -> dict[str, Any]:
-    """One GPU's sums over ``[start, end)``: means of util, SM and tensor activity and power; maxima."""
+    """One GPU's sums over ``[start, end)``: means of util, SM and tensor activity and power;
+    maxima; its energy (joules, None where not measured)."""
     g = gpu_minutes.c
     r = (
         conn.execute(
@@ -55,6 +56,7 @@ def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime)
                 sa.func.max(g.memory_used_bytes_max).label("mem_max"),
                 sa.func.max(g.memory_total_bytes).label("mem_total"),
                 sa.func.max(g.power_limit_watts).label("power_limit"),
+                sa.func.sum(g.energy_joules).label("energy_j"),
             ).where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
         )
         .mappings()

@@ -18,7 +18,7 @@ from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
-from gpuwatch.views.energy import JobEnergy, gpus_energy
+from gpuwatch.views.energy import JOULES_PER_KWH, JobEnergy, gpus_energy
 from gpuwatch.views.evaluations import Evaluation, latest_evaluations
 from gpuwatch.views.jobs import JobIdentity, display_id, run_seconds
 
@@ -58,6 +58,8 @@ class GpuSummary:
     memory_total_bytes: int | None
     power_watts_mean: float | None
     power_limit_watts: float | None
+    #: the energy it used over the run (views/energy.py has how it is counted); None: not measured
+    energy_kwh: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,7 @@ def _gpu_summary(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetim
         memory_total_bytes=None if r["mem_total"] is None else int(r["mem_total"]),
         power_watts_mean=series.mean(r["power_s"], r["power_n"]),
         power_limit_watts=r["power_limit"],
+        energy_kwh=None if r["energy_j"] is None else round(float(r["energy_j"]) / JOULES_PER_KWH, 4),
     )
 
 
