@@ -19,6 +19,7 @@ from enum import Enum
 
 import sqlalchemy as sa
 
+from gpuwatch.classify.verdict import PRIORITY, Cause
 from gpuwatch.sql.schema import slurm_jobs
 from gpuwatch.views.energy import JOULES_PER_KWH, job_energy
 from gpuwatch.views.waste import waste_in_period
@@ -82,7 +83,7 @@ def usage_report(
         row["flagged"] += 1
         # a job's waste is its largest cause, never more than it held: two causes of one job
         # (idle and CPU-only, say) describe the same GPU-hours, as in the digests
-        lead = max(causes, key=lambda cause: (causes[cause], cause))
+        lead = max(causes, key=lambda cause: (causes[cause], -_specific(cause)))
         row["causes"][lead] = row["causes"].get(lead, 0.0) + min(largest, hours)
         row["wasted"] += min(largest, hours)
     out = []
@@ -105,6 +106,15 @@ def usage_report(
             )
         )
     return sorted(out, key=lambda row: (-row.gpu_hours_wasted, -row.gpu_hours, row.group))
+
+
+def _specific(cause: str) -> int:
+    """Rank of a cause in the classifier's tie-break (lower: more specific, as the listing orders
+    equal verdicts): a CPU-only job that is also idle is credited to cpu_only."""
+    try:
+        return PRIORITY[Cause(cause)]
+    except ValueError:
+        return len(PRIORITY)
 
 
 def _allocated(

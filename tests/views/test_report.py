@@ -101,6 +101,10 @@ def test_report_cli_json_keys_on_the_demo(db_url, engine) -> None:  # type: igno
     # each flagged demo job's waste is the listing's (the digests' and the CLI's figure)
     wasted = sum(row.gpu_hours_wasted or 0.0 for row in listing.values() if row.cause != "healthy")
     assert sum(r["gpu_hours_wasted"] for r in rows) == pytest.approx(wasted, rel=0.02)
+    # one job per demo user: the user's top cause is the cause the listing shows for the job
+    # (the CPU-only job is also idle: credited to the more specific cause, as listed)
+    listed_cause = {row.user: row.cause for row in listing.values() if (row.gpu_hours_wasted or 0) > 0}
+    assert {r["user"]: r["top_cause"] for r in rows if r["jobs_flagged"]} == listed_cause
     by_account = CliRunner().invoke(cli, ["--db", db_url, "report", "--by", "account", "--format", "json"])
     assert [r["account"] for r in json.loads(by_account.output)] == ["demo-lab"]
 
