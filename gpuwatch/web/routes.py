@@ -283,7 +283,7 @@ def _job_body(view: JobView) -> str:
         )
         parts.append("</div>")
     parts.append("<h2>Verdicts</h2>")
-    parts.append(_verdicts(view.evaluation.verdicts if view.evaluation else ()))
+    parts.append(_verdicts(_one_per_window(view.evaluation.verdicts if view.evaluation else ())))
     return "".join(parts)
 
 
@@ -310,6 +310,13 @@ def _gpu_list(gpus: Any) -> str:
     for g in gpus:
         by_node.setdefault(g.node, []).append(str(g.gpu_index))
     return "; ".join(f"{node} gpu{','.join(ix)}" for node, ix in by_node.items()) or "-"
+
+
+def _one_per_window(rows: tuple[VerdictRow, ...]) -> tuple[VerdictRow, ...]:
+    """Each window's verdicts, less a recent-window verdict whose cause the whole-job window
+    already shows (the same text twice says nothing new)."""
+    whole = {v.cause for v in rows if v.window_kind == "job"}
+    return tuple(v for v in rows if v.window_kind == "job" or v.cause not in whole)
 
 
 def _verdicts(rows: tuple[VerdictRow, ...]) -> str:

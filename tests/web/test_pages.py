@@ -41,6 +41,9 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
             if cause == "idle_allocation":
                 assert "<li>GPUs allocated: 4.</li>" in job.text
             assert "<th>GPU energy</th>" in job.text and " kWh" in job.text
+            # a cause both windows found is shown once (the whole-job window's)
+            causes = re.findall(r"<span class=cause>([a-z_]+)</span>", job.text)
+            assert len(causes) == len(set(causes)), (jid, causes)
         missing = client.get("/jobs/nope<b>")
         assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
         assert "<h2>No job nope&lt;b&gt;</h2>" in missing.text and 'href="/jobs"' in missing.text
