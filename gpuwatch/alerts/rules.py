@@ -239,7 +239,7 @@ def follow_up(f: JobFacts, before: Sequence[Sent]) -> tuple[str | None, str | No
         if len(same) > 1:
             return None, f"job cooldown ({f.cause} notified and escalated already)"
         last = same[-1]
-        idle_now = idle_count(f.evidence)
+        idle_now = f.idle_gpus
         if idle_now > last.idle_gpus > 0:
             return (
                 f"More GPUs are idle now: {idle_now}, against {last.idle_gpus} when we wrote at "
@@ -374,7 +374,7 @@ def evaluate(
                         chosen.cause,
                         now,
                         chosen.gpu_hours_wasted or 0.0,
-                        idle_count(chosen.evidence),
+                        chosen.idle_gpus,
                     )
                 )
                 if person:

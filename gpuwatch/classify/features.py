@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.config.thresholds import Thresholds
-from gpuwatch.sql.rollups import MINUTE, floor_minute, join_distinct, xid_codes
+from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
     NODE_MINUTE_SUMS,
@@ -45,7 +45,6 @@ from gpuwatch.sql.schema import (
     rollup_state,
     slurm_jobs,
 )
-from gpuwatch.sql.types import UtcDateTime
 
 #: rounding of every feature: far below any threshold's resolution, far above float noise
 #: from the two databases summing in different orders
@@ -378,7 +377,7 @@ def _idle_edges(
     )
     a = active.c
     spans = [
-        (_minute_value(conn, r.last) - _minute_value(conn, r.first)) // MINUTE + 1
+        (as_utc(conn, r.last) - as_utc(conn, r.first)) // MINUTE + 1
         for r in conn.execute(sa.select(active))
         if (r.node_id, r.gpu_index) in wanted
     ]
@@ -392,13 +391,6 @@ def _idle_edges(
     )
     edges = sum(int(r.n or 0) for r in rows if (r.node_id, r.gpu_index) in wanted)
     return edges, max(spans, default=None)
-
-
-def _minute_value(conn: sa.Connection, value: Any) -> datetime:
-    """A minute read back from an aggregate (SQLite returns its stored text)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return UtcDateTime().process_result_value(value, conn.dialect)  # type: ignore[return-value]
 
 
 def _mean(row: dict, name: str) -> float | None:

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 import uvicorn
 
 from gpuwatch import gc_tuning
+from gpuwatch.clock import utcnow
 from gpuwatch.config import ConfigError, Settings
 from gpuwatch.daemon.app import create_app
 from gpuwatch.daemon.scheduler import build_scheduler
@@ -143,9 +144,7 @@ class BackgroundServer:
 
         self.engine = engine or prepare_database(settings)
         self.app = create_app(settings, self.engine)
-        self.scheduler = build_scheduler(
-            settings, self.app.state.store, **({"clock": clock} if clock else {})
-        )
+        self.scheduler = build_scheduler(settings, self.app.state.store, clock or utcnow)
         self.schedule = schedule
         config = uvicorn.Config(
             self.app,

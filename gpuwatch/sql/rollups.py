@@ -251,7 +251,7 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
         )
     out = []
     for (nid, minute), values in rows.items():
-        row = {"node_id": nid, "minute": _as_utc(conn, minute)}
+        row = {"node_id": nid, "minute": as_utc(conn, minute)}
         for col in node_minutes.c:
             if col.name not in row:
                 row[col.name] = values.get(col.name, 0 if col.name.endswith("_n") else None)
@@ -259,8 +259,9 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
     return out
 
 
-def _as_utc(conn: sa.Connection, value: Any) -> datetime:
-    """A bucket value back to an aware datetime (SQLite returns the text it built)."""
+def as_utc(conn: sa.Connection, value: Any) -> datetime:
+    """A minute read back from SQL (a bucket, an aggregate) as an aware datetime: SQLite returns
+    the text it stored or built."""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return UtcDateTime().process_result_value(value, conn.dialect)  # type: ignore[return-value]

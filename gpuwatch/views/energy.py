@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -45,18 +46,8 @@ def gpus_energy(
         return None
     m = gpu_minutes.c
     wanted = sa.or_(*(sa.and_(m.node_id == node, m.gpu_index == index) for node, index in gpus))
-    row = conn.execute(
-        sa.select(
-            sa.func.sum(m.energy_joules).label("joules"),
-            sa.func.sum(m.energy_power_samples).label("estimated"),
-            sa.func.sum(sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)).label(
-                "samples"
-            ),
-        ).where(wanted, m.minute >= start, m.minute < end)
-    ).one()
-    if row.joules is None:
-        return None
-    return JobEnergy(job_id, float(row.joules), (row.estimated or 0) / row.samples if row.samples else 0.0)
+    row = conn.execute(sa.select(*_sums()).where(wanted, m.minute >= start, m.minute < end)).one()
+    return _energy(job_id, row)
 
 
 def job_energy(
@@ -66,14 +57,7 @@ def job_energy(
     j, jg, n, m = slurm_jobs.c, job_gpus.c, nodes.c, gpu_minutes.c
     with engine.connect() as conn:
         query = (
-            sa.select(
-                j.job_id,
-                sa.func.sum(m.energy_joules).label("joules"),
-                sa.func.sum(m.energy_power_samples).label("estimated"),
-                sa.func.sum(
-                    sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)
-                ).label("samples"),
-            )
+            sa.select(j.job_id, *_sums())
             .select_from(
                 slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
                 .join(nodes, n.name == jg.node)
@@ -91,8 +75,24 @@ def job_energy(
         if job_ids is not None:
             query = query.where(j.job_id.in_(list(job_ids)))
         rows = conn.execute(query).all()
-    return {
-        r.job_id: JobEnergy(r.job_id, float(r.joules), (r.estimated or 0) / r.samples if r.samples else 0.0)
-        for r in rows
-        if r.joules is not None
-    }
+    found = {r.job_id: _energy(r.job_id, r) for r in rows}
+    return {job_id: energy for job_id, energy in found.items() if energy is not None}
+
+
+def _sums() -> list[sa.ColumnElement]:
+    """The energy sums over a set of GPU-minutes: joules, samples estimated from power, and the
+    samples behind the joules (minutes with an energy figure, a lost GPU's samples left out)."""
+    m = gpu_minutes.c
+    counted = sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)
+    return [
+        sa.func.sum(m.energy_joules).label("joules"),
+        sa.func.sum(m.energy_power_samples).label("estimated"),
+        sa.func.sum(counted).label("samples"),
+    ]
+
+
+def _energy(job_id: str, row: Any) -> JobEnergy | None:
+    """A :class:`JobEnergy` from one row of :func:`_sums`; None when no minute had a figure."""
+    if row.joules is None:
+        return None
+    return JobEnergy(job_id, float(row.joules), (row.estimated or 0) / row.samples if row.samples else 0.0)
