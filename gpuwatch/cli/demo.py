@@ -337,7 +337,9 @@ def run_demo(
     end = datetime.now(timezone.utc)
     vstart = end - timedelta(seconds=SAMPLE_S * cycles)
     echo(f"database: {settings.database.url}")
-    server_cm = BackgroundServer(daemon_settings)
+    # the scheduler waits until the backfill is classified: on the real clock, a pass over
+    # half-sent virtual minutes would store verdicts of a job that is not all there yet
+    server_cm = BackgroundServer(daemon_settings, schedule=False)
     server = server_cm.__enter__()
     custom = _custom_scenarios()
     jobs = [(job_id(i), node_name(i), PROFILES[i % len(PROFILES)]) for i in range(node_count)]
@@ -416,6 +418,7 @@ def run_demo(
         if serve:
             echo(f"web view: {server.url}/   (job page: {server.url}/jobs/{jobs[0][0]})")
             echo("serving: agents now sample on the real clock every 10 s; Ctrl-C to stop")
+            server.start_scheduler()
             live = []
             for agent, clock in agents:
                 clock.live = True

@@ -175,6 +175,12 @@ class BackgroundServer:
             time.sleep(0.02)
         return self
 
+    def start_scheduler(self) -> None:
+        """Start the scheduled jobs of a server built with ``schedule=False`` (on its clock)."""
+        if not self.schedule:
+            self.schedule = True
+            self.scheduler.start()
+
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=10)
