@@ -16,9 +16,11 @@ import click
 
 from gpuwatch.clock import utcnow
 from gpuwatch.views.evidence import evidence_sentences
+from gpuwatch.views.summary_text import summary_rows
 
 if TYPE_CHECKING:
     from gpuwatch.cli.main import Context
+    from gpuwatch.config.thresholds import Thresholds
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 COLUMNS = 60
@@ -36,13 +38,16 @@ def spark(values: list[float | None]) -> str:
     return "".join(out)
 
 
-def job_detail(engine: Any, job_id: str, now: datetime, columns: int = COLUMNS) -> dict[str, Any] | None:
-    """Everything the command shows, as plain data (the JSON output); None for an unknown job."""
+def job_detail(
+    engine: Any, job_id: str, now: datetime, columns: int = COLUMNS, thresholds: Thresholds | None = None
+) -> dict[str, Any] | None:
+    """Everything the command shows, as plain data (the JSON output); None for an unknown job.
+    ``thresholds``: the site's classifier thresholds (which GPUs count as idle)."""
     from dataclasses import asdict
 
     from gpuwatch.views import job_view
 
-    view = job_view(engine, job_id, now, columns=columns)
+    view = job_view(engine, job_id, now, columns=columns, thresholds=thresholds)
     if view is None:
         return None
     j = view.job
@@ -70,8 +75,16 @@ def job_detail(engine: Any, job_id: str, now: datetime, columns: int = COLUMNS) 
         for v in (view.evaluation.verdicts if view.evaluation else ())
     ]
     energy = view.energy
+    shown = view.evaluation.shown if view.evaluation else None
     return {
         "job": info,
+        "summary": None if view.usage is None else view.usage.as_dict(),
+        "verdict": None
+        if shown is None
+        else {k: getattr(shown, k) for k in ("cause", "window_kind", "summary", "fix", "gpu_hours_wasted")},
+        "saving": None if view.saving is None else view.saving.as_dict(),
+        "advice": [a.as_dict() for a in view.advice],
+        "summary_text": summary_rows(view),
         "gpus": [asdict(g) for g in view.gpus],
         "energy": None
         if energy is None
@@ -101,14 +114,6 @@ def _when(v: datetime | None) -> str:
     return "-" if v is None else v.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _energy_line(energy: dict[str, Any] | None) -> str:
-    if energy is None:
-        return "  GPU energy: not measured"
-    estimated = energy["estimated_share"]
-    note = f" ({100 * estimated:.0f}% estimated from power)" if estimated >= 0.005 else ""
-    return f"  GPU energy: {energy['kwh']:.3f} kWh{note}"
-
-
 def render_text(d: dict[str, Any]) -> str:
     from gpuwatch.cli.render import OutputFormat, render
 
@@ -118,7 +123,7 @@ def render_text(d: dict[str, Any]) -> str:
         + f"  user {j['user'] or '-'}  account {j['account'] or '-'}  partition {j['partition'] or '-'}"
         + f"  state {j['state'] or '-'}",
         f"  start {_when(j['start_at'])}  end {_when(j['end_at'])}  (UTC)",
-        _energy_line(d["energy"]),
+        *(f"  {label:<12} {text}" for label, text in d["summary_text"]),
         "",
     ]  # fmt: skip
     gpu_rows = [
@@ -196,7 +201,7 @@ def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, 
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
-    d = job_detail(engine, job_id, now, columns)
+    d = job_detail(engine, job_id, now, columns, ctx.settings.classify)
     if d is None:
         raise click.ClickException(f"job {job_id} is not known (no Slurm row, attribution or verdict)")
     if plot is not None:

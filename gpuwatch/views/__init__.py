@@ -5,7 +5,9 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 
 * :func:`jobs_query` — which Slurm jobs ran, on which GPUs, how busy those were;
 * :func:`low_util_jobs` — which jobs waste their GPUs, why, and how many GPU-hours;
-* :func:`job_view` — what one job did: per-GPU means, a timeline, charts, its verdicts;
+* :func:`job_view` — what one job did: per-GPU means, a timeline, charts, its verdicts, what
+  it used of what it asked for (``usage.py``) and what to request next time (``advice.py``);
+* :func:`summary_rows` — that job's seff-style summary as the rows every surface prints;
 * :func:`latest_evaluations` — every verdict of each job's newest evaluation;
 * :func:`cluster_overview` — every GPU's last hour, and the GPUs busy, idle and wasted now;
 * :func:`waste_in_period` — the GPU-hours each job wasted in a period, per cause;
@@ -24,6 +26,7 @@ from gpuwatch.views.lowutil import SORTS, LowUtilFilters, LowUtilJob, low_util_j
 from gpuwatch.views.nodes import NodeSummary, node_summaries
 from gpuwatch.views.overview import Overview, cluster_overview
 from gpuwatch.views.report import GroupBy, ReportRow, usage_report
+from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.views.waste import JobWaste, waste_in_period
 
 __all__ = [
@@ -54,6 +57,7 @@ __all__ = [
     "latest_evaluations",
     "low_util_jobs",
     "node_summaries",
+    "summary_rows",
     "usage_report",
     "waste_in_period",
 ]

@@ -14,13 +14,16 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef, JobScope, load_scope
+from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
+from gpuwatch.views.advice import Advice, Saving, estimated_saving, right_sizing, site_cards
 from gpuwatch.views.energy import JOULES_PER_KWH, JobEnergy, gpus_energy
 from gpuwatch.views.evaluations import Evaluation, latest_evaluations
 from gpuwatch.views.jobs import JobIdentity, display_id, run_seconds
+from gpuwatch.views.usage import JobUsage, job_usage, site_gpu_models
 
 __all__ = ["GPU_METRICS", "GpuSummary", "JobCharts", "JobInfo", "JobView", "downsample", "job_view"]
 
@@ -92,6 +95,12 @@ class JobView:
     charts: JobCharts | None = field(default=None)
     #: the energy its GPUs used over the run window (views/energy.py); None where not measured
     energy: JobEnergy | None = None
+    #: what it used of what it asked for (the seff-style summary, views/usage.py)
+    usage: JobUsage | None = None
+    #: what to request next time (views/advice.py)
+    advice: tuple[Advice, ...] = ()
+    #: the GPU-hours the shown verdict's fix would give back; None where no estimate holds
+    saving: Saving | None = None
 
     @property
     def minutes(self) -> int:
@@ -140,6 +149,7 @@ def job_view(
     *,
     columns: int | None = TIMELINE_COLUMNS,
     charts: bool = False,
+    thresholds: Thresholds | None = None,
 ) -> JobView | None:
     """Everything known about ``job_id`` (as users type it) at ``now``; None for an unknown job.
 
@@ -147,15 +157,17 @@ def job_view(
     the run, computed in the database: a week-long job is ~10,000 minutes per GPU); a shorter
     job gets one column per minute, and so does every job with ``columns=None``.
     ``charts``: also the per-minute series of the job's last day (the web view's charts).
+    ``thresholds``: the classifier's (idle GPUs are the ones its rules call idle); default its defaults.
     """
+    t = thresholds or Thresholds()
     if isinstance(engine, sa.Connection):
-        return _job_view(engine, job_id, now, columns, charts)
+        return _job_view(engine, job_id, now, columns, charts, t)
     with engine.connect() as conn:
-        return _job_view(conn, job_id, now, columns, charts)
+        return _job_view(conn, job_id, now, columns, charts, t)
 
 
 def _job_view(
-    conn: sa.Connection, text: str, now: datetime, columns: int | None, charts: bool
+    conn: sa.Connection, text: str, now: datetime, columns: int | None, charts: bool, thresholds: Thresholds
 ) -> JobView | None:
     stored = resolve_job(conn, text)
     if stored is None:
@@ -195,6 +207,15 @@ def _job_view(
         cpus=scope.cpus,
         gpu_source=scope.gpu_source,
     )
+    usage = job_usage(conn, scope, slurm, info.duration_s, start, end, thresholds)
+    shown = found.shown if found is not None else None
+    cause = shown.cause if shown is not None else None
+    advice = right_sizing(usage, cause, info.state, site_cards(site_gpu_models(conn)))
+    saving = None
+    if shown is not None:
+        saving = estimated_saving(
+            usage, cause, shown.window_kind, shown.gpu_hours or 0.0, shown.gpu_hours_wasted or 0.0, advice
+        )
     return JobView(
         job=info,
         gpu_refs=refs,
@@ -207,6 +228,9 @@ def _job_view(
         simulated=simulated,
         charts=job_charts,
         energy=gpus_energy(conn, sorted({(r.node_id, r.gpu_index) for r in refs}), stored, start, end),
+        usage=usage,
+        advice=advice,
+        saving=saving,
     )
 
 

@@ -31,6 +31,7 @@ from gpuwatch.views import (
     job_view,
     low_util_jobs,
 )
+from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import svg
 
 CSS = """
@@ -210,7 +211,7 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
 
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(job_id: str) -> HTMLResponse:
-        view = job_view(engine, job_id, now(), charts=True)
+        view = job_view(engine, job_id, now(), charts=True, thresholds=settings.classify)
         if view is None:  # a page, not the API's JSON: people follow links from notices
             page = _page(
                 "job not found",
@@ -234,14 +235,6 @@ _METRIC_TITLES = {
 }
 
 
-def _energy(view: JobView) -> str:
-    """The run's GPU energy as the CLI says it (views/energy.py)."""
-    if view.energy is None:
-        return "not measured"
-    share = view.energy.estimated_share
-    return f"{view.energy.kwh:.3f} kWh" + (f" ({100 * share:.0f}% from power)" if share >= 0.005 else "")
-
-
 def _job_body(view: JobView) -> str:
     job = view.job
     facts = [
@@ -254,11 +247,12 @@ def _job_body(view: JobView) -> str:
         ("end", job.end_at),
         ("GPUs", f"{len(view.gpu_refs)}: {_gpu_list(view.gpu_refs)}"),
         ("CPUs", job.cpus),
-        ("GPU energy", _energy(view)),
     ]
     parts = [f"<h2>Job {escape(job.job_id)}</h2><table><tr>"]
     parts += [f"<th>{k}</th>" for k, _ in facts] + ["</tr><tr>"]
     parts += [f"<td>{_fmt(v)}</td>" for _, v in facts] + ["</tr></table>"]
+    summary = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_rows(view))
+    parts.append(f"<h2>Summary</h2><table class=summary>{summary}</table>")
     parts.append("<h2>Per GPU, over the whole run</h2>" + _gpu_table(view))
     charts = view.charts
     if charts is not None:

@@ -137,4 +137,4 @@ def test_energy_of_the_job_is_its_gpus_power_over_the_run(classified) -> None:
     assert energy["kwh"] == pytest.approx(expected_kwh, rel=0.02), energy
     assert sum(g["energy_kwh"] for g in data["gpus"]) == pytest.approx(energy["kwh"], abs=1e-3)  # per GPU
     text = run("--db", url, "job", jid, "--at", AT).output
-    assert f"GPU energy: {energy['kwh']:.3f} kWh" in text
+    assert f"GPU energy   {energy['kwh']:.3f} kWh" in text

@@ -7,6 +7,7 @@ view's pages, the alert rules, the job view and the demo's own table, on SQLite 
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -21,6 +22,7 @@ from gpuwatch.config import load_settings
 from gpuwatch.config.alerts import AlertsConfig
 from gpuwatch.daemon.app import create_app
 from gpuwatch.views import job_view
+from gpuwatch.views.summary_text import summary_rows
 from tests.demo_data import load_demo
 
 Answer = dict[str, tuple[str, float]]  # job id -> (cause, GPU-hours wasted)
@@ -91,3 +93,37 @@ def test_gpu_hours_wasted_cover_the_whole_job(demo) -> None:
     assert idle.gpu_hours_wasted >= recent.gpu_hours_wasted + 4 * 3 / 60  # 13+ of the 15 minutes
     assert all(r.raw_job_id.startswith("99") for r in result.rows)
     assert all(node.startswith(NODE_PREFIX) for r in result.rows for node in r.nodes)
+
+
+def test_the_job_summary_reads_the_same_in_the_terminal_and_the_browser(demo, db_url) -> None:
+    """``gpuwatch job ID`` and the job page print the same seff-style rows, and the advice the
+    demo's jobs earn: the input-bound job (CPUs saturated) more cores, the small job a MIG slice,
+    the job with idle GPUs fewer of them; the healthy job neither a saving nor a GPU change."""
+    settings, engine, result = demo
+    by_cause = {cause: job for job, cause in result.expected.items()}
+    at = result.evaluated_at.isoformat()
+    answers = {}
+    with TestClient(create_app(settings, engine)) as client:
+        for job in result.expected:
+            out = CliRunner().invoke(cli, ["--db", db_url, "job", job, "--format", "json", "--at", at])
+            assert out.exit_code == 0, out.output
+            d = json.loads(out.output)
+            answers[job] = d
+            view = job_view(engine, job, result.evaluated_at, thresholds=settings.classify)
+            assert view is not None
+            assert [tuple(row) for row in d["summary_text"]] == summary_rows(view)
+            page = client.get(f"/jobs/{job}").text  # on the real clock: the run's length moved on
+            for label, text in d["summary_text"]:
+                if label in ("Elapsed", "GPU-hours"):
+                    assert f"<th>{label}</th><td>" in page
+                else:
+                    assert f"<th>{html.escape(label)}</th><td>{html.escape(text)}</td>" in page
+    advice = {job: {a["kind"]: a["request"] for a in d["advice"]} for job, d in answers.items()}
+    assert advice[by_cause["input_bound"]]["cpus"].startswith("--cpus-per-gpu=")
+    assert advice[by_cause["small_work"]]["gpu_size"].endswith("MIG slice")
+    assert advice[by_cause["cpu_only"]]["gpus"] == "no GPUs"
+    healthy = answers[by_cause["healthy"]]
+    assert healthy["saving"] is None and "gpus" not in advice[by_cause["healthy"]]
+    assert "gpu_size" not in advice[by_cause["healthy"]]
+    idle = answers[by_cause["idle_allocation"]]
+    assert idle["saving"]["gpu_hours"] == idle["verdict"]["gpu_hours_wasted"] > 0

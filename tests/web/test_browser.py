@@ -27,11 +27,11 @@ def _hex(colour: str) -> tuple[int, int, int]:
     return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
 
 
-def _shot(url: str, out: Path, tmp: Path) -> bytes:
+def _shot(url: str, out: Path, tmp: Path, height: int = 900) -> bytes:
     cmd = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp / 'profile'}", f"--screenshot={out}", "--window-size=1280,900",
+        f"--user-data-dir={tmp / 'profile'}", f"--screenshot={out}", f"--window-size=1280,{height}",
         "--hide-scrollbars", url,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
@@ -51,14 +51,15 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
         with server:
             overview = _shot(f"{server.url}/", tmp_path / "overview.png", tmp_path)
             job = next(j for j, c in result.expected.items() if c == "communication_bound")  # 8 GPUs
-            job_png = _shot(f"{server.url}/jobs/{job}", tmp_path / "job.png", tmp_path)
+            # tall enough for the summary above the charts
+            job_png = _shot(f"{server.url}/jobs/{job}", tmp_path / "job.png", tmp_path, height=1600)
     finally:
         server.engine.dispose()
     heat = colour_counts(overview, (150, 150, 1270, 650))
     # the heat map's cells: idle red, busy green, something in between
     assert near(heat, _hex(svg.heat_colour(0.0))) > 2000, heat.most_common(5)
     assert near(heat, _hex(svg.heat_colour(1.0)), tol=40) > 500, heat.most_common(5)
-    lines = colour_counts(job_png, (0, 300, 1280, 900))
+    lines = colour_counts(job_png, (0, 300, 1280, 1600))
     drawn = [c for c in svg.PALETTE[:8] if near(lines, _hex(c), tol=30) > 50]
     assert len(drawn) >= 6, (drawn, lines.most_common(8))  # one line per GPU, 8 GPUs
     if os.environ.get("GPUWATCH_WRITE_SCREENSHOTS") == "1":
