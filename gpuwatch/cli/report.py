@@ -15,13 +15,27 @@ from gpuwatch.cli.jobs import parse_since
 from gpuwatch.cli.main import Context
 from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.clock import utcnow
-from gpuwatch.views.report import GroupBy, ReportRow, usage_report
+from gpuwatch.views.report import GroupBy, Prices, ReportRow, usage_report
 
 #: the stable JSON/CSV keys; the group's own key is the --by value (user, account, partition)
 REPORT_KEYS = (
     "jobs", "jobs_flagged", "gpu_hours", "gpu_hours_wasted", "wasted_share", "top_cause",
-    "top_cause_gpu_hours", "energy_kwh", "energy_estimated_share", "co2_kg",
+    "top_cause_gpu_hours", "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh",
+    "energy_estimated_share", "co2_kg", "cost", "cost_wasted", "wasted_share_last_week",
+    "wasted_share_week_before",
 )  # fmt: skip
+#: the table's columns (the JSON and CSV carry every key): a terminal is narrower than a file
+TABLE_KEYS = (
+    "jobs", "jobs_flagged", "gpu_hours", "gpu_hours_wasted", "wasted_share", "trend", "top_cause",
+    "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh", "co2_kg", "cost",
+)  # fmt: skip
+#: the table's short headings
+HEADINGS = {
+    "jobs_flagged": "flagged", "gpu_hours": "GPU-h", "gpu_hours_wasted": "wasted GPU-h",
+    "wasted_share": "wasted", "trend": "wasted, wk before > last", "top_cause": "top cause",
+    "gpu_efficiency": "GPU eff", "cpu_efficiency": "CPU eff", "memory_efficiency": "mem eff",
+    "energy_kwh": "kWh", "co2_kg": "CO2 kg",
+}  # fmt: skip
 
 
 def report_rows(rows: list[ReportRow], by: GroupBy) -> list[dict[str, Any]]:
@@ -36,12 +50,32 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     for key in ("gpu_hours", "gpu_hours_wasted", "top_cause_gpu_hours"):
         out[key] = f"{row[key]:.1f}"
-    for key in ("wasted_share", "energy_estimated_share"):
-        if row[key] is not None:
-            out[key] = f"{100 * row[key]:.0f}%"
+    for key in (
+        "wasted_share",
+        "energy_estimated_share",
+        "gpu_efficiency",
+        "cpu_efficiency",
+        "memory_efficiency",
+    ):
+        out[key] = "-" if row[key] is None else f"{100 * row[key]:.0f}%"
     out["energy_kwh"] = f"{row['energy_kwh']:.2f}"
     out["co2_kg"] = "-" if row["co2_kg"] is None else f"{row['co2_kg']:.2f}"
+    out["cost"] = "-" if row["cost"] is None else f"{row['cost']:.2f} ({row['cost_wasted']:.2f} wasted)"
+    out["trend"] = trend_text(row["wasted_share_week_before"], row["wasted_share_last_week"])
     return out
+
+
+def trend_text(before: float | None, last: float | None) -> str:
+    """Wasted share week over week: "31% > 12%"; "-" where a week held no GPU-hours."""
+    if before is None or last is None:
+        return "-"
+    return f"{100 * before:.0f}% > {100 * last:.0f}%"
+
+
+def _heading(key: str, currency: str) -> str:
+    if key == "cost":
+        return f"cost ({currency})" if currency else "cost"
+    return HEADINGS.get(key, key.replace("_", " "))
 
 
 def _parse_until(text: str | None, now: datetime) -> datetime:
@@ -69,7 +103,7 @@ def _parse_until(text: str | None, now: datetime) -> datetime:
 @FORMAT_OPTION
 @click.pass_obj
 def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> None:
-    """GPU-hours held and wasted per user, account or partition, with the top cause."""
+    """GPU-hours held and wasted per user, account or partition: cause, efficiency, energy, cost, trend."""
     from gpuwatch.sql import migrate
 
     group = GroupBy(by)
@@ -78,10 +112,18 @@ def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> No
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
-    co2 = ctx.settings.report.grid_co2_kg_per_kwh
-    rows = report_rows(usage_report(engine, group, start, end, co2), group)
-    columns = [(group.value, group.value), *((key, key.replace("_", " ")) for key in REPORT_KEYS)]
+    config = ctx.settings.report
+    prices = Prices(gpu_hour=config.gpu_hour_price, billing_hour=config.billing_hour_price)
+    rows = report_rows(usage_report(engine, group, start, end, config.grid_co2_kg_per_kwh, prices), group)
     output = OutputFormat(fmt)
+    keys = REPORT_KEYS
+    if output is OutputFormat.TABLE:  # CO2 and cost only where the site configured them
+        unset = {
+            "co2_kg": config.grid_co2_kg_per_kwh,
+            "cost": config.gpu_hour_price or config.billing_hour_price,
+        }
+        keys = tuple(k for k in TABLE_KEYS if unset.get(k, True) is not None)
+    columns = [(group.value, group.value), *((key, _heading(key, config.currency)) for key in keys)]
     shown = [for_people(r) for r in rows] if output is OutputFormat.TABLE else rows
     title = f"GPU-hours by {group.value}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
     click.echo(render(shown, columns, output, title=title, empty=f"no GPU jobs ran in that period ({since})"))

@@ -324,7 +324,8 @@ class ClassifyConfig(Thresholds):
 
 
 class ReportConfig(Section):
-    """``gpuwatch report`` (docs/cli.md): what turns the GPUs' energy into CO2."""
+    """``gpuwatch report`` (docs/cli.md): what turns the GPUs' energy into CO2 and GPU-hours
+    into cost."""
 
     grid_co2_kg_per_kwh: float | None = Field(
         None,
@@ -333,6 +334,19 @@ class ReportConfig(Section):
         description="Carbon intensity of the site's electricity, kg CO2e per kWh (e.g. 0.4); "
         "unset: no CO2 figure.",
     )
+    gpu_hour_price: float | None = Field(
+        None,
+        ge=0,
+        description="What one GPU-hour costs (in `currency`); unset: no cost figure unless "
+        "`billing_hour_price` is set.",
+    )
+    billing_hour_price: float | None = Field(
+        None,
+        ge=0,
+        description="What one hour of one unit of Slurm's TRES `billing` costs (the site's "
+        "TRESBillingWeights); takes precedence over `gpu_hour_price` for jobs whose billing Slurm gave.",
+    )
+    currency: str = Field("", max_length=8, description="Shown after cost figures, e.g. EUR.")
 
 
 def default_database_url() -> str:

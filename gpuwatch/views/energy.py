@@ -18,8 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.rollups import minute_bucket
-from gpuwatch.sql.schema import gpu_minutes, job_gpus, nodes, slurm_jobs
+from gpuwatch.sql.schema import gpu_minutes
 
 JOULES_PER_KWH = 3.6e6
 
@@ -46,40 +45,11 @@ def gpus_energy(
         return None
     m = gpu_minutes.c
     wanted = sa.or_(*(sa.and_(m.node_id == node, m.gpu_index == index) for node, index in gpus))
-    row = conn.execute(sa.select(*_sums()).where(wanted, m.minute >= start, m.minute < end)).one()
-    return _energy(job_id, row)
+    row = conn.execute(sa.select(*energy_sums()).where(wanted, m.minute >= start, m.minute < end)).one()
+    return energy_from(job_id, row)
 
 
-def job_energy(
-    engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
-) -> dict[str, JobEnergy]:
-    """Energy of every job (or of ``job_ids``) whose GPUs have minutes in ``[start, end)``."""
-    j, jg, n, m = slurm_jobs.c, job_gpus.c, nodes.c, gpu_minutes.c
-    with engine.connect() as conn:
-        query = (
-            sa.select(j.job_id, *_sums())
-            .select_from(
-                slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
-                .join(nodes, n.name == jg.node)
-                .join(gpu_minutes, sa.and_(m.node_id == n.id, m.gpu_index == jg.gpu_index))
-            )
-            .where(
-                m.minute >= start,
-                m.minute < end,
-                j.start_at.is_not(None),
-                m.minute >= minute_bucket(conn, j.start_at),
-                sa.or_(j.end_at.is_(None), m.minute < j.end_at),
-            )
-            .group_by(j.job_id)
-        )
-        if job_ids is not None:
-            query = query.where(j.job_id.in_(list(job_ids)))
-        rows = conn.execute(query).all()
-    found = {r.job_id: _energy(r.job_id, r) for r in rows}
-    return {job_id: energy for job_id, energy in found.items() if energy is not None}
-
-
-def _sums() -> list[sa.ColumnElement]:
+def energy_sums() -> list[sa.ColumnElement]:
     """The energy sums over a set of GPU-minutes: joules, samples estimated from power, and the
     samples behind the joules (minutes with an energy figure, a lost GPU's samples left out)."""
     m = gpu_minutes.c
@@ -91,8 +61,8 @@ def _sums() -> list[sa.ColumnElement]:
     ]
 
 
-def _energy(job_id: str, row: Any) -> JobEnergy | None:
-    """A :class:`JobEnergy` from one row of :func:`_sums`; None when no minute had a figure."""
+def energy_from(job_id: str, row: Any) -> JobEnergy | None:
+    """A :class:`JobEnergy` from one row of :func:`energy_sums`; None when no minute had a figure."""
     if row.joules is None:
         return None
     return JobEnergy(job_id, float(row.joules), (row.estimated or 0) / row.samples if row.samples else 0.0)

@@ -7,21 +7,25 @@ same figures the digests send): a job's largest cause (two causes of one job des
 GPU-hours), capped at what it held in the period, and credited to that cause. The top cause
 of a group is the one with the most wasted GPU-hours. Energy is the GPUs' own, from the driver's
 energy counter while the jobs held them (:mod:`gpuwatch.views.energy`); CO2 is that energy
-times ``report.grid_co2_kg_per_kwh`` when the site sets it.
+times ``report.grid_co2_kg_per_kwh`` when the site sets it. GPU, CPU and memory efficiency
+come from the same scans of the rollups (:mod:`gpuwatch.views.period`); cost from the site's
+prices (:class:`Prices`); the trend is the wasted share of the period's last week against the
+week before.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import Enum
 
 import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import PRIORITY, Cause
 from gpuwatch.sql.schema import slurm_jobs
-from gpuwatch.views.energy import JOULES_PER_KWH, job_energy
+from gpuwatch.views.energy import JOULES_PER_KWH
+from gpuwatch.views.period import JobInPeriod, jobs_in_period
 from gpuwatch.views.waste import waste_in_period
 
 
@@ -34,6 +38,16 @@ class GroupBy(str, Enum):
 _COLUMN = {GroupBy.USER: "user_name", GroupBy.ACCOUNT: "account", GroupBy.PARTITION: "partition"}
 #: the group of a job whose user, account or partition Slurm did not give
 UNKNOWN = "(unknown)"
+WEEK = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What GPU time costs (``[report]`` in the config); neither set: no cost figures."""
+
+    gpu_hour: float | None = None
+    #: per hour of one unit of Slurm's TRES ``billing``; used for jobs whose billing Slurm gave
+    billing_hour: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,58 +68,176 @@ class ReportRow:
     energy_estimated_share: float | None
     #: energy x the configured grid intensity; None when none is configured
     co2_kg: float | None
+    #: mean NVML utilization of the jobs' GPUs over their samples inside the period
+    gpu_efficiency: float | None = None
+    #: cores used / cores allocated over the jobs' cgroup minutes inside the period
+    cpu_efficiency: float | None = None
+    #: each job's host memory peak / limit (one node, page cache included), GPU-hour weighted
+    memory_efficiency: float | None = None
+    #: what the GPU-hours cost, and the wasted ones; None when no price is configured
+    cost: float | None = None
+    cost_wasted: float | None = None
+    #: wasted / allocated in the period's last 7 days, and in the 7 days before (the trend)
+    wasted_share_last_week: float | None = None
+    wasted_share_week_before: float | None = None
+
+
+@dataclass
+class _Group:
+    """A group's running sums while the report is built."""
+
+    jobs: int = 0
+    flagged: int = 0
+    hours: float = 0.0
+    wasted: float = 0.0
+    causes: dict[str, float] = field(default_factory=dict)
+    joules: float = 0.0
+    estimated_joules: float = 0.0
+    util_sum: float = 0.0
+    util_samples: int = 0
+    cpu_used: float = 0.0
+    cpu_alloc: float = 0.0
+    memory_weighted: float = 0.0
+    memory_hours: float = 0.0
+    cost: float | None = None
+    cost_wasted: float | None = None
+
+
+@dataclass(frozen=True)
+class _Held:
+    """One job's part of the period: its group, GPU-hours and billing-hours inside it."""
+
+    group: str
+    gpu_hours: float
+    billing_hours: float | None
 
 
 def usage_report(
-    engine: sa.Engine, by: GroupBy, start: datetime, end: datetime, co2_kg_per_kwh: float | None = None
+    engine: sa.Engine,
+    by: GroupBy,
+    start: datetime,
+    end: datetime,
+    co2_kg_per_kwh: float | None = None,
+    prices: Prices | None = None,
 ) -> list[ReportRow]:
     """Every group with a GPU job running inside ``[start, end)``, most wasted GPU-hours first."""
-    allocated = _allocated(engine, by, start, end)
-    energy = job_energy(engine, start, end)
-    wasted_by_job: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for w in waste_in_period(engine, start, end):
-        wasted_by_job[w.job_id][w.cause] += w.gpu_hours_wasted
-    rows: dict[str, dict] = {}
-    for job_id, (group, hours) in allocated.items():
-        row = rows.setdefault(
-            group,
-            {"jobs": 0, "flagged": 0, "hours": 0.0, "wasted": 0.0, "causes": {}, "joules": 0.0, "est": 0.0},
-        )
-        row["jobs"] += 1
-        row["hours"] += hours
-        if job_id in energy:
-            row["joules"] += energy[job_id].joules
-            row["est"] += energy[job_id].joules * energy[job_id].estimated_share
-        causes = wasted_by_job.get(job_id, {})
-        largest = max(causes.values(), default=0.0)
-        if largest <= 0:
+    prices = prices or Prices()
+    held = _allocated(engine, by, start, end)
+    period = jobs_in_period(engine, start, end)
+    wasted = _wasted_by_job(engine, start, end)
+    groups: dict[str, _Group] = {}
+    for job_id, h in held.items():
+        g = groups.setdefault(h.group, _Group())
+        g.jobs += 1
+        g.hours += h.gpu_hours
+        _add_measured(g, period.get(job_id), h.gpu_hours)
+        lead, hours_wasted = wasted.get(job_id, (None, 0.0))
+        hours_wasted = min(hours_wasted, h.gpu_hours)
+        _add_cost(g, h, hours_wasted, prices)
+        if lead is None or hours_wasted <= 0:
             continue
-        row["flagged"] += 1
-        # a job's waste is its largest cause, never more than it held: two causes of one job
-        # (idle and CPU-only, say) describe the same GPU-hours, as in the digests
-        lead = max(causes, key=lambda cause: (causes[cause], -_specific(cause)))
-        row["causes"][lead] = row["causes"].get(lead, 0.0) + min(largest, hours)
-        row["wasted"] += min(largest, hours)
-    out = []
-    for group, r in rows.items():
-        top = max(r["causes"].items(), key=lambda item: (item[1], item[0]), default=(None, 0.0))
-        kwh = r["joules"] / JOULES_PER_KWH
-        out.append(
-            ReportRow(
-                group=group,
-                jobs=r["jobs"],
-                jobs_flagged=r["flagged"],
-                gpu_hours=round(r["hours"], 4),
-                gpu_hours_wasted=round(r["wasted"], 4),
-                wasted_share=round(r["wasted"] / r["hours"], 4) if r["hours"] > 0 else None,
-                top_cause=top[0],
-                top_cause_gpu_hours=round(top[1], 4),
-                energy_kwh=round(kwh, 4),
-                energy_estimated_share=round(r["est"] / r["joules"], 4) if r["joules"] > 0 else None,
-                co2_kg=None if co2_kg_per_kwh is None else round(kwh * co2_kg_per_kwh, 4),
-            )
-        )
+        g.flagged += 1
+        g.causes[lead] = g.causes.get(lead, 0.0) + hours_wasted
+        g.wasted += hours_wasted
+    last_week, week_before = _weekly_shares(engine, by, end)
+    out = [
+        _row(group, g, co2_kg_per_kwh, last_week.get(group), week_before.get(group))
+        for group, g in groups.items()
+    ]
     return sorted(out, key=lambda row: (-row.gpu_hours_wasted, -row.gpu_hours, row.group))
+
+
+def _add_measured(g: _Group, job: JobInPeriod | None, gpu_hours: float) -> None:
+    """A job's measured sums: energy, GPU utilization, CPU, memory."""
+    if job is None:
+        return
+    if job.energy is not None:
+        g.joules += job.energy.joules
+        g.estimated_joules += job.energy.joules * job.energy.estimated_share
+    g.util_sum += job.util_sum
+    g.util_samples += job.util_samples
+    g.cpu_used += job.cpu_used_cores
+    g.cpu_alloc += job.cpu_allocated_cores
+    if job.memory_used_max_bytes is not None and job.memory_limit_bytes and gpu_hours > 0:
+        g.memory_weighted += min(1.0, job.memory_used_max_bytes / job.memory_limit_bytes) * gpu_hours
+        g.memory_hours += gpu_hours
+
+
+def _add_cost(g: _Group, h: _Held, hours_wasted: float, prices: Prices) -> None:
+    """Billing-hours x their price where Slurm gave the billing, else GPU-hours x theirs."""
+    if prices.billing_hour is not None and h.billing_hours is not None:
+        cost = h.billing_hours * prices.billing_hour
+    elif prices.gpu_hour is not None:
+        cost = h.gpu_hours * prices.gpu_hour
+    else:
+        return
+    share = hours_wasted / h.gpu_hours if h.gpu_hours > 0 else 0.0
+    g.cost = (g.cost or 0.0) + cost
+    g.cost_wasted = (g.cost_wasted or 0.0) + cost * share
+
+
+def _row(
+    group: str, g: _Group, co2_kg_per_kwh: float | None, last_week: float | None, week_before: float | None
+) -> ReportRow:
+    top = max(g.causes.items(), key=lambda item: (item[1], item[0]), default=(None, 0.0))
+    kwh = g.joules / JOULES_PER_KWH
+    return ReportRow(
+        group=group,
+        jobs=g.jobs,
+        jobs_flagged=g.flagged,
+        gpu_hours=round(g.hours, 4),
+        gpu_hours_wasted=round(g.wasted, 4),
+        wasted_share=_share(g.wasted, g.hours),
+        top_cause=top[0],
+        top_cause_gpu_hours=round(top[1], 4),
+        energy_kwh=round(kwh, 4),
+        energy_estimated_share=_share(g.estimated_joules, g.joules),
+        co2_kg=None if co2_kg_per_kwh is None else round(kwh * co2_kg_per_kwh, 4),
+        gpu_efficiency=_share(g.util_sum, g.util_samples),
+        cpu_efficiency=_share(g.cpu_used, g.cpu_alloc),
+        memory_efficiency=_share(g.memory_weighted, g.memory_hours),
+        cost=None if g.cost is None else round(g.cost, 2),
+        cost_wasted=None if g.cost_wasted is None else round(g.cost_wasted, 2),
+        wasted_share_last_week=last_week,
+        wasted_share_week_before=week_before,
+    )
+
+
+def _share(part: float, whole: float) -> float | None:
+    return round(part / whole, 4) if whole > 0 else None
+
+
+def _wasted_by_job(engine: sa.Engine, start: datetime, end: datetime) -> dict[str, tuple[str, float]]:
+    """job id -> (the cause its waste is credited to, GPU-hours): its largest cause; two causes
+    of one job (idle and CPU-only, say) describe the same GPU-hours, as in the digests."""
+    causes: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for w in waste_in_period(engine, start, end):
+        causes[w.job_id][w.cause] += w.gpu_hours_wasted
+    out = {}
+    for job_id, by_cause in causes.items():
+        lead = max(by_cause, key=lambda cause: (by_cause[cause], -_specific(cause)))
+        out[job_id] = (lead, by_cause[lead])
+    return out
+
+
+def _weekly_shares(
+    engine: sa.Engine, by: GroupBy, end: datetime
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each group's wasted share in the 7 days before ``end`` and in the 7 days before those."""
+    weeks = []
+    for k in (1, 2):
+        w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
+        held = _allocated(engine, by, w_start, w_end)
+        wasted = _wasted_by_job(engine, w_start, w_end)
+        hours: dict[str, float] = defaultdict(float)
+        lost: dict[str, float] = defaultdict(float)
+        for job_id, h in held.items():
+            hours[h.group] += h.gpu_hours
+            lost[h.group] += min(wasted.get(job_id, (None, 0.0))[1], h.gpu_hours)
+        weeks.append(
+            {group: share for group in hours if (share := _share(lost[group], hours[group])) is not None}
+        )
+    return weeks[0], weeks[1]
 
 
 def _specific(cause: str) -> int:
@@ -117,20 +249,21 @@ def _specific(cause: str) -> int:
         return len(PRIORITY)
 
 
-def _allocated(
-    engine: sa.Engine, by: GroupBy, start: datetime, end: datetime
-) -> dict[str, tuple[str, float]]:
-    """job id -> (its group, GPU-hours it held inside the period)."""
+def _allocated(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -> dict[str, _Held]:
+    """job id -> its group, the GPU-hours and billing-hours it held inside the period."""
     j = slurm_jobs.c
     group_col = j[_COLUMN[by]]
-    query = sa.select(j.job_id, group_col.label("grp"), j.gpus, j.start_at, j.end_at).where(
+    query = sa.select(j.job_id, group_col.label("grp"), j.gpus, j.start_at, j.end_at, j.tres).where(
         j.gpus > 0, j.start_at.is_not(None), j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start)
     )
-    out: dict[str, tuple[str, float]] = {}
+    out: dict[str, _Held] = {}
     with engine.connect() as conn:
         for r in conn.execute(query):
             held_from = max(r.start_at, start)
             held_to = min(r.end_at or end, end)
-            seconds = max(0.0, (held_to - held_from).total_seconds())
-            out[r.job_id] = (r.grp or UNKNOWN, r.gpus * seconds / 3600)
+            hours = max(0.0, (held_to - held_from).total_seconds()) / 3600
+            billing = (r.tres or {}).get("billing")
+            out[r.job_id] = _Held(
+                r.grp or UNKNOWN, r.gpus * hours, None if billing is None else float(billing) * hours
+            )
     return out

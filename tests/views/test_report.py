@@ -107,6 +107,18 @@ def test_report_cli_json_keys_on_the_demo(db_url, engine) -> None:  # type: igno
     assert {r["user"]: r["top_cause"] for r in rows if r["jobs_flagged"]} == listed_cause
     by_account = CliRunner().invoke(cli, ["--db", db_url, "report", "--by", "account", "--format", "json"])
     assert [r["account"] for r in json.loads(by_account.output)] == ["demo-lab"]
+    # the demo's idle job's user used none of her GPUs; the input-bound one's CPUs were saturated
+    cause_of = {row.user: row.cause for row in listing.values()}
+    efficiency = {cause_of.get(r["user"]): r for r in rows}
+    assert efficiency["idle_allocation"]["gpu_efficiency"] == 0.0
+    assert efficiency["input_bound"]["cpu_efficiency"] > 0.9
+    assert all(0 <= r["memory_efficiency"] <= 1 for r in rows)
+    assert all(r["wasted_share_last_week"] == r["wasted_share"] for r in rows)  # a day is inside the week
+    # a table for people: cost only where the site set a price, in its currency
+    env = {"GPUWATCH_REPORT__GPU_HOUR_PRICE": "2.5", "GPUWATCH_REPORT__CURRENCY": "EUR"}
+    priced = CliRunner().invoke(cli, ["--db", db_url, "report", "--since", "1d"], env=env)
+    plain = CliRunner().invoke(cli, ["--db", db_url, "report", "--since", "1d"])
+    assert "cost (EUR)" in priced.output and "cost" not in plain.output and "CO2" not in plain.output
 
 
 def test_report_cli_refuses_a_time_without_zone(db_url) -> None:  # type: ignore[no-untyped-def]
@@ -115,7 +127,14 @@ def test_report_cli_refuses_a_time_without_zone(db_url) -> None:  # type: ignore
 
 
 def _minutes(
-    engine, node: str, gpu: int, start: datetime, count: int, joules: float, estimated: int = 0
+    engine,
+    node: str,
+    gpu: int,
+    start: datetime,
+    count: int,
+    joules: float,
+    estimated: int = 0,
+    util: float | None = None,
 ) -> None:
     from gpuwatch.sql.nodes import create_token, get_node
 
@@ -129,6 +148,8 @@ def _minutes(
         {
             "node_id": found.id, "gpu_index": gpu, "minute": start + timedelta(minutes=k), "samples": 6,
             "lost_samples": 0, "energy_joules": joules, "energy_power_samples": estimated,
+            "util_gpu_ratio_sum": None if util is None else 6 * util,
+            "util_gpu_ratio_n": 0 if util is None else 6,
         }
         for k in range(count)
     ]  # fmt: skip
@@ -180,3 +201,52 @@ def test_demo_energy_is_the_simulated_power_over_time(db_url, engine, monkeypatc
     assert total_kwh == pytest.approx(power / 3.6e6, rel=0.03)
     assert all(r["co2_kg"] == pytest.approx(r["energy_kwh"] * 0.5, abs=1e-3) for r in rows)
     assert all(r["energy_estimated_share"] is None or r["energy_estimated_share"] < 0.05 for r in rows)
+
+
+def _cgroup_minutes(engine, job_id: str, node: str, start: datetime, count: int, cores: float, alloc: float,
+                    memory: int, limit: int) -> None:  # fmt: skip
+    from gpuwatch.sql.nodes import get_node
+    from gpuwatch.sql.schema import job_minutes
+
+    with engine.connect() as conn:
+        node_id = get_node(conn, node).id
+    rows = [
+        {
+            "node_id": node_id, "job_id": job_id, "minute": start + timedelta(minutes=k), "samples": 6,
+            "cpu_used_cores_sum": 6 * cores, "cpu_used_cores_n": 6, "cpu_allocated_cores": alloc,
+            "memory_used_bytes_max": memory, "memory_limit_bytes": limit,
+        }
+        for k in range(count)
+    ]  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(job_minutes.insert(), rows)
+
+
+def test_efficiency_cost_and_trend_hand_computed(filled) -> None:  # type: ignore[no-untyped-def]
+    """alice's job 1: GPU 0 at 50 %, GPU 1 at 0 % (GPU efficiency 25 %), 2 of 8 cores busy,
+    16 of 64 GiB; bob's job 3 billed 8 units an hour. At 2.00 a GPU-hour and 0.50 a billing-hour:
+    alice 22 GPU-h = 44.00 (job 1's 10 of 20 GPU-h wasted: 20.00), bob 8 billing-hours = 4.00
+    (all 4 GPU-h wasted). The week before the report's week alice's job 2 held 24 GPU-h, wasted
+    none; this week 10 of 22."""
+    from gpuwatch.sql.schema import job_gpus
+    from gpuwatch.views.report import Prices
+
+    start, gib = T0 + timedelta(days=1), 2**30
+    with filled.begin() as conn:
+        conn.execute(job_gpus.insert(), [{"job_id": "1", "node": "n1", "gpu_index": g} for g in (0, 1)])
+        conn.execute(slurm_jobs.update().where(slurm_jobs.c.job_id == "3").values(tres={"billing": 8}))
+    _minutes(filled, "n1", 0, start, 600, 1000.0, util=0.5)
+    _minutes(filled, "n1", 1, start, 600, 1000.0, util=0.0)
+    _cgroup_minutes(filled, "1", "n1", start, 600, cores=2.0, alloc=8.0, memory=16 * gib, limit=64 * gib)
+    rows = {r.group: r for r in usage_report(filled, GroupBy.USER, *WEEK, prices=Prices(2.0, 0.5))}
+    alice, bob = rows["alice"], rows["bob"]
+    assert alice.gpu_efficiency == pytest.approx(0.25)
+    assert alice.cpu_efficiency == pytest.approx(0.25) and alice.memory_efficiency == pytest.approx(0.25)
+    assert bob.gpu_efficiency is None and bob.cpu_efficiency is None  # nothing measured
+    assert (alice.cost, alice.cost_wasted) == (pytest.approx(44.0), pytest.approx(20.0))
+    assert (bob.cost, bob.cost_wasted) == (pytest.approx(4.0), pytest.approx(4.0))
+    assert alice.wasted_share_last_week == pytest.approx(10 / 22, abs=1e-4)
+    assert alice.wasted_share_week_before == 0.0
+    assert bob.wasted_share_week_before is None  # no GPU-hours that week
+    unpriced = {r.group: r for r in usage_report(filled, GroupBy.USER, *WEEK)}
+    assert unpriced["alice"].cost is None and unpriced["alice"].cost_wasted is None
