@@ -1,4 +1,6 @@
-"""Digests: daily for admins (top wasted GPU-hours by user, account, cause), weekly per user.
+"""Digests: daily for admins (top wasted GPU-hours by user, account, cause), weekly per user
+(their jobs' waste and their ``gpuwatch report`` row: efficiency, energy, the week before) and
+weekly per account to its owners (the account's report row, its users by waste).
 
 The waste of a period is :func:`gpuwatch.views.waste_in_period`: per (job, cause), the
 latest whole-job verdict evaluated in it, else the largest recent window (a lower bound). A
@@ -27,7 +29,7 @@ from gpuwatch.alerts.rules import RecipientResolver
 from gpuwatch.alerts.templates import digest as tpl
 from gpuwatch.alerts.templates.causes import cause_text
 from gpuwatch.config.alerts import AlertsConfig, RecipientKind
-from gpuwatch.views import JobWaste, waste_in_period
+from gpuwatch.views import GroupBy, JobWaste, ReportRow, usage_report, waste_in_period
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +76,24 @@ def admin_digest(engine: sa.Engine, start: datetime, end: datetime, top_n: int) 
     )
 
 
-def user_digests(engine: sa.Engine, start: datetime, end: datetime, min_hours: float) -> list[tpl.UserDigest]:
+def _largest_per_job(rows: list[JobWaste]) -> dict[str, JobWaste]:
+    """A job's waste is its largest cause: two causes of one job describe the same GPU-hours."""
     per_job: dict[str, JobWaste] = {}
-    for r in waste(engine, start, end):
-        if r.user_name and (
-            r.job_id not in per_job or r.gpu_hours_wasted > per_job[r.job_id].gpu_hours_wasted
-        ):
+    for r in rows:
+        if r.job_id not in per_job or r.gpu_hours_wasted > per_job[r.job_id].gpu_hours_wasted:
             per_job[r.job_id] = r
+    return per_job
+
+
+def user_digests(
+    engine: sa.Engine,
+    start: datetime,
+    end: datetime,
+    min_hours: float,
+    usage: dict[str, ReportRow] | None = None,
+) -> list[tpl.UserDigest]:
+    """Each user above ``min_hours`` wasted, with their jobs and ``usage`` (their report row)."""
+    per_job = {k: r for k, r in _largest_per_job(waste(engine, start, end)).items() if r.user_name}
     by_user: dict[str, list[JobWaste]] = defaultdict(list)
     for r in per_job.values():
         by_user[r.user_name or ""].append(r)
@@ -91,7 +104,29 @@ def user_digests(engine: sa.Engine, start: datetime, end: datetime, min_hours: f
             continue
         jobs.sort(key=lambda j: (-j.gpu_hours_wasted, j.job_id))
         lines = [tpl.UserJobLine(j.job_id, j.job_name, j.cause, j.gpu_hours_wasted, j.fix) for j in jobs[:20]]
-        out.append(tpl.UserDigest(user, start, end, total, lines))
+        out.append(tpl.UserDigest(user, start, end, total, lines, (usage or {}).get(user)))
+    return out
+
+
+def account_digests(
+    engine: sa.Engine, start: datetime, end: datetime, accounts: list[str], min_hours: float, top_n: int
+) -> list[tpl.AccountDigest]:
+    """The week of each of ``accounts`` that wasted at least ``min_hours``, its users by waste."""
+    if not accounts:
+        return []
+    rows = {r.group: r for r in usage_report(engine, GroupBy.ACCOUNT, start, end)}
+    users: dict[str, dict[str, tuple[float, set[str]]]] = defaultdict(
+        lambda: defaultdict(lambda: (0.0, set()))
+    )
+    for r in _largest_per_job(waste(engine, start, end)).values():
+        hours, jobs = users[r.account or ""][r.user_name or "?"]
+        users[r.account or ""][r.user_name or "?"] = (hours + r.gpu_hours_wasted, jobs | {r.job_id})
+    out = []
+    for account in sorted(accounts):
+        row = rows.get(account)
+        if row is None or row.gpu_hours_wasted < min_hours:
+            continue
+        out.append(tpl.AccountDigest(account, start, end, row, _rank(users[account], top_n)))
     return out
 
 
@@ -191,9 +226,11 @@ class Digests:
         if memo in self._done or now - end > WEEKLY_CATCH_UP or not self.cfg.email.configured:
             return []
         self._done.add(memo)
-        out = []
-        for d in user_digests(self.engine, start, end, self.cfg.digest.min_user_gpu_hours_wasted):
-            address = self.resolver.user_email(d.user_name)
+        out = self._weekly_accounts(now, start, end)
+        usage = {r.group: r for r in usage_report(self.engine, GroupBy.USER, start, end)}
+        skip = set(self.cfg.digest.weekly_user_opt_out)
+        for d in user_digests(self.engine, start, end, self.cfg.digest.min_user_gpu_hours_wasted, usage):
+            address = None if d.user_name in skip else self.resolver.user_email(d.user_name)
             if not address:
                 continue
             out.append(
@@ -212,4 +249,33 @@ class Digests:
                     gpu_hours_wasted=d.gpu_hours_wasted,
                 )
             )
+        return out
+
+    def _weekly_accounts(self, now: datetime, start: datetime, end: datetime) -> list[Notice]:
+        """Each account with owners (``account_owners``) gets its week, one email per owner."""
+        digest = self.cfg.digest
+        if not digest.weekly_account:
+            return []
+        owned = [a for a in self.cfg.account_owners if self.resolver.owners(a)]
+        out = []
+        for d in account_digests(
+            self.engine, start, end, owned, digest.min_account_gpu_hours_wasted, digest.top_n
+        ):
+            for address in self.resolver.owners(d.account):
+                out.append(
+                    Notice(
+                        dedup_key=dedup_key("digest-account", end, d.account, "email", address),
+                        kind="digest",
+                        channel="email",
+                        recipient=address,
+                        recipient_kind=RecipientKind.OWNER.value,
+                        subject=tpl.account_subject(d),
+                        payload=tpl.account_email(d),
+                        not_before=now,
+                        account=d.account,
+                        window_start=start,
+                        window_end=end,
+                        gpu_hours_wasted=d.usage.gpu_hours_wasted,
+                    )
+                )
         return out

@@ -188,7 +188,8 @@ class EmailConfig(Section):
 
 
 class DigestConfig(Section):
-    """A daily digest for admins and a weekly one per user, sent once per period each."""
+    """A daily digest for admins, a weekly one per user and per account (to its owners), each
+    sent once per period."""
 
     daily_admin: bool = True
     daily_at: time = time(8, 0)
@@ -198,6 +199,15 @@ class DigestConfig(Section):
     timezone: str = "UTC"
     top_n: int = Field(10, ge=1, le=100)
     min_user_gpu_hours_wasted: float = Field(1.0, ge=0, description="Weekly digest only above this.")
+    weekly_user_opt_out: list[str] = Field(
+        default_factory=list, description="Slurm user names that get no weekly digest."
+    )
+    weekly_account: bool = Field(
+        True, description="A weekly summary per Slurm account to its owners (account_owners)."
+    )
+    min_account_gpu_hours_wasted: float = Field(
+        1.0, ge=0, description="Weekly account summary only above this."
+    )
 
     @field_validator("timezone")
     @classmethod

@@ -95,3 +95,51 @@ def test_digests_are_queued_once_per_period(engine):
 def test_a_fresh_install_sends_no_digest(engine):
     """Nothing evaluated yet: the daily digest that is due would say 0.0 GPU-h; it is not sent."""
     assert Digests(engine, _cfg()).due(DAY + timedelta(hours=9, minutes=30)) == []
+
+
+def test_weekly_digests_with_usage_reach_users_and_account_owners_over_smtp(engine, smtp_server, clock):
+    """Through the outbox and a real SMTP server: each user gets their week (waste, GPU-hours
+    held, the week before) unless they opted out; each account's owner gets the account's week
+    with its users by waste (an opted-out user still counts for the account)."""
+    import sqlalchemy as sa
+
+    from gpuwatch.alerts.worker import Worker
+    from gpuwatch.sql.schema import slurm_jobs
+    from tests.alerts.test_email import body
+
+    _fill(engine)
+    with engine.begin() as conn:  # both jobs started with the week: 4 GPUs x 168 h each
+        conn.execute(slurm_jobs.update().values(start_at=DAY - timedelta(days=7) + timedelta(hours=9)))
+    cfg = make_config(
+        smtp_port=smtp_server.port,
+        admin_emails=["hpc@example.edu"],
+        account_owners={"nlp": ["pi@example.edu"], "vision": ["head@example.edu"]},
+        digest={"daily_admin": False, "weekly_weekday": 2, "weekly_at": "09:00",
+                "weekly_user_opt_out": ["bob"], "min_account_gpu_hours_wasted": 4},
+    )  # fmt: skip
+    now = DAY + timedelta(hours=9, minutes=30)
+    notices = Digests(engine, cfg).due(now)
+    assert sorted((n.recipient, n.recipient_kind) for n in notices) == [
+        ("alice@example.edu", "user"),  # bob opted out
+        ("pi@example.edu", "owner"),  # nlp wasted 5 GPU-h; vision only 3, under the minimum of 4
+    ]
+    assert outbox.enqueue(engine, notices, now) == 2
+    assert Worker(engine, cfg, clock=clock).run_once().sent == 2
+    by_to = {m["To"]: m for m in smtp_server.messages}
+    alice = body(by_to["alice@example.edu"], "plain")
+    assert "Your jobs held 672.0 GPU-hours; 5.0 (0.7%) were wasted." in alice  # no week before
+    owner = by_to["pi@example.edu"]
+    assert owner["Subject"] == "[gpuwatch] Account nlp this week: 5.0 of 672.0 GPU-hours wasted"
+    text = body(owner, "plain")
+    assert "Jobs of nlp held 672.0 GPU-hours; 5.0 (0.7%) were wasted." in text
+    assert "Users by GPU-hours wasted" in text and "alice" in text
+    assert "<b>nlp</b>" in body(owner, "html")
+    # the week after, the week before is known: the trend is in the sentence
+    with engine.begin() as conn:
+        conn.execute(sa.delete(slurm_jobs).where(slurm_jobs.c.job_id == "2"))
+    add_verdict(
+        engine, "1", "idle_allocation", evaluated_at=DAY + timedelta(days=3), window_kind="job", wasted=67.2
+    )
+    later = Digests(engine, cfg).due(DAY + timedelta(days=7, hours=9, minutes=30))
+    alice_later = next(n for n in later if n.recipient == "alice@example.edu")
+    assert "67.2 (10%) were wasted; the week before, 0.7% was wasted." in alice_later.payload["text"]

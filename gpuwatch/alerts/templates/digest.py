@@ -1,4 +1,5 @@
-"""The daily admin digest (Slack and email) and the weekly per-user digest (email)."""
+"""The daily admin digest (Slack and email), the weekly per-user digest and the weekly
+per-account summary for account owners (email)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from gpuwatch.alerts.templates import format as fmt
 from gpuwatch.alerts.templates.causes import cause_text
+from gpuwatch.views import ReportRow
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,46 @@ class UserDigest:
     period_end: datetime
     gpu_hours_wasted: float
     jobs: list[UserJobLine] = field(default_factory=list)
+    #: the user's ``gpuwatch report`` row for the week (efficiency, energy, trend)
+    usage: ReportRow | None = None
 
 
-def _period(d: AdminDigest | UserDigest) -> str:
+@dataclass(frozen=True)
+class AccountDigest:
+    """One Slurm account's week, for its owners: its report row and its users by waste."""
+
+    account: str
+    period_start: datetime
+    period_end: datetime
+    usage: ReportRow
+    users: list[Ranked] = field(default_factory=list)
+
+
+def usage_sentences(row: ReportRow, whose: str) -> list[str]:
+    """A week's report row in words: held and wasted (with the week before), efficiency, energy."""
+    share = f" ({fmt.percent(row.wasted_share)})" if row.wasted_share is not None else ""
+    before = row.wasted_share_week_before
+    trend = "" if before is None else f"; the week before, {fmt.percent(before)} was wasted"
+    out = [
+        f"{whose} held {fmt.number(row.gpu_hours)} GPU-hours; {fmt.number(row.gpu_hours_wasted)}{share} "
+        f"were wasted{trend}."
+    ]
+    measured = [
+        f"GPU utilization {fmt.percent(row.gpu_efficiency)}" if row.gpu_efficiency is not None else "",
+        f"CPU {fmt.percent(row.cpu_efficiency)} of the cores requested"
+        if row.cpu_efficiency is not None
+        else "",
+        f"memory peak {fmt.percent(row.memory_efficiency)} of the request"
+        if row.memory_efficiency is not None
+        else "",
+        f"GPU energy {fmt.number(row.energy_kwh)} kWh" if row.energy_kwh > 0 else "",
+    ]
+    if any(measured):
+        out.append("Measured: " + ", ".join(m for m in measured if m) + ".")
+    return out
+
+
+def _period(d: AdminDigest | UserDigest | AccountDigest) -> str:
     return f"{fmt.when(d.period_start)} to {fmt.when(d.period_end)}"
 
 
@@ -170,6 +209,7 @@ def user_email(d: UserDigest, job_link: Any = None) -> dict[str, str]:
         f"Hello {d.user_name},",
         "",
         f"between {_period(d)} your GPU jobs left {fmt.number(d.gpu_hours_wasted)} GPU-hours unused.",
+        *(usage_sentences(d.usage, "Your jobs") if d.usage else []),
         "",
     ]
     for j in d.jobs:
@@ -197,9 +237,44 @@ def user_email(d: UserDigest, job_link: Any = None) -> dict[str, str]:
             f"<p>Hello {h(d.user_name)},</p>",
             f"<p>between {h(_period(d))} your GPU jobs left "
             f"<b>{fmt.number(d.gpu_hours_wasted)} GPU-hours</b> unused.</p>",
+            *(f"<p>{h(s)}</p>" for s in (usage_sentences(d.usage, "Your jobs") if d.usage else [])),
             f"<ul>{items}</ul>",
             '<p style="color:#666;font-size:small">gpuwatch weekly digest. '
             "You get this because you ran GPU jobs this week.</p>",
+            "</body></html>",
+        ]
+    )
+    return {"text": "\n".join(lines) + "\n", "html": html_doc + "\n"}
+
+
+def account_subject(d: AccountDigest) -> str:
+    return (
+        f"[gpuwatch] Account {d.account} this week: {fmt.number(d.usage.gpu_hours_wasted)} of "
+        f"{fmt.number(d.usage.gpu_hours)} GPU-hours wasted"
+    )
+
+
+def account_email(d: AccountDigest) -> dict[str, str]:
+    """The account's week for its owners: its figures and its users by wasted GPU-hours."""
+    sentences = usage_sentences(d.usage, f"Jobs of {d.account}")
+    lines = [
+        f"GPU use of account {d.account}, {_period(d)}.",
+        *sentences,
+        "",
+        *_ranked_text("Users by GPU-hours wasted", d.users),
+        "-- ",
+        "gpuwatch weekly account summary. You get this as an owner of the account (alerts.account_owners).",
+    ]
+    h = fmt.h
+    html_doc = "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html><body style="font-family:sans-serif;max-width:680px">',
+            f"<p>GPU use of account <b>{h(d.account)}</b>, {h(_period(d))}.</p>",
+            *(f"<p>{h(s)}</p>" for s in sentences),
+            _ranked_html("Users by GPU-hours wasted", d.users),
+            '<p style="color:#666;font-size:small">gpuwatch weekly account summary. '
+            "You get this as an owner of the account (alerts.account_owners).</p>",
             "</body></html>",
         ]
     )
