@@ -16,7 +16,9 @@ The scheduled pass (:meth:`Rollup.run_once`):
    (node, minute) ranges — but never before the raw horizon (``now - retention.raw_days``):
    raw samples older than that may be gone already, so such a minute's rollup rows, made
    when its raw samples were all there, are kept, and the late samples in it are not added
-   (they are stored raw, until retention drops them).
+   (they are stored raw, until retention drops them);
+3. sums each job's minutes per hour into ``job_hours`` once an hour is complete and settled,
+   and again for the hours a late range re-rolled (``sql/job_hours.py``).
 
 Rolling a range is "delete its rollup rows, insert them again from raw samples" in one
 transaction, so it is idempotent: re-rolling twice, or a pass killed half-way, leaves
@@ -36,6 +38,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
+from gpuwatch.sql import job_hours
+from gpuwatch.sql.buckets import as_utc, epoch_seconds, minute_bucket
 from gpuwatch.sql.schema import (
     UTIL_BINS,
     cpu_samples,
@@ -50,7 +54,6 @@ from gpuwatch.sql.schema import (
     node_minutes,
     rollup_state,
 )
-from gpuwatch.sql.types import UtcDateTime
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +62,6 @@ MINUTE = timedelta(minutes=1)
 
 def floor_minute(ts: datetime) -> datetime:
     return ts.astimezone(timezone.utc).replace(second=0, microsecond=0)
-
-
-def minute_bucket(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnElement:
-    """The start of the sample's minute, as a value comparable with UtcDateTime columns."""
-    if conn.dialect.name == "postgresql":
-        return sa.func.date_trunc("minute", column)
-    # SQLAlchemy stores SQLite datetimes as 'YYYY-MM-DD HH:MM:SS.ffffff'
-    return sa.func.strftime("%Y-%m-%d %H:%M:00.000000", column)
-
-
-def epoch_seconds(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnElement:
-    """Seconds since 1970 of a UtcDateTime column, as an SQL integer (for bucketing in SQL)."""
-    if conn.dialect.name == "postgresql":
-        return sa.cast(sa.extract("epoch", column), sa.BigInteger)
-    return sa.cast(sa.func.strftime("%s", column), sa.Integer)
 
 
 def join_distinct(conn: sa.Connection, text: sa.ColumnElement) -> sa.ColumnElement:
@@ -259,20 +247,13 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
     return out
 
 
-def as_utc(conn: sa.Connection, value: Any) -> datetime:
-    """A minute read back from SQL (a bucket, an aggregate) as an aware datetime: SQLite returns
-    the text it stored or built."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return UtcDateTime().process_result_value(value, conn.dialect)  # type: ignore[return-value]
-
-
 @dataclass
 class RollupReport:
     minutes_rolled: int = 0
     late_ranges: int = 0
     done_until: datetime | None = None
     late_too_old: int = 0
+    job_hours: int = 0  # job-hours (re)summed (sql/job_hours.py)
 
 
 class Rollup:
@@ -364,6 +345,8 @@ class Rollup:
                     start = horizon
                 if start < end:
                     self.roll(start, end, node_id)
+                    with self.engine.begin() as conn:
+                        report.job_hours += job_hours.resum(conn, start, end)
                     report.late_ranges += 1
 
         # 2. new whole minutes
@@ -378,6 +361,9 @@ class Rollup:
         with self.engine.begin() as conn:
             self._set_state(conn, "minutes", cursor)
             self._set_state(conn, "late_scan", pass_started)
+        # 3. hours now complete and settled: each job's sums per hour, for reports
+        with self.engine.begin() as conn:
+            report.job_hours += job_hours.advance(conn, cursor)
         report.done_until = cursor
         if report.minutes_rolled or report.late_ranges:
             log.info(

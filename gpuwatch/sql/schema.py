@@ -401,6 +401,29 @@ job_minutes = sa.Table(
 )
 sa.Index("ix_job_minutes_job", job_minutes.c.job_id, job_minutes.c.minute)
 
+#: per Slurm job per hour: its GPU-minutes and cgroup-minutes summed, so a report over weeks
+#: reads a row per job-hour instead of a row per GPU-minute (``sql/job_hours.py``). The same
+#: sums as ``views/period.py`` takes from the minute tables; kept as long as the jobs.
+job_hours = sa.Table(
+    "job_hours",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("hour", UtcDateTime, primary_key=True),
+    sa.Column("gpu_minutes", sa.Integer, nullable=False, server_default="0"),
+    _d("util_gpu_ratio_sum"),
+    sa.Column("util_gpu_ratio_n", sa.Integer, nullable=False, server_default="0"),
+    _d("energy_joules"),
+    sa.Column("energy_power_samples", sa.Integer, nullable=False, server_default="0"),
+    # samples behind energy_joules (minutes with an energy figure; a lost GPU's left out)
+    sa.Column("energy_samples", sa.Integer, nullable=False, server_default="0"),
+    # sum over the job's node-minutes (with samples and an allocation) of the mean cores used
+    _d("cpu_used_cores"),
+    _d("cpu_allocated_cores"),
+    _i("memory_used_bytes_max"),
+    _i("memory_limit_bytes"),
+)
+sa.Index("ix_job_hours_hour", job_hours.c.hour)
+
 #: per node per minute: host CPU, memory/swap and network, for input-bound and comm-bound rules
 #: node_minutes' metrics, each rolled up as a ``<name>_sum`` and ``<name>_n`` column pair
 NODE_MINUTE_SUMS = (

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
-from gpuwatch.sql.rollups import epoch_seconds
+from gpuwatch.sql.buckets import epoch_seconds
 from gpuwatch.sql.schema import gpu_minutes, job_minutes, node_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
 

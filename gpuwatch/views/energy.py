@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.job_hours import gpu_sums
 from gpuwatch.sql.schema import gpu_minutes
 
 JOULES_PER_KWH = 3.6e6
@@ -45,24 +46,18 @@ def gpus_energy(
         return None
     m = gpu_minutes.c
     wanted = sa.or_(*(sa.and_(m.node_id == node, m.gpu_index == index) for node, index in gpus))
-    row = conn.execute(sa.select(*energy_sums()).where(wanted, m.minute >= start, m.minute < end)).one()
-    return energy_from(job_id, row)
+    row = (
+        conn.execute(sa.select(*gpu_sums()).where(wanted, m.minute >= start, m.minute < end)).mappings().one()
+    )
+    return energy_of(job_id, row)
 
 
-def energy_sums() -> list[sa.ColumnElement]:
-    """The energy sums over a set of GPU-minutes: joules, samples estimated from power, and the
-    samples behind the joules (minutes with an energy figure, a lost GPU's samples left out)."""
-    m = gpu_minutes.c
-    counted = sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)
-    return [
-        sa.func.sum(m.energy_joules).label("joules"),
-        sa.func.sum(m.energy_power_samples).label("estimated"),
-        sa.func.sum(counted).label("samples"),
-    ]
-
-
-def energy_from(job_id: str, row: Any) -> JobEnergy | None:
-    """A :class:`JobEnergy` from one row of :func:`energy_sums`; None when no minute had a figure."""
-    if row.joules is None:
+def energy_of(job_id: str, row: Any) -> JobEnergy | None:
+    """A :class:`JobEnergy` from the energy sums of :func:`gpuwatch.sql.job_hours.gpu_sums`;
+    None when no minute had a figure."""
+    if row["energy_joules"] is None:
         return None
-    return JobEnergy(job_id, float(row.joules), (row.estimated or 0) / row.samples if row.samples else 0.0)
+    samples = row["energy_samples"]
+    return JobEnergy(
+        job_id, float(row["energy_joules"]), (row["energy_power_samples"] or 0) / samples if samples else 0.0
+    )

@@ -1,27 +1,38 @@
 """What each job's GPUs and cgroups did inside a period: the report's per-job sums.
 
-Two grouped scans per period, one over ``gpu_minutes`` (the GPUs each job held, from
-``job_gpus``, from the minute it started to its end) and one over ``job_minutes`` (its cgroups),
-so a report over a month reads each rolled-up minute once, whatever it asks of it:
+Whole hours come from ``job_hours`` (a row per job-hour, summed by the rollup pass:
+``sql/job_hours.py``); the rest of the period — a start or end inside an hour, the hours not
+summed yet — from the minute tables, with the same sums (:func:`gpuwatch.sql.job_hours.gpu_sums`,
+:func:`~gpuwatch.sql.job_hours.host_sums`). So a month reads a row per job-hour, not per
+GPU-minute, and the figures are the same either way:
 
 * GPU: energy (:mod:`gpuwatch.views.energy`) and the utilization sums behind a
-  sample-weighted mean;
-* CPU: the cores used (each node-minute's mean) and allocated, summed over node-minutes that
-  had samples, so their ratio is the job's CPU efficiency;
+  sample-weighted mean, over the GPUs each job held (``job_gpus``) from the minute it started
+  to its end;
+* CPU: the cores used (each node-minute's mean) and allocated, over node-minutes that had both,
+  so their ratio is the job's CPU efficiency;
 * memory: the most its cgroup held on one node and its limit there (page cache included).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.rollups import minute_bucket
-from gpuwatch.sql.schema import gpu_minutes, job_gpus, job_minutes, nodes, slurm_jobs
-from gpuwatch.views.energy import JobEnergy, energy_from, energy_sums
+from gpuwatch.sql.job_hours import (
+    ceil_hour,
+    floor_hour,
+    gpu_minutes_of_jobs,
+    gpu_sums,
+    host_sums,
+    summed_until,
+)
+from gpuwatch.sql.schema import job_hours, job_minutes, slurm_jobs
+from gpuwatch.views.energy import JobEnergy, energy_of
 
 
 @dataclass(frozen=True)
@@ -36,70 +47,83 @@ class JobInPeriod:
     memory_limit_bytes: int | None = None
 
 
+_SUMMED = (
+    "util_gpu_ratio_sum", "util_gpu_ratio_n", "energy_joules", "energy_power_samples", "energy_samples",
+    "cpu_used_cores", "cpu_allocated_cores",
+)  # fmt: skip
+_PEAKS = ("memory_used_bytes_max", "memory_limit_bytes")
+
+
 def jobs_in_period(
     engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
 ) -> dict[str, JobInPeriod]:
     """Every job (or ``job_ids``) with GPU- or cgroup-minutes in ``[start, end)``."""
+    totals: dict[str, dict[str, Any]] = {}
     with engine.connect() as conn:
-        gpu = {r.job_id: r for r in conn.execute(_gpu_query(conn, start, end, job_ids))}
-        host = {r.job_id: r for r in conn.execute(_host_query(start, end, job_ids))}
-    out = {}
-    for job_id in gpu.keys() | host.keys():
-        g, h = gpu.get(job_id), host.get(job_id)
-        out[job_id] = JobInPeriod(
-            job_id=job_id,
-            energy=None if g is None else energy_from(job_id, g),
-            util_sum=float(g.util_sum or 0.0) if g is not None else 0.0,
-            util_samples=int(g.util_n or 0) if g is not None else 0,
-            cpu_used_cores=float(h.cpu_used or 0.0) if h is not None else 0.0,
-            cpu_allocated_cores=float(h.cpu_alloc or 0.0) if h is not None else 0.0,
-            memory_used_max_bytes=None if h is None or h.mem_max is None else int(h.mem_max),
-            memory_limit_bytes=None if h is None or h.mem_limit is None else int(h.mem_limit),
-        )
-    return out
+        until = summed_until(conn)
+        first, last = ceil_hour(start), min(floor_hour(end), until) if until is not None else None
+        if last is None or last <= first:
+            _add(totals, _minute_rows(conn, start, end, job_ids))
+        else:
+            _add(totals, _minute_rows(conn, start, first, job_ids))
+            _add(totals, _hour_rows(conn, first, last, job_ids))
+            _add(totals, _minute_rows(conn, last, end, job_ids))
+    return {job_id: _job(job_id, t) for job_id, t in totals.items()}
 
 
-def _gpu_query(
+def _add(totals: dict[str, dict[str, Any]], rows: Iterable[sa.RowMapping]) -> None:
+    for r in rows:
+        t = totals.setdefault(r["job_id"], {})
+        for key in _SUMMED:
+            if key in r and r[key] is not None:
+                t[key] = t.get(key, 0) + r[key]
+        for key in _PEAKS:
+            if key in r and r[key] is not None:
+                t[key] = max(t.get(key, 0), r[key])
+
+
+def _job(job_id: str, t: dict[str, Any]) -> JobInPeriod:
+    sums = {"energy_joules": None, "energy_power_samples": 0, "energy_samples": 0}
+    energy = energy_of(job_id, {key: t.get(key, default) for key, default in sums.items()})
+    mem, limit = t.get("memory_used_bytes_max"), t.get("memory_limit_bytes")
+    return JobInPeriod(
+        job_id=job_id,
+        energy=energy,
+        util_sum=float(t.get("util_gpu_ratio_sum", 0.0)),
+        util_samples=int(t.get("util_gpu_ratio_n", 0)),
+        cpu_used_cores=float(t.get("cpu_used_cores", 0.0)),
+        cpu_allocated_cores=float(t.get("cpu_allocated_cores", 0.0)),
+        memory_used_max_bytes=None if mem is None else int(mem),
+        memory_limit_bytes=None if limit is None else int(limit),
+    )
+
+
+def _minute_rows(
     conn: sa.Connection, start: datetime, end: datetime, job_ids: Sequence[str] | None
-) -> sa.Select:
-    j, jg, n, m = slurm_jobs.c, job_gpus.c, nodes.c, gpu_minutes.c
-    query = (
-        sa.select(
-            j.job_id,
-            *energy_sums(),
-            sa.func.sum(m.util_gpu_ratio_sum).label("util_sum"),
-            sa.func.sum(m.util_gpu_ratio_n).label("util_n"),
-        )
-        .select_from(
-            slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
-            .join(nodes, n.name == jg.node)
-            .join(gpu_minutes, sa.and_(m.node_id == n.id, m.gpu_index == jg.gpu_index))
-        )
-        .where(
-            m.minute >= start,
-            m.minute < end,
-            j.start_at.is_not(None),
-            m.minute >= minute_bucket(conn, j.start_at),
-            sa.or_(j.end_at.is_(None), m.minute < j.end_at),
-        )
-        .group_by(j.job_id)
-    )
-    return query if job_ids is None else query.where(j.job_id.in_(list(job_ids)))
-
-
-def _host_query(start: datetime, end: datetime, job_ids: Sequence[str] | None) -> sa.Select:
+) -> list[sa.RowMapping]:
+    if end <= start:
+        return []
+    job = slurm_jobs.c.job_id
+    gpu = sa.select(job, *gpu_sums()).select_from(gpu_minutes_of_jobs(conn, start, end))
     c = job_minutes.c
-    sampled = sa.and_(c.cpu_used_cores_n > 0, c.cpu_allocated_cores > 0)  # a ratio needs both
-    mean_used = c.cpu_used_cores_sum / c.cpu_used_cores_n
-    query = (
-        sa.select(
-            c.job_id,
-            sa.func.sum(sa.case((sampled, mean_used), else_=None)).label("cpu_used"),
-            sa.func.sum(sa.case((sampled, c.cpu_allocated_cores), else_=None)).label("cpu_alloc"),
-            sa.func.max(c.memory_used_bytes_max).label("mem_max"),
-            sa.func.max(c.memory_limit_bytes).label("mem_limit"),
-        )
-        .where(c.minute >= start, c.minute < end)
-        .group_by(c.job_id)
-    )
-    return query if job_ids is None else query.where(c.job_id.in_(list(job_ids)))
+    host = sa.select(c.job_id, *host_sums()).where(c.minute >= start, c.minute < end)
+    if job_ids is not None:
+        gpu, host = gpu.where(job.in_(list(job_ids))), host.where(c.job_id.in_(list(job_ids)))
+    return [
+        *conn.execute(gpu.group_by(job)).mappings(),
+        *conn.execute(host.group_by(c.job_id)).mappings(),
+    ]
+
+
+def _hour_rows(
+    conn: sa.Connection, start: datetime, end: datetime, job_ids: Sequence[str] | None
+) -> list[sa.RowMapping]:
+    h = job_hours.c
+    query = sa.select(
+        h.job_id,
+        *(sa.func.sum(h[key]).label(key) for key in _SUMMED),
+        *(sa.func.max(h[key]).label(key) for key in _PEAKS),
+    ).where(h.hour >= start, h.hour < end)
+    if job_ids is not None:
+        query = query.where(h.job_id.in_(list(job_ids)))
+    return list(conn.execute(query.group_by(h.job_id)).mappings())

@@ -1,0 +1,164 @@
+"""Seconds for ``gpuwatch report`` over a period of a cluster's rollups (PostgreSQL).
+
+    .venv/bin/python bench/report_time.py [--nodes 50] [--gpus 8] [--days 7] [--verdict-every-min 10]
+
+Makes a throwaway database (as ``bench/ingest.py``: 127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and
+fills it in SQL (``generate_series``): each node runs one 8-GPU job a day, back to back, for
+``days`` days; every GPU has a ``gpu_minutes`` row per minute (utilization, energy), every job a
+``job_minutes`` row per node-minute (CPU, memory), a recent-window verdict every
+``verdict_every_min`` minutes and a whole-job verdict at its end; 200 users in 20 accounts.
+Sums the job-hours as the rollup pass does (and prints what that costs per hour). Then times
+:func:`gpuwatch.views.usage_report` by user and by account over the whole span
+(``repeat`` times, after one warm-up) and its parts, and prints the median and the seconds per
+1,000 node-days, from which a month of a 1,000-node cluster (30,000 node-days) is extrapolated
+linearly: job-hours, verdicts and jobs grow with node-days; the minutes read at a period's
+edges grow with nodes only, so the extrapolation overstates them for long periods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ingest import drop_db, fresh_db
+from gpuwatch.clock import utcnow
+from gpuwatch.sql import job_hours
+from gpuwatch.sql.nodes import create_token
+from gpuwatch.sql.rollups import floor_minute
+from gpuwatch.views import GroupBy, usage_report, waste_in_period
+from gpuwatch.views.period import jobs_in_period
+
+#: a month of a 1,000-node cluster
+MONTH_NODE_DAYS = 1000 * 30
+
+FILL = [
+    """INSERT INTO slurm_jobs (job_id, source, name, user_name, account, partition, state, start_at, end_at,
+                               gpus, cpus, memory_bytes, first_seen_at, updated_at)
+       SELECT n.name || '-' || d, 'bench', 'train', 'u' || (n.id % 200), 'a' || (n.id % 20), 'gpu',
+              'COMPLETED', :start + d * interval '1 day', :start + (d + 1) * interval '1 day', 8, 64,
+              512 * 2^30, :start, :start
+       FROM nodes n, generate_series(0, :days - 1) d WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO job_gpus (job_id, node, gpu_index)
+       SELECT j.job_id, n.name, g
+       FROM slurm_jobs j JOIN nodes n ON j.job_id LIKE n.name || '-%', generate_series(0, :gpus - 1) g""",
+    """INSERT INTO gpu_minutes (node_id, gpu_index, minute, samples, lost_samples, util_gpu_ratio_sum,
+                                util_gpu_ratio_n, energy_joules, energy_power_samples)
+       SELECT n.id, g, m, 6, 0, 6 * random(), 6, 24000 + 1000 * random(), 0
+       FROM nodes n, generate_series(0, :gpus - 1) g,
+            generate_series(:start, :end - interval '1 minute', interval '1 minute') m
+       WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO job_minutes (node_id, job_id, minute, samples, cpu_used_cores_sum, cpu_used_cores_n,
+                                cpu_allocated_cores, memory_used_bytes_max, memory_limit_bytes)
+       SELECT n.id, n.name || '-' || (extract(epoch FROM m - :start)::bigint / 86400), m, 6,
+              6 * 64 * random(), 6, 64, (100 * 2^30 * random())::bigint, 512 * 2^30
+       FROM nodes n, generate_series(:start, :end - interval '1 minute', interval '1 minute') m
+       WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO verdicts (job_id, evaluated_at, window_kind, window_start, window_end, cause, confidence,
+                             gpus, gpu_hours, gpu_hours_wasted, mean_util_ratio, summary, fix, evidence,
+                             rules_version)
+       SELECT j.job_id, t, 'recent', t - interval '10 minutes', t, 'input_bound', 0.8, 8, 8 / 6.0,
+              8 / 6.0 * random(), 0.5, 's', 'f', '{}', 'bench'
+       FROM slurm_jobs j,
+            generate_series(j.start_at + :every * interval '1 minute', j.end_at,
+                            :every * interval '1 minute') t""",
+    """INSERT INTO verdicts (job_id, evaluated_at, window_kind, window_start, window_end, cause, confidence,
+                             gpus, gpu_hours, gpu_hours_wasted, mean_util_ratio, summary, fix, evidence,
+                             rules_version)
+       SELECT j.job_id, j.end_at, 'job', j.start_at, j.end_at, 'input_bound', 0.8, 8, 192, 192 * random(),
+              0.5, 's', 'f', '{}', 'bench'
+       FROM slurm_jobs j""",
+]
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    fn()  # warm-up: the first read pulls pages from disk into the cache
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=50)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--verdict-every-min", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    name, _url, engine = fresh_db()
+    try:
+        for n in range(args.nodes):
+            create_token(engine, f"bench{n:04d}")
+        end = floor_minute(utcnow()).replace(hour=0, minute=0)
+        start = end - timedelta(days=args.days)
+        params = {
+            "start": start,
+            "end": end,
+            "days": args.days,
+            "gpus": args.gpus,
+            "every": args.verdict_every_min,
+        }
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            for statement in FILL:
+                conn.execute(sa.text(statement), params)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE"))
+            counts = {
+                table: conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+                for table in ("slurm_jobs", "gpu_minutes", "job_minutes", "verdicts")
+            }
+        print(
+            f"filled in {time.perf_counter() - t0:.0f} s: "
+            + ", ".join(f"{k} {v:,}" for k, v in counts.items())
+        )
+        t0 = time.perf_counter()
+        with engine.begin() as conn:  # what the rollup pass does once an hour, for every hour
+            written = job_hours.advance(conn, end + job_hours.SETTLE)
+        took = time.perf_counter() - t0
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE job_hours"))
+        per_hour = took / (24 * args.days)
+        at_scale = per_hour * 1000 / args.nodes
+        print(
+            f"job_hours: {written:,} job-hours summed in {took:.1f} s, {per_hour:.3f} s per hour of "
+            f"{args.nodes} nodes (the rollup pass's hourly cost; ~{at_scale:.1f} s at 1,000 nodes)"
+        )
+        parts = {
+            "usage_report by user": lambda: usage_report(engine, GroupBy.USER, start, end),
+            "usage_report, 30 min past the hours": lambda: usage_report(
+                engine, GroupBy.USER, start + timedelta(minutes=30), end - timedelta(minutes=30)
+            ),
+            "usage_report by account": lambda: usage_report(engine, GroupBy.ACCOUNT, start, end),
+            "  jobs_in_period (job-hours, minutes)": lambda: jobs_in_period(engine, start, end),
+            "  waste_in_period (verdicts)": lambda: waste_in_period(engine, start, end),
+        }
+        node_days = args.nodes * args.days
+        for label, fn in parts.items():
+            med = timed(fn, args.repeat)
+            per_thousand = med / (node_days / 1000)
+            print(
+                f"{label:<38} median {med:6.2f} s over {args.days} days of {args.nodes} nodes x {args.gpus} "
+                f"GPUs; {per_thousand:.3f} s per 1,000 node-days; a month of 1,000 nodes: "
+                f"~{per_thousand * MONTH_NODE_DAYS / 1000:,.1f} s"
+            )
+    finally:
+        engine.dispose()
+        drop_db(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Each Slurm job's minutes summed per hour (``job_hours``): what reports over weeks read.
+
+A job's GPU-minutes are the ``gpu_minutes`` rows of the GPUs it held (``job_gpus``) from the
+minute it started to its end; its cgroup-minutes are its ``job_minutes`` rows. An hour is summed
+once every minute of it is rolled up and it has settled (:data:`SETTLE`: the Slurm sync has
+named the jobs that started in it), and summed again when minutes in it are re-rolled (a node's
+late batches). Summing an hour is "delete its rows, insert them again", so it is idempotent.
+
+The sums are the ones :mod:`gpuwatch.views.period` takes from the minute tables, so a report
+adds whole hours from here to the minutes of the hours not summed yet and gets the same figures.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import sqlalchemy as sa
+
+from gpuwatch.sql.buckets import as_utc, minute_bucket
+from gpuwatch.sql.schema import gpu_minutes, job_gpus, job_hours, job_minutes, nodes, rollup_state, slurm_jobs
+
+HOUR = timedelta(hours=1)
+#: an hour is summed this long after its last minute is rolled up
+SETTLE = timedelta(minutes=10)
+#: ``rollup_state`` row: hours summed up to (exclusive)
+STATE = "job_hours"
+
+
+def floor_hour(ts: datetime) -> datetime:
+    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def ceil_hour(ts: datetime) -> datetime:
+    floor = floor_hour(ts)
+    return floor if floor == ts else floor + HOUR
+
+
+def summed_until(conn: sa.Connection) -> datetime | None:
+    """Hours before this are in ``job_hours``; None before the first hour was summed."""
+    return conn.execute(sa.select(rollup_state.c.done_until).where(rollup_state.c.name == STATE)).scalar()
+
+
+def gpu_sums() -> list[sa.ColumnElement]:
+    """The sums over a set of GPU-minutes (a job's: :func:`gpu_minutes_of_jobs`): minutes,
+    utilization, and energy with the samples estimated from power and the samples behind it
+    (minutes with an energy figure, a lost GPU's samples left out)."""
+    m = gpu_minutes.c
+    counted = sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)
+    return [
+        sa.func.count().label("gpu_minutes"),
+        sa.func.sum(m.util_gpu_ratio_sum).label("util_gpu_ratio_sum"),
+        sa.func.coalesce(sa.func.sum(m.util_gpu_ratio_n), 0).label("util_gpu_ratio_n"),
+        sa.func.sum(m.energy_joules).label("energy_joules"),
+        sa.func.coalesce(sa.func.sum(m.energy_power_samples), 0).label("energy_power_samples"),
+        sa.func.coalesce(sa.func.sum(counted), 0).label("energy_samples"),
+    ]
+
+
+def gpu_minutes_of_jobs(conn: sa.Connection, start: datetime, end: datetime) -> sa.FromClause:
+    """``gpu_minutes`` of ``[start, end)`` joined to the jobs that held each GPU at that minute."""
+    j, jg, n, m = slurm_jobs.c, job_gpus.c, nodes.c, gpu_minutes.c
+    return (
+        slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
+        .join(nodes, n.name == jg.node)
+        .join(
+            gpu_minutes,
+            sa.and_(
+                m.node_id == n.id,
+                m.gpu_index == jg.gpu_index,
+                m.minute >= start,
+                m.minute < end,
+                j.start_at.is_not(None),
+                m.minute >= minute_bucket(conn, j.start_at),
+                sa.or_(j.end_at.is_(None), m.minute < j.end_at),
+            ),
+        )
+    )
+
+
+def host_sums() -> list[sa.ColumnElement]:
+    """The sums over a job's cgroup-minutes: each node-minute's mean cores used and the cores it
+    had (only node-minutes with both), and the memory peak and limit on one node."""
+    c = job_minutes.c
+    counted = sa.and_(c.cpu_used_cores_n > 0, c.cpu_allocated_cores > 0)
+    return [
+        sa.func.sum(sa.case((counted, c.cpu_used_cores_sum / c.cpu_used_cores_n), else_=None)).label(
+            "cpu_used_cores"
+        ),
+        sa.func.sum(sa.case((counted, c.cpu_allocated_cores), else_=None)).label("cpu_allocated_cores"),
+        sa.func.max(c.memory_used_bytes_max).label("memory_used_bytes_max"),
+        sa.func.max(c.memory_limit_bytes).label("memory_limit_bytes"),
+    ]
+
+
+def sum_hours(conn: sa.Connection, start: datetime, end: datetime) -> int:
+    """(Re)build ``job_hours`` of the whole hours in ``[start, end)``; the job-hours written."""
+    start, end = floor_hour(start), floor_hour(end)
+    written = 0
+    hour = start
+    while hour < end:
+        conn.execute(job_hours.delete().where(job_hours.c.hour == hour))
+        rows: dict[str, dict] = {}
+        gpu = sa.select(slurm_jobs.c.job_id, *gpu_sums()).select_from(
+            gpu_minutes_of_jobs(conn, hour, hour + HOUR)
+        )
+        for r in conn.execute(gpu.group_by(slurm_jobs.c.job_id)).mappings():
+            rows[r["job_id"]] = {"job_id": r["job_id"], "hour": hour, **r}
+        c = job_minutes.c
+        host = sa.select(c.job_id, *host_sums()).where(c.minute >= hour, c.minute < hour + HOUR)
+        for r in conn.execute(host.group_by(c.job_id)).mappings():
+            rows.setdefault(r["job_id"], {"job_id": r["job_id"], "hour": hour}).update(r)
+        if rows:
+            conn.execute(job_hours.insert(), [_complete(row) for row in rows.values()])
+        written += len(rows)
+        hour += HOUR
+    return written
+
+
+_ZERO = ("gpu_minutes", "util_gpu_ratio_n", "energy_power_samples", "energy_samples")
+
+
+def _complete(row: dict) -> dict:
+    """Every column of a job-hour: counts 0 and sums NULL where one of the two scans had none."""
+    return {col.name: row.get(col.name, 0 if col.name in _ZERO else None) for col in job_hours.c}
+
+
+def advance(conn: sa.Connection, minutes_done: datetime) -> int:
+    """Sum the hours that are complete and settled now that minutes are rolled up to
+    ``minutes_done``; the job-hours written. The first call starts at the first rolled minute."""
+    target = floor_hour(minutes_done - SETTLE)
+    since = summed_until(conn)
+    if since is None:
+        first = conn.execute(sa.select(sa.func.min(gpu_minutes.c.minute))).scalar()
+        first_job = conn.execute(sa.select(sa.func.min(job_minutes.c.minute))).scalar()
+        known = [as_utc(conn, t) for t in (first, first_job) if t is not None]
+        since = floor_hour(min(known)) if known else target
+    written = sum_hours(conn, since, target) if since < target else 0
+    _set(conn, max(since, target))
+    return written
+
+
+def resum(conn: sa.Connection, start: datetime, end: datetime) -> int:
+    """Re-sum the already summed hours touched by re-rolled minutes ``[start, end)``."""
+    until = summed_until(conn)
+    if until is None:
+        return 0
+    stop = min(ceil_hour(end), until)
+    return sum_hours(conn, floor_hour(start), stop) if floor_hour(start) < stop else 0
+
+
+def _set(conn: sa.Connection, value: datetime) -> None:
+    updated = conn.execute(rollup_state.update().where(rollup_state.c.name == STATE).values(done_until=value))
+    if not updated.rowcount:
+        conn.execute(rollup_state.insert().values(name=STATE, done_until=value))
