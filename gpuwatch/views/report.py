@@ -139,7 +139,9 @@ def usage_report(
         g.flagged += 1
         g.causes[lead] = g.causes.get(lead, 0.0) + hours_wasted
         g.wasted += hours_wasted
-    last_week, week_before = _weekly_shares(engine, by, end)
+    # the default period is the last week: its sums are the trend's last week already
+    known = {(start, end): (held, wasted)}
+    last_week, week_before = _weekly_shares(engine, by, end, known)
     out = [
         _row(group, g, co2_kg_per_kwh, last_week.get(group), week_before.get(group))
         for group, g in groups.items()
@@ -221,14 +223,20 @@ def _wasted_by_job(engine: sa.Engine, start: datetime, end: datetime) -> dict[st
 
 
 def _weekly_shares(
-    engine: sa.Engine, by: GroupBy, end: datetime
+    engine: sa.Engine,
+    by: GroupBy,
+    end: datetime,
+    known: dict[tuple[datetime, datetime], tuple[dict[str, _Held], dict[str, tuple[str, float]]]],
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Each group's wasted share in the 7 days before ``end`` and in the 7 days before those."""
+    """Each group's wasted share in the 7 days before ``end`` and in the 7 days before those;
+    ``known``: periods whose held and wasted GPU-hours are read already."""
     weeks = []
     for k in (1, 2):
         w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
-        held = _allocated(engine, by, w_start, w_end)
-        wasted = _wasted_by_job(engine, w_start, w_end)
+        if (w_start, w_end) in known:
+            held, wasted = known[(w_start, w_end)]
+        else:
+            held, wasted = _allocated(engine, by, w_start, w_end), _wasted_by_job(engine, w_start, w_end)
         hours: dict[str, float] = defaultdict(float)
         lost: dict[str, float] = defaultdict(float)
         for job_id, h in held.items():

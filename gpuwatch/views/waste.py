@@ -14,6 +14,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.jobs import CHUNK
 from gpuwatch.sql.schema import slurm_jobs, verdicts
 from gpuwatch.views.evaluations import HEALTHY
 
@@ -29,41 +30,62 @@ class JobWaste:
     fix: str | None
 
 
-def _better(new: sa.Row, old: sa.Row) -> bool:
-    """Whole-job verdicts win over recent windows; the latest whole-job one; the largest window."""
-    if (new.window_kind == "job") != (old.window_kind == "job"):
-        return new.window_kind == "job"
-    if new.window_kind == "job":
-        return (new.evaluated_at, new.id) > (old.evaluated_at, old.id)
-    return new.gpu_hours_wasted > old.gpu_hours_wasted
-
-
 def waste_in_period(engine: sa.Engine, start: datetime, end: datetime) -> list[JobWaste]:
-    """One row per (job, cause) with waste in verdicts evaluated in ``[start, end)``."""
-    v, j = verdicts.c, slurm_jobs.c
-    query = (
-        sa.select(
-            v.job_id,
-            v.cause,
-            v.window_kind,
-            v.evaluated_at,
-            v.gpu_hours_wasted,
-            v.fix,
-            v.id,
-            j.name,
-            j.user_name,
-            j.account,
-        )
-        .outerjoin(slurm_jobs, j.job_id == v.job_id)
-        .where(v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0)
+    """One row per (job, cause) with waste in verdicts evaluated in ``[start, end)``.
+
+    The choice is made in SQL (two grouped passes over the period's verdicts), so what comes
+    back is a row per (job, cause), not a row per evaluation."""
+    v = verdicts.c
+    wasted = (v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0)
+    whole = v.window_kind == "job"
+    latest = (
+        sa.select(v.job_id, v.cause, sa.func.max(v.evaluated_at).label("pick"))
+        .where(*wasted, whole)
+        .group_by(v.job_id, v.cause)
+        .subquery()
+    )
+    largest = (
+        sa.select(v.job_id, v.cause, sa.func.max(v.gpu_hours_wasted).label("pick"))
+        .where(*wasted, sa.not_(whole))
+        .group_by(v.job_id, v.cause)
+        .subquery()
     )
     best: dict[tuple[str, str], sa.Row] = {}
     with engine.connect() as conn:
-        for r in conn.execute(query):
-            old = best.get((r.job_id, r.cause))
-            if old is None or _better(r, old):
-                best[(r.job_id, r.cause)] = r
+        # recent windows first: a whole-job verdict of the same (job, cause) replaces them
+        for picked, column, condition in (
+            (largest, v.gpu_hours_wasted, sa.not_(whole)),
+            (latest, v.evaluated_at, whole),
+        ):
+            query = (
+                sa.select(v.job_id, v.cause, v.gpu_hours_wasted, v.fix, v.id, v.window_kind)
+                .join(
+                    picked,
+                    sa.and_(v.job_id == picked.c.job_id, v.cause == picked.c.cause, column == picked.c.pick),
+                )
+                .where(*wasted, condition)
+                .order_by(v.id)  # ties: the newest row
+            )
+            for r in conn.execute(query):
+                key = (r.job_id, r.cause)
+                old = best.get(key)
+                if old is None or old.window_kind != "job" or r.window_kind == "job":
+                    best[key] = r
+        jobs = _job_facts(conn, sorted({job for job, _ in best}))
     return [
-        JobWaste(r.job_id, r.name, r.user_name, r.account, r.cause, float(r.gpu_hours_wasted), r.fix)
+        JobWaste(r.job_id, *jobs.get(r.job_id, (None, None, None)), r.cause, float(r.gpu_hours_wasted), r.fix)
         for r in best.values()
     ]
+
+
+def _job_facts(
+    conn: sa.Connection, job_ids: list[str]
+) -> dict[str, tuple[str | None, str | None, str | None]]:
+    """job id -> (name, user, account) from ``slurm_jobs``, for the jobs that have a row."""
+    j = slurm_jobs.c
+    out = {}
+    for i in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[i : i + CHUNK]
+        for r in conn.execute(sa.select(j.job_id, j.name, j.user_name, j.account).where(j.job_id.in_(chunk))):
+            out[r.job_id] = (r.name, r.user_name, r.account)
+    return out
