@@ -22,19 +22,19 @@ REPORT_KEYS = (
     "jobs", "jobs_flagged", "gpu_hours", "gpu_hours_wasted", "wasted_share", "top_cause",
     "top_cause_gpu_hours", "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh",
     "energy_estimated_share", "co2_kg", "cost", "cost_wasted", "wasted_share_last_week",
-    "wasted_share_week_before",
+    "wasted_share_week_before", "jobs_advised_time", "jobs_advised_memory", "jobs_advised_cpus",
 )  # fmt: skip
 #: the table's columns (the JSON and CSV carry every key): a terminal is narrower than a file
 TABLE_KEYS = (
     "jobs", "jobs_flagged", "gpu_hours", "gpu_hours_wasted", "wasted_share", "trend", "top_cause",
-    "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh", "co2_kg", "cost",
+    "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh", "co2_kg", "cost", "next_time",
 )  # fmt: skip
 #: the table's short headings
 HEADINGS = {
     "jobs_flagged": "flagged", "gpu_hours": "GPU-h", "gpu_hours_wasted": "wasted GPU-h",
     "wasted_share": "wasted", "trend": "wasted, wk before > last", "top_cause": "top cause",
     "gpu_efficiency": "GPU eff", "cpu_efficiency": "CPU eff", "memory_efficiency": "mem eff",
-    "energy_kwh": "kWh", "co2_kg": "CO2 kg",
+    "energy_kwh": "kWh", "co2_kg": "CO2 kg", "next_time": "jobs to request less/more",
 }  # fmt: skip
 
 
@@ -62,6 +62,8 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     out["co2_kg"] = "-" if row["co2_kg"] is None else f"{row['co2_kg']:.2f}"
     out["cost"] = "-" if row["cost"] is None else f"{row['cost']:.2f} ({row['cost_wasted']:.2f} wasted)"
     out["trend"] = trend_text(row["wasted_share_week_before"], row["wasted_share_last_week"])
+    advised = [(kind, row[f"jobs_advised_{kind}"]) for kind in ("time", "memory", "cpus")]
+    out["next_time"] = ", ".join(f"{kind} {n}" for kind, n in advised if n) or "-"
     return out
 
 

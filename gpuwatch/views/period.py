@@ -39,6 +39,7 @@ from gpuwatch.views.energy import JobEnergy, energy_of
 class JobInPeriod:
     job_id: str
     energy: JobEnergy | None = None
+    gpu_minutes: int = 0  # GPU-minutes with a rolled-up row
     util_sum: float = 0.0  # sum of util_gpu_ratio samples over its GPU-minutes
     util_samples: int = 0
     cpu_used_cores: float = 0.0  # sum over node-minutes of the mean cores used
@@ -48,8 +49,8 @@ class JobInPeriod:
 
 
 _SUMMED = (
-    "util_gpu_ratio_sum", "util_gpu_ratio_n", "energy_joules", "energy_power_samples", "energy_samples",
-    "cpu_used_cores", "cpu_allocated_cores",
+    "gpu_minutes", "util_gpu_ratio_sum", "util_gpu_ratio_n", "energy_joules", "energy_power_samples",
+    "energy_samples", "cpu_used_cores", "cpu_allocated_cores",
 )  # fmt: skip
 _PEAKS = ("memory_used_bytes_max", "memory_limit_bytes")
 
@@ -89,6 +90,7 @@ def _job(job_id: str, t: dict[str, Any]) -> JobInPeriod:
     return JobInPeriod(
         job_id=job_id,
         energy=energy,
+        gpu_minutes=int(t.get("gpu_minutes", 0)),
         util_sum=float(t.get("util_gpu_ratio_sum", 0.0)),
         util_samples=int(t.get("util_gpu_ratio_n", 0)),
         cpu_used_cores=float(t.get("cpu_used_cores", 0.0)),

@@ -24,8 +24,10 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import PRIORITY, Cause
 from gpuwatch.sql.schema import slurm_jobs
+from gpuwatch.views.advice import Advice, right_sizing
 from gpuwatch.views.energy import JOULES_PER_KWH
 from gpuwatch.views.period import JobInPeriod, jobs_in_period
+from gpuwatch.views.usage import JobUsage
 from gpuwatch.views.waste import waste_in_period
 
 
@@ -80,6 +82,11 @@ class ReportRow:
     #: wasted / allocated in the period's last 7 days, and in the 7 days before (the trend)
     wasted_share_last_week: float | None = None
     wasted_share_week_before: float | None = None
+    #: jobs that ended in the period whose next request should change (views/advice.py, as
+    #: ``gpuwatch job ID`` advises each): a shorter time limit, less memory, more or fewer cores
+    jobs_advised_time: int = 0
+    jobs_advised_memory: int = 0
+    jobs_advised_cpus: int = 0
 
 
 @dataclass
@@ -101,6 +108,7 @@ class _Group:
     memory_hours: float = 0.0
     cost: float | None = None
     cost_wasted: float | None = None
+    advised: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,8 @@ class _Held:
     group: str
     gpu_hours: float
     billing_hours: float | None
+    #: set for a job that ended inside the period: what its advice rests on (elapsed, limit, ...)
+    ended: sa.Row | None = None
 
 
 def usage_report(
@@ -134,6 +144,8 @@ def usage_report(
         lead, hours_wasted = wasted.get(job_id, (None, 0.0))
         hours_wasted = min(hours_wasted, h.gpu_hours)
         _add_cost(g, h, hours_wasted, prices)
+        for advice in _next_time(h, period.get(job_id), lead):
+            g.advised[advice.kind] = g.advised.get(advice.kind, 0) + 1
         if lead is None or hours_wasted <= 0:
             continue
         g.flagged += 1
@@ -163,6 +175,35 @@ def _add_measured(g: _Group, job: JobInPeriod | None, gpu_hours: float) -> None:
     if job.memory_used_max_bytes is not None and job.memory_limit_bytes and gpu_hours > 0:
         g.memory_weighted += min(1.0, job.memory_used_max_bytes / job.memory_limit_bytes) * gpu_hours
         g.memory_hours += gpu_hours
+
+
+def _next_time(h: _Held, job: JobInPeriod | None, cause: str | None) -> tuple[Advice, ...]:
+    """The advice :func:`gpuwatch.views.advice.right_sizing` gives a job that ended in the period,
+    from what the report has of it: elapsed and limit, its CPU and memory use. GPU counts and
+    sizes need each GPU's figures and are advised per job only (``gpuwatch job ID``)."""
+    r = h.ended
+    if r is None or job is None or not r.gpus:
+        return ()
+    ratio = job.cpu_used_cores / job.cpu_allocated_cores if job.cpu_allocated_cores else None
+    cores = float(r.cpus) if r.cpus else None
+    usage = JobUsage(
+        elapsed_s=int((r.end_at - r.start_at).total_seconds()),
+        time_limit_s=r.time_limit_s,
+        gpus=r.gpus,
+        gpu_hours_allocated=None,
+        gpu_efficiency=job.util_sum / job.util_samples if job.util_samples else None,
+        sm_active=None,
+        idle_gpus=(),
+        gpu_memory_used_max_bytes=None,
+        gpu_memory_total_bytes=None,
+        gpu_model=None,
+        cpu_cores_allocated=cores,
+        cpu_cores_used=None if ratio is None or cores is None else ratio * cores,
+        memory_requested_bytes=job.memory_limit_bytes,
+        memory_used_max_bytes=job.memory_used_max_bytes,
+        measured_minutes=job.gpu_minutes // r.gpus,
+    )
+    return right_sizing(usage, cause, r.state)
 
 
 def _add_cost(g: _Group, h: _Held, hours_wasted: float, prices: Prices) -> None:
@@ -202,6 +243,9 @@ def _row(
         cost_wasted=None if g.cost_wasted is None else round(g.cost_wasted, 2),
         wasted_share_last_week=last_week,
         wasted_share_week_before=week_before,
+        jobs_advised_time=g.advised.get("time", 0),
+        jobs_advised_memory=g.advised.get("memory", 0),
+        jobs_advised_cpus=g.advised.get("cpus", 0),
     )
 
 
@@ -261,7 +305,17 @@ def _allocated(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -
     """job id -> its group, the GPU-hours and billing-hours it held inside the period."""
     j = slurm_jobs.c
     group_col = j[_COLUMN[by]]
-    query = sa.select(j.job_id, group_col.label("grp"), j.gpus, j.start_at, j.end_at, j.tres).where(
+    query = sa.select(
+        j.job_id,
+        group_col.label("grp"),
+        j.gpus,
+        j.start_at,
+        j.end_at,
+        j.tres,
+        j.state,
+        j.time_limit_s,
+        j.cpus,
+    ).where(
         j.gpus > 0, j.start_at.is_not(None), j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start)
     )
     out: dict[str, _Held] = {}
@@ -272,6 +326,9 @@ def _allocated(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -
             hours = max(0.0, (held_to - held_from).total_seconds()) / 3600
             billing = (r.tres or {}).get("billing")
             out[r.job_id] = _Held(
-                r.grp or UNKNOWN, r.gpus * hours, None if billing is None else float(billing) * hours
+                r.grp or UNKNOWN,
+                r.gpus * hours,
+                None if billing is None else float(billing) * hours,
+                r if r.end_at is not None and r.end_at <= end else None,
             )
     return out

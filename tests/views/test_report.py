@@ -250,3 +250,12 @@ def test_efficiency_cost_and_trend_hand_computed(filled) -> None:  # type: ignor
     assert bob.wasted_share_week_before is None  # no GPU-hours that week
     unpriced = {r.group: r for r in usage_report(filled, GroupBy.USER, *WEEK)}
     assert unpriced["alice"].cost is None and unpriced["alice"].cost_wasted is None
+    # what to request next time, counted over the jobs that ended in the period (job 1: 16 of
+    # 64 GiB; no time limit known, 2 of 8 cores is not under a quarter): the memory only
+    assert (alice.jobs_advised_memory, alice.jobs_advised_time, alice.jobs_advised_cpus) == (1, 0, 0)
+    with filled.begin() as conn:  # a 48 h limit for a job that took 10 h
+        conn.execute(slurm_jobs.update().where(slurm_jobs.c.job_id == "1").values(time_limit_s=48 * 3600))
+    again = {r.group: r for r in usage_report(filled, GroupBy.USER, *WEEK)}["alice"]
+    assert (again.jobs_advised_memory, again.jobs_advised_time) == (1, 1)
+    running = {r.group: r for r in usage_report(filled, GroupBy.USER, T0, start + timedelta(hours=5))}
+    assert running["alice"].jobs_advised_memory == 0  # job 1 had not ended yet: no advice counted
