@@ -233,20 +233,19 @@ class Digests:
             address = None if d.user_name in skip else self.resolver.user_email(d.user_name)
             if not address:
                 continue
+            notice = _weekly_email(
+                ("digest-weekly", d.user_name),
+                address,
+                RecipientKind.USER,
+                (now, start, end),
+                d.gpu_hours_wasted,
+            )
             out.append(
-                Notice(
-                    dedup_key=dedup_key("digest-weekly", end, d.user_name, "email", address),
-                    kind="digest",
-                    channel="email",
-                    recipient=address,
-                    recipient_kind=RecipientKind.USER.value,
+                replace(
+                    notice,
                     subject=tpl.user_subject(d),
                     payload=tpl.user_email(d, self.cfg.job_link),
-                    not_before=now,
                     user_name=d.user_name,
-                    window_start=start,
-                    window_end=end,
-                    gpu_hours_wasted=d.gpu_hours_wasted,
                 )
             )
         return out
@@ -262,20 +261,42 @@ class Digests:
             self.engine, start, end, owned, digest.min_account_gpu_hours_wasted, digest.top_n
         ):
             for address in self.resolver.owners(d.account):
+                notice = _weekly_email(
+                    ("digest-account", d.account), address, RecipientKind.OWNER, (now, start, end),
+                    d.usage.gpu_hours_wasted,
+                )  # fmt: skip
                 out.append(
-                    Notice(
-                        dedup_key=dedup_key("digest-account", end, d.account, "email", address),
-                        kind="digest",
-                        channel="email",
-                        recipient=address,
-                        recipient_kind=RecipientKind.OWNER.value,
+                    replace(
+                        notice,
                         subject=tpl.account_subject(d),
                         payload=tpl.account_email(d),
-                        not_before=now,
                         account=d.account,
-                        window_start=start,
-                        window_end=end,
-                        gpu_hours_wasted=d.usage.gpu_hours_wasted,
                     )
                 )
         return out
+
+
+def _weekly_email(
+    key: tuple[str, str],
+    address: str,
+    kind: RecipientKind,
+    times: tuple[datetime, datetime, datetime],
+    gpu_hours_wasted: float,
+) -> Notice:
+    """A weekly digest email to ``address`` (subject and payload set by the caller), keyed by
+    its kind, whose it is and the period's end: queued once however often it is decided."""
+    now, start, end = times
+    name, whose = key
+    return Notice(
+        dedup_key=dedup_key(name, end, whose, "email", address),
+        kind="digest",
+        channel="email",
+        recipient=address,
+        recipient_kind=kind.value,
+        subject="",
+        payload={},
+        not_before=now,
+        window_start=start,
+        window_end=end,
+        gpu_hours_wasted=gpu_hours_wasted,
+    )
