@@ -301,8 +301,11 @@ def _specific(cause: str) -> int:
         return len(PRIORITY)
 
 
-def _allocated(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -> dict[str, _Held]:
-    """job id -> its group, the GPU-hours and billing-hours it held inside the period."""
+def _allocated(
+    engine: sa.Engine, by: GroupBy, start: datetime, end: datetime, group: str | None = None
+) -> dict[str, _Held]:
+    """job id -> its group, the GPU-hours and billing-hours it held inside the period; only the
+    jobs of ``group`` when given."""
     j = slurm_jobs.c
     group_col = j[_COLUMN[by]]
     query = sa.select(
@@ -318,6 +321,8 @@ def _allocated(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -
     ).where(
         j.gpus > 0, j.start_at.is_not(None), j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start)
     )
+    if group is not None:
+        query = query.where(group_col.is_(None) if group == UNKNOWN else group_col == group)
     out: dict[str, _Held] = {}
     with engine.connect() as conn:
         for r in conn.execute(query):
@@ -331,4 +336,32 @@ def _allocated(engine: sa.Engine, by: GroupBy, start: datetime, end: datetime) -
                 None if billing is None else float(billing) * hours,
                 r if r.end_at is not None and r.end_at <= end else None,
             )
+    return out
+
+
+@dataclass(frozen=True)
+class WeekRow:
+    """One week of one user, account or partition: what its jobs held and wasted."""
+
+    start: datetime
+    end: datetime
+    gpu_hours: float
+    gpu_hours_wasted: float
+    wasted_share: float | None
+
+
+def weekly_history(
+    engine: sa.Engine, by: GroupBy, group: str, end: datetime, weeks: int = 8
+) -> list[WeekRow]:
+    """The ``weeks`` weeks before ``end``, oldest first, counted as :func:`usage_report` counts
+    (a job's largest cause, capped at what it held in the week): the trend the group pages chart."""
+    out = []
+    for k in range(weeks, 0, -1):
+        w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
+        wasted = _wasted_by_job(engine, w_start, w_end)
+        hours = lost = 0.0
+        for job_id, h in _allocated(engine, by, w_start, w_end, group).items():
+            hours += h.gpu_hours
+            lost += min(wasted.get(job_id, (None, 0.0))[1], h.gpu_hours)
+        out.append(WeekRow(w_start, w_end, round(hours, 4), round(lost, 4), _share(lost, hours)))
     return out

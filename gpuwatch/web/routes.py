@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -22,6 +22,7 @@ from gpuwatch.config import Settings
 from gpuwatch.config.web import WebAuth, WebConfig
 from gpuwatch.views import (
     GPU_METRICS,
+    JobFilters,
     JobView,
     LowUtilFilters,
     LowUtilJob,
@@ -29,10 +30,13 @@ from gpuwatch.views import (
     cluster_overview,
     evidence_sentences,
     job_view,
+    jobs_query,
     low_util_jobs,
 )
+from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import svg
+from gpuwatch.web.groups import group_body, link
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#fafafa}
@@ -103,7 +107,8 @@ def _jobs_table(rows: list[LowUtilJob]) -> str:
     for r in rows:
         jid = escape(r.job_id)
         out.append(
-            f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td><td>{_fmt(r.user)}</td>'
+            f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
+            f"<td>{link(GroupBy.USER, r.user)}</td>"
             f"<td>{_fmt(r.name)}</td><td>{_fmt(','.join(r.nodes) or None)}</td>"
             f"<td class=cause>{_fmt(r.cause)}</td><td>{_fmt(r.window_kind)}</td>"
             f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{_pct(r.mean_util_ratio)}</td>"
@@ -223,6 +228,34 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
             return page
         return _page(f"job {job_id}", _job_body(view), simulated=view.simulated)
 
+    def group_page(by: GroupBy, name: str) -> HTMLResponse:
+        end = now()
+        start = end - timedelta(days=7)
+        report = settings.report
+        prices = Prices(gpu_hour=report.gpu_hour_price, billing_hour=report.billing_hour_price)
+        rows = usage_report(engine, by, start, end, report.grid_co2_kg_per_kwh, prices)
+        row = next((r for r in rows if r.group == name), None)
+        weeks = weekly_history(engine, by, name, end)
+        who = {"user": name} if by is GroupBy.USER else {"account": name}
+        jobs = jobs_query(engine, JobFilters(since=start, limit=200, **who), now=end)
+        if row is None and not jobs and not any(w.gpu_hours for w in weeks):
+            page = _page(
+                f"no {by.value} {name}",
+                f"<h2>No {by.value} {escape(name)}</h2><p>No GPU job of this {by.value} in the last 8 weeks. "
+                'See the <a href="/jobs">low-utilization jobs</a>.</p>',
+            )
+            page.status_code = 404
+            return page
+        return _page(f"{by.value} {name}", group_body(by, name, row, weeks, jobs, end))
+
+    @router.get("/users/{name}", response_class=HTMLResponse)
+    def user_page(name: str) -> HTMLResponse:
+        return group_page(GroupBy.USER, name)
+
+    @router.get("/accounts/{name}", response_class=HTMLResponse)
+    def account_page(name: str) -> HTMLResponse:
+        return group_page(GroupBy.ACCOUNT, name)
+
     return router
 
 
@@ -250,7 +283,8 @@ def _job_body(view: JobView) -> str:
     ]
     parts = [f"<h2>Job {escape(job.job_id)}</h2><table><tr>"]
     parts += [f"<th>{k}</th>" for k, _ in facts] + ["</tr><tr>"]
-    parts += [f"<td>{_fmt(v)}</td>" for _, v in facts] + ["</tr></table>"]
+    linked = {"user": link(GroupBy.USER, job.user), "account": link(GroupBy.ACCOUNT, job.account)}
+    parts += [f"<td>{linked.get(k) or _fmt(v)}</td>" for k, v in facts] + ["</tr></table>"]
     summary = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_rows(view))
     parts.append(f"<h2>Summary</h2><table class=summary>{summary}</table>")
     parts.append("<h2>Per GPU, over the whole run</h2>" + _gpu_table(view))

@@ -149,9 +149,10 @@ def line_chart(
         parts.append(
             f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end" class="lbl">{y_format(v)}</text>'
         )
+    label = "%m-%d" if end - start > timedelta(days=2) else "%H:%M"  # weeks: dates, not midnights
     for t in _ticks(start, end):
         parts.append(
-            f'<text x="{x(t):.1f}" y="{top + ph + 14}" text-anchor="middle" class="lbl">{t:%H:%M}</text>'
+            f'<text x="{x(t):.1f}" y="{top + ph + 14}" text-anchor="middle" class="lbl">{t:{label}}</text>'
         )
     for i, s in enumerate(series):
         colour = s.colour or PALETTE[i % len(PALETTE)]

@@ -1,0 +1,111 @@
+"""The page of one user or account: its week in figures, its weekly trend, its recent jobs.
+
+The figures are the user's or account's row of ``gpuwatch report`` (:func:`gpuwatch.views.usage_report`
+over the last 7 days), the trend is :func:`gpuwatch.views.report.weekly_history`, the jobs are
+:func:`gpuwatch.views.jobs_query`'s: the same numbers as the CLI's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from urllib.parse import quote
+
+from gpuwatch.views import GroupBy, JobSummary, ReportRow
+from gpuwatch.views.report import WeekRow
+from gpuwatch.web import svg
+
+#: the URL path of each kind of group page
+PATHS = {GroupBy.USER: "users", GroupBy.ACCOUNT: "accounts"}
+
+
+def link(by: GroupBy, name: str | None) -> str:
+    """A user or account as a link to its page; '-' for none."""
+    if not name:
+        return "-"
+    return f'<a href="/{PATHS[by]}/{quote(name, safe="")}">{escape(name)}</a>'
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _figures(row: ReportRow | None) -> str:
+    if row is None:
+        return "<p>No GPU job of this group ran in the last 7 days.</p>"
+    trend = "-"
+    if row.wasted_share_week_before is not None and row.wasted_share_last_week is not None:
+        trend = f"{_pct(row.wasted_share_week_before)} &gt; {_pct(row.wasted_share_last_week)}"
+    cells = [
+        ("jobs", str(row.jobs)),
+        ("flagged", str(row.jobs_flagged)),
+        ("GPU-h", _num(row.gpu_hours)),
+        ("wasted GPU-h", f'<span data-value="{row.gpu_hours_wasted!r}">{_num(row.gpu_hours_wasted)}</span>'),
+        ("wasted", _pct(row.wasted_share)),
+        ("wasted, week before &gt; last", trend),
+        ("top cause", escape(row.top_cause or "-")),
+        ("GPU eff", _pct(row.gpu_efficiency)),
+        ("CPU eff", _pct(row.cpu_efficiency)),
+        ("mem eff", _pct(row.memory_efficiency)),
+        ("kWh", _num(row.energy_kwh, 2)),
+    ]
+    head = "".join(f"<th>{k}</th>" for k, _ in cells)
+    body = "".join(f"<td>{v}</td>" for _, v in cells)
+    return f"<table class=report><tr>{head}</tr><tr>{body}</tr></table>"
+
+
+def _trend(weeks: list[WeekRow]) -> str:
+    if not weeks:
+        return ""
+    start, end = weeks[0].start, weeks[-1].end
+    share = [svg.Series("wasted share", [(w.end, w.wasted_share) for w in weeks])]
+    hours = [
+        svg.Series("GPU-hours held", [(w.end, w.gpu_hours) for w in weeks]),
+        svg.Series("wasted", [(w.end, w.gpu_hours_wasted) for w in weeks]),
+    ]
+    return (
+        "<div class=charts>"
+        + svg.line_chart("wasted share, week by week", share, start, end, y_max=1.0, width=405)
+        + svg.line_chart(
+            "GPU-hours, week by week", hours, start, end, y_format=lambda v: f"{v:.0f}", width=405
+        )
+        + "</div>"
+    )
+
+
+def _jobs(rows: list[JobSummary], by: GroupBy) -> str:
+    if not rows:
+        return "<p>No jobs in the last 7 days.</p>"
+    other = GroupBy.ACCOUNT if by is GroupBy.USER else GroupBy.USER
+    out = [
+        f"<table class=jobs><tr><th>job</th><th>name</th><th>{other.value}</th><th>state</th><th>start</th>"
+        "<th>GPUs</th><th>mean util</th></tr>"
+    ]
+    for r in rows:
+        jid = escape(r.display_id)
+        start = "-" if r.start_at is None else f"{r.start_at:%Y-%m-%d %H:%M}"
+        whose = r.account if other is GroupBy.ACCOUNT else r.user
+        href = quote(r.display_id, safe="")
+        out.append(
+            f'<tr><td><a href="/jobs/{href}">{jid}</a></td><td>{escape(r.name or "-")}</td>'
+            f"<td>{link(other, whose)}</td><td>{escape(r.state or '-')}</td><td>{start}</td>"
+            f"<td>{r.gpus if r.gpus is not None else '-'}</td><td>{_pct(r.mean_util_ratio)}</td></tr>"
+        )
+    out.append("</table>")
+    return "".join(out)
+
+
+def group_body(
+    by: GroupBy, name: str, row: ReportRow | None, weeks: list[WeekRow], jobs: list[JobSummary], now: datetime
+) -> str:
+    """The page's body: the last 7 days' figures, 8 weeks of trend, the jobs of the last 7 days."""
+    return (
+        f"<h2>{escape(by.value.capitalize())} {escape(name)}</h2>"
+        f"<h3>Last 7 days (to {now:%Y-%m-%d %H:%M} UTC)</h3>{_figures(row)}"
+        f"<h3>Week by week</h3>{_trend(weeks)}"
+        f"<h3>Jobs</h3>{_jobs(jobs, by)}"
+    )
