@@ -482,6 +482,17 @@ verdicts = sa.Table(
 sa.Index("ix_verdicts_job_evaluated", verdicts.c.job_id, verdicts.c.evaluated_at)
 sa.Index("ix_verdicts_evaluated_cause", verdicts.c.evaluated_at, verdicts.c.cause)
 
+#: each job's newest evaluation time, kept by triggers on ``verdicts`` (migration 0010): the
+#: listing and the job page find a job's latest verdicts by this and the (job, time) index,
+#: without a pass over the verdict history
+newest_evaluations = sa.Table(
+    "newest_evaluations",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("evaluated_at", UtcDateTime, nullable=False),
+)
+sa.Index("ix_newest_evaluations_evaluated", newest_evaluations.c.evaluated_at)
+
 # --------------------------------------------------------------------------- alerts
 #: every notice ever decided: the alert worker's persistent queue (``gpuwatch/alerts/outbox.py``).
 #: ``dedup_key`` (SHA-256 of job, cause, window, recipient, channel, or of a digest's period) is

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.sql.schema import verdicts
+from gpuwatch.sql.schema import newest_evaluations, verdicts
 
 HEALTHY = Cause.HEALTHY.value
 #: the fallback cause "low, reason unknown": any cause a rule names is more actionable
@@ -106,13 +106,15 @@ class Evaluation:
 def latest_select(
     *, evaluated_since: datetime | None = None, job_ids: Sequence[str] | None = None
 ) -> sa.Select[Any]:
-    """The verdict rows of each job's newest evaluation (callers add joins and filters)."""
-    v = verdicts.c
-    latest = sa.select(v.job_id, sa.func.max(v.evaluated_at).label("at")).group_by(v.job_id)
+    """The verdict rows of each job's newest evaluation (callers add joins and filters): found by
+    ``newest_evaluations`` (kept by triggers on ``verdicts``) and the (job, time) index, not by a
+    pass over the verdict history."""
+    v, newest = verdicts.c, newest_evaluations.c
+    latest = sa.select(newest.job_id, newest.evaluated_at.label("at"))
     if evaluated_since is not None:
-        latest = latest.where(v.evaluated_at >= evaluated_since)
+        latest = latest.where(newest.evaluated_at >= evaluated_since)
     if job_ids is not None:
-        latest = latest.where(v.job_id.in_(list(job_ids)))
+        latest = latest.where(newest.job_id.in_(list(job_ids)))
     sub = latest.subquery("latest")
     return sa.select(verdicts).join(sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at))
 
