@@ -13,20 +13,23 @@ Naming (why not dcgm-exporter's names): DCGM field names carry DCGM's units - pe
 and Prometheus's own conventions use base units and ``0..1`` ratios with the unit in the name.
 Exporting DCGM names with gpuwatch's units would break every dashboard silently; exporting them
 with DCGM's units would make two unit systems in one exporter. So series are ``gpuwatch_*`` in
-base units, labels are dcgm-exporter's (``gpu``, ``UUID``, ``pci_bus_id``, ``modelName``,
-``Hostname``) so joins and ``by (...)`` clauses carry over, and each row names its DCGM field and
-the factor between them. :func:`dcgm_recording_rules` turns that into a Prometheus rules file
-that recreates the DCGM series (``DCGM_FI_DEV_GPU_UTIL = gpuwatch_gpu_utilization_ratio * 100``)
-for drop-in dashboards.
+base units with snake_case labels (``gpu``, ``uuid``, ``pci_bus_id``, ``model_name``,
+``hostname``: what Prometheus's conventions and ``promtool check metrics`` ask for), and each row
+names its DCGM field and the factor between them. :func:`dcgm_recording_rules` turns that into a
+Prometheus rules file that recreates the DCGM series with dcgm-exporter's label names too
+(``DCGM_FI_DEV_GPU_UTIL`` = ``gpuwatch_gpu_utilization_ratio * 100`` with ``UUID``,
+``modelName``, ``Hostname`` copied from the snake_case labels) for drop-in dashboards.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: labels on every per-GPU series; dcgm-exporter's names for the same things
-GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "pci_bus_id", "modelName", "Hostname")
-NODE_LABELS: tuple[str, ...] = ("Hostname",)
+#: labels on every per-GPU series (snake_case, as Prometheus's conventions ask)
+GPU_LABELS: tuple[str, ...] = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
+NODE_LABELS: tuple[str, ...] = ("hostname",)
+#: dcgm-exporter's names for the labels that differ, which the compatibility rules add
+DCGM_LABELS: dict[str, str] = {"uuid": "UUID", "model_name": "modelName", "hostname": "Hostname"}
 #: sample fields every kind has; documented once, not per kind
 COMMON_FIELDS = frozenset({"ts", "kind"})
 
@@ -92,8 +95,8 @@ _MEMINFO = "nvmlDeviceGetMemoryInfo (v2 where available)"
 CATALOG: tuple[Entry, ...] = (
     # ---------------------------------------------------------------- GPU identity and state
     _gpu("gpu_index", None, "-", "label", "NVML device index, label `gpu`.", "nvmlDeviceGetHandleByIndex"),
-    _gpu("uuid", None, "-", "label", "GPU UUID, label `UUID`.", "nvmlDeviceGetUUID"),
-    _gpu("name", None, "-", "label", "Product name, label `modelName`.", "nvmlDeviceGetName"),
+    _gpu("uuid", None, "-", "label", "GPU UUID, label `uuid`.", "nvmlDeviceGetUUID"),
+    _gpu("name", None, "-", "label", "Product name, label `model_name`.", "nvmlDeviceGetName"),
     _gpu("pci_bus_id", None, "-", "label", "PCI bus id, label `pci_bus_id`.", "nvmlDeviceGetPciInfo"),
     _gpu(
         "state",
@@ -495,22 +498,22 @@ CATALOG: tuple[Entry, ...] = (
         "/proc/<pid>/cgroup, /proc/<pid>/environ",
         ALL,
         "gpuwatch_gpu_job_info",
-        ("gpu", "UUID", "job_id", "user", "Hostname"),
+        ("gpu", "uuid", "job_id", "user", "hostname"),
     ),
     Entry(
         "attribution",
         "job_id",
         "-",
         "info",
-        "Constant 1 per GPU -> Slurm job pair: join on gpu/UUID/Hostname instead of a job label "
-        "on every GPU series (`* on (Hostname, gpu) group_left(job_id) gpuwatch_gpu_job_info`).",
+        "Constant 1 per GPU -> Slurm job pair: join on gpu/uuid/hostname instead of a job label "
+        "on every GPU series (`* on (hostname, gpu) group_left(job_id) gpuwatch_gpu_job_info`).",
         "prolog file /run/gpuwatch/gpu/<index>, process cgroup, environ",
         ALL,
         "gpuwatch_gpu_job_info",
-        ("gpu", "UUID", "job_id", "user", "Hostname"),
+        ("gpu", "uuid", "job_id", "user", "hostname"),
     ),
     Entry("attribution", "gpu_index", "-", "label", "Label `gpu` of the job info.", "attribution", ALL),
-    Entry("attribution", "gpu_uuid", "-", "label", "Label `UUID` of the job info.", "attribution", ALL),
+    Entry("attribution", "gpu_uuid", "-", "label", "Label `uuid` of the job info.", "attribution", ALL),
     Entry("attribution", "user", "-", "label", "Label `user` of the job info.", "prolog file / uid", ALL),
     Entry("attribution", "uid", "-", "wire", "Numeric uid of the job's user.", "prolog file", ALL),
     Entry("attribution", "source", "-", "wire", "prolog, process or environ.", "attribution", ALL),
@@ -531,15 +534,19 @@ CATALOG: tuple[Entry, ...] = (
         Entry("mig", name, "-", "label", text, src, "MIG mode")
         for name, text, src in (
             ("gpu_index", "Parent GPU index, label `gpu`.", "nvmlDeviceGetMigDeviceHandleByIndex"),
-            ("parent_uuid", "Parent GPU UUID, label `UUID`.", "nvmlDeviceGetUUID(parent)"),
+            ("parent_uuid", "Parent GPU UUID, label `uuid`.", "nvmlDeviceGetUUID(parent)"),
             ("mig_index", "MIG slot, label `mig_index`.", "nvmlDeviceGetMigDeviceHandleByIndex"),
             ("uuid", "MIG device UUID, label `mig_uuid`.", "nvmlDeviceGetUUID(MIG handle)"),
             (
                 "gpu_instance_id",
-                "GPU instance, label `GPU_I_ID` (as dcgm-exporter).",
+                "GPU instance, label `gpu_i_id` (dcgm-exporter: `GPU_I_ID`).",
                 "nvmlDeviceGetGpuInstanceId",
             ),
-            ("compute_instance_id", "Compute instance, label `GPU_CI_ID`.", "nvmlDeviceGetComputeInstanceId"),
+            (
+                "compute_instance_id",
+                "Compute instance, label `gpu_ci_id` (dcgm-exporter: `GPU_CI_ID`).",
+                "nvmlDeviceGetComputeInstanceId",
+            ),
         )
     ),
     *(
@@ -552,7 +559,7 @@ CATALOG: tuple[Entry, ...] = (
             src,
             "MIG mode",
             prom,
-            ("gpu", "UUID", "Hostname", "mig_index", "mig_uuid", "GPU_I_ID", "GPU_CI_ID"),
+            ("gpu", "uuid", "hostname", "mig_index", "mig_uuid", "gpu_i_id", "gpu_ci_id"),
         )
         for name, prom, unit, text, src in (
             (
@@ -941,7 +948,8 @@ def help_text(name: str) -> str:
 def dcgm_recording_rules() -> str:
     """A Prometheus rules file recreating dcgm-exporter's series from gpuwatch's.
 
-    Load it with ``rule_files:`` in prometheus.yml; labels are kept, so a DCGM dashboard that
+    Load it with ``rule_files:`` in prometheus.yml. Each series gets dcgm-exporter's label names
+    (``UUID``, ``modelName``, ``Hostname``) copied from gpuwatch's, so a DCGM dashboard that
     filters on ``gpu``/``UUID``/``modelName``/``Hostname`` works unchanged.
     """
     lines = ["groups:", "  - name: gpuwatch_dcgm_compat", "    rules:"]
@@ -949,7 +957,9 @@ def dcgm_recording_rules() -> str:
         if not (entry.dcgm and entry.prometheus and entry.dcgm_scale is not None):
             continue
         expr = entry.prometheus if entry.dcgm_scale == 1 else f"{entry.prometheus} * {entry.dcgm_scale:.10g}"
-        lines += [f"      - record: {entry.dcgm}", f"        expr: {expr}"]
+        for ours, theirs in DCGM_LABELS.items():
+            expr = f'label_replace({expr}, "{theirs}", "$1", "{ours}", "(.*)")'
+        lines += [f"      - record: {entry.dcgm}", f"        expr: '{expr}'"]
     return "\n".join(lines) + "\n"
 
 
@@ -966,8 +976,9 @@ def markdown() -> str:
         'print(c.markdown(), end="")\' > docs/metrics.md`); a test keeps it current and holds the '
         "exporter and the wire to it.",
         "",
-        "Every series on the agent's `/metrics` carries `Hostname`; per-GPU series also `gpu`, `UUID`, "
-        "`pci_bus_id`, `modelName` (dcgm-exporter's label names). Series are `gpuwatch_*` in base units "
+        "Every series on the agent's `/metrics` carries `hostname`; per-GPU series also `gpu`, `uuid`, "
+        "`pci_bus_id`, `model_name` (snake_case, as `promtool check metrics` asks; the compatibility rules "
+        "below add dcgm-exporter's `Hostname`, `UUID`, `modelName`). Series are `gpuwatch_*` in base units "
         "(ratios 0..1, bytes, watts, hertz, joules); the **DCGM** column names the dcgm-exporter field with "
         "the same meaning and the factor from gpuwatch's value to DCGM's. A value NVML cannot give is an "
         "absent series, never 0. Slurm jobs are not a label on GPU series: `gpuwatch_gpu_job_info` is one "

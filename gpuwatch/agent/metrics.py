@@ -8,9 +8,9 @@ come from :mod:`gpuwatch.catalog` (its docstring says why the names are ``gpuwat
 dcgm-exporter's labels); a value the wire has as None is an absent series, never 0.
 
 Slurm jobs are not a label on GPU series, which would start a new series per job on every
-metric: ``gpuwatch_gpu_job_info{gpu, UUID, job_id, user, Hostname} 1`` says which job holds
+metric: ``gpuwatch_gpu_job_info{gpu, uuid, job_id, user, hostname} 1`` says which job holds
 which GPU (from the batch's attribution samples, and from ``GpuProcess.job_id``), and a query
-joins it: ``gpuwatch_gpu_utilization_ratio * on (Hostname, gpu) group_left(job_id)
+joins it: ``gpuwatch_gpu_utilization_ratio * on (hostname, gpu) group_left(job_id)
 gpuwatch_gpu_job_info``.
 
 :func:`start_metrics_server` serves it on its own registry (no default process/platform
@@ -142,7 +142,7 @@ class AgentMetrics:
         out = _Families()
         if batch is not None:
             self._collect_batch(out, batch)
-            host = {"Hostname": batch.node}
+            host = {"hostname": batch.node}
             for (key, code), count in sorted(xid_totals.items()):
                 out.add("gpuwatch_gpu_xid_errors_total", {**_labels(key), "xid": str(code)}, count)
             for key, code in sorted(xid_last.items()):
@@ -202,14 +202,14 @@ class AgentMetrics:
                 self._collect_agent(out, sample, node)
                 for entry in by_kind.get("agent", []):
                     out.add(
-                        entry.prometheus or "", {"Hostname": node}, float(getattr(sample, entry.field or ""))
+                        entry.prometheus or "", {"hostname": node}, float(getattr(sample, entry.field or ""))
                     )
             else:
                 for entry in by_kind.get(kind, []):
                     value = getattr(sample, entry.field or "", None)
                     if value is None:
                         continue
-                    labels = {"Hostname": node}
+                    labels = {"hostname": node}
                     for label in entry.labels[1:]:
                         labels[label] = str(getattr(sample, _LABEL_ATTRS[label]))
                     out.add(entry.prometheus or "", labels, float(value))
@@ -220,7 +220,7 @@ class AgentMetrics:
     def _collect_agent(out: _Families, sample: AgentSample, node: str) -> None:
         errors = sample.collector_errors or {}
         for name, seconds in sorted((sample.collector_seconds or {}).items()):
-            labels = {"Hostname": node, "collector": name}
+            labels = {"hostname": node, "collector": name}
             out.add("gpuwatch_agent_collector_duration_seconds", labels, seconds)
             out.add("gpuwatch_agent_collector_success", labels, 0 if name in errors else 1)
 
@@ -235,12 +235,12 @@ class AgentMetrics:
             parents[device.gpu_index] = device.parent_uuid
             labels = {
                 "gpu": str(device.gpu_index),
-                "UUID": device.parent_uuid or "",
-                "Hostname": node,
+                "uuid": device.parent_uuid or "",
+                "hostname": node,
                 "mig_index": str(device.mig_index),
                 "mig_uuid": device.uuid or "",
-                "GPU_I_ID": "" if device.gpu_instance_id is None else str(device.gpu_instance_id),
-                "GPU_CI_ID": "" if device.compute_instance_id is None else str(device.compute_instance_id),
+                "gpu_i_id": "" if device.gpu_instance_id is None else str(device.gpu_instance_id),
+                "gpu_ci_id": "" if device.compute_instance_id is None else str(device.compute_instance_id),
             }
             for field, name in (
                 ("memory_used_bytes", "gpuwatch_gpu_mig_memory_used_bytes"),
@@ -265,7 +265,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def _job_labels(index: int, uuid: str | None, job_id: str, user: str | None, node: str) -> dict[str, str]:
-    return {"gpu": str(index), "UUID": uuid or "", "job_id": job_id, "user": user or "", "Hostname": node}
+    return {"gpu": str(index), "uuid": uuid or "", "job_id": job_id, "user": user or "", "hostname": node}
 
 
 @dataclass

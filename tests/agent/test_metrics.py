@@ -66,7 +66,7 @@ def exported_names(collector: AgentMetrics) -> set[str]:
 
 def test_values_units_and_dcgm_labels(metrics: AgentMetrics) -> None:
     s = parsed(metrics)
-    gpu0 = {"gpu": "0", "Hostname": NODE}
+    gpu0 = {"gpu": "0", "hostname": NODE}
     assert value(s, "gpuwatch_gpu_utilization_ratio", **gpu0) == pytest.approx(0.87)
     assert value(s, "gpuwatch_gpu_memory_used_bytes", **gpu0) == 100 * 1024**3
     assert value(s, "gpuwatch_gpu_power_watts", **gpu0) == pytest.approx(650.0)
@@ -78,8 +78,8 @@ def test_values_units_and_dcgm_labels(metrics: AgentMetrics) -> None:
     assert value(s, "gpuwatch_gpu_clocks_event_active", reason="sw_power_cap", **gpu0) == 1
     assert value(s, "gpuwatch_gpu_clocks_event_active", reason="hw_slowdown", **gpu0) == 0
     labels = s["gpuwatch_gpu_utilization_ratio"][0][0]
-    assert set(labels) == {"gpu", "UUID", "pci_bus_id", "modelName", "Hostname"}
-    assert labels["modelName"] == "NVIDIA H200" and labels["UUID"].startswith("GPU-")
+    assert set(labels) == {"gpu", "uuid", "pci_bus_id", "model_name", "hostname"}
+    assert labels["model_name"] == "NVIDIA H200" and labels["uuid"].startswith("GPU-")
     assert value(s, "gpuwatch_node_cpu_busy_ratio") == 0.5
     assert value(s, "gpuwatch_node_ib_rx_bytes_per_second", device="mlx5_0", port="1") == 5e9
     assert value(s, "gpuwatch_job_memory_used_bytes", job_id="555") == 64 * 1024**3
@@ -99,7 +99,7 @@ def test_job_is_an_info_series_not_a_label(metrics: AgentMetrics) -> None:
     assert jobs == [("0", "555", "alice"), ("0", "777", "")]
     uuid0 = value(s, "gpuwatch_gpu_up", gpu="0")
     assert uuid0 == 1
-    info_uuid = {lab["UUID"] for lab, _ in s["gpuwatch_gpu_job_info"]}
+    info_uuid = {lab["uuid"] for lab, _ in s["gpuwatch_gpu_job_info"]}
     assert info_uuid == {"GPU-00000000-0000-0000-0000-000000000000"}  # filled in from the GPU sample
     for name, rows in s.items():
         if name != "gpuwatch_gpu_job_info" and name.startswith("gpuwatch_gpu_"):
@@ -129,9 +129,9 @@ def test_xid_counts_accumulate_over_batches(node: tuple[FakeNvml, NvmlBackend]) 
 def test_mig_devices(metrics: AgentMetrics) -> None:
     s = parsed(metrics)
     assert value(s, "gpuwatch_gpu_mig_devices", gpu="1") == 2
-    assert value(s, "gpuwatch_gpu_mig_devices", gpu="1", modelName="NVIDIA A100-SXM4-80GB") == 2
-    assert value(s, "gpuwatch_gpu_mig_memory_used_bytes", gpu="1", GPU_I_ID="1") == 1024**3
-    assert value(s, "gpuwatch_gpu_mig_memory_total_bytes", gpu="1", GPU_I_ID="2") == 40 * 1024**3
+    assert value(s, "gpuwatch_gpu_mig_devices", gpu="1", model_name="NVIDIA A100-SXM4-80GB") == 2
+    assert value(s, "gpuwatch_gpu_mig_memory_used_bytes", gpu="1", gpu_i_id="1") == 1024**3
+    assert value(s, "gpuwatch_gpu_mig_memory_total_bytes", gpu="1", gpu_i_id="2") == 40 * 1024**3
 
 
 def test_exported_names_are_exactly_the_catalog(metrics: AgentMetrics) -> None:
@@ -167,7 +167,7 @@ def test_every_wire_field_is_catalogued_and_every_catalogued_field_exists() -> N
         assert entry.type in {"gauge", "counter", "info", "label", "wire"}, entry
         assert (entry.prometheus is None) == (entry.type in {"label", "wire"}), entry
         if entry.prometheus:
-            assert entry.prometheus.startswith("gpuwatch_") and "Hostname" in entry.labels, entry
+            assert entry.prometheus.startswith("gpuwatch_") and "hostname" in entry.labels, entry
             assert entry.prometheus.endswith("_total") == (entry.type == "counter"), entry
 
 
@@ -180,11 +180,16 @@ def test_docs_metrics_md_is_current() -> None:
 
 def test_dcgm_recording_rules() -> None:
     rules = catalog.dcgm_recording_rules()
-    assert (
-        "      - record: DCGM_FI_DEV_GPU_UTIL\n        expr: gpuwatch_gpu_utilization_ratio * 100\n" in rules
+    dcgm_names = (
+        '"UUID", "$1", "uuid", "(.*)"), "modelName", "$1", "model_name", "(.*)"), '
+        '"Hostname", "$1", "hostname"'
     )
-    assert "expr: gpuwatch_gpu_memory_used_bytes * 9.536743164e-07" in rules
-    assert "      - record: DCGM_FI_PROF_SM_ACTIVE\n        expr: gpuwatch_gpu_sm_active_ratio\n" in rules
+    assert (
+        "      - record: DCGM_FI_DEV_GPU_UTIL\n        expr: 'label_replace(label_replace(label_replace("
+        f'gpuwatch_gpu_utilization_ratio * 100, {dcgm_names}, "(.*)")\'\n' in rules
+    )
+    assert "label_replace(gpuwatch_gpu_memory_used_bytes * 9.536743164e-07, " in rules
+    assert "label_replace(gpuwatch_gpu_sm_active_ratio, " in rules
 
 
 class _CountingBackend(GpuBackend):
@@ -237,7 +242,10 @@ def test_http_server_serves_and_stops(metrics: AgentMetrics) -> None:
         with urllib.request.urlopen(server.url, timeout=5) as response:
             body = response.read().decode()
             assert response.headers["Content-Type"].startswith("text/plain")
-        assert 'gpuwatch_gpu_utilization_ratio{Hostname="gpu-node-07"' in body
+        assert any(
+            line.startswith("gpuwatch_gpu_utilization_ratio{") and 'hostname="gpu-node-07"' in line
+            for line in body.splitlines()
+        )
         assert "process_cpu_seconds_total" not in body  # its own registry, not the default one
     finally:
         server.close()
@@ -256,5 +264,5 @@ def test_updates_replace_the_batch(node: tuple[FakeNvml, NvmlBackend]) -> None:
     collector.update(later)
     s = parsed(collector)
     assert s["gpuwatch_gpu_utilization_ratio"] == [
-        ({"gpu": "0", "UUID": "", "pci_bus_id": "", "modelName": "", "Hostname": NODE}, 0.25)
+        ({"gpu": "0", "uuid": "", "pci_bus_id": "", "model_name": "", "hostname": NODE}, 0.25)
     ]

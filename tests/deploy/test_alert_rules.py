@@ -26,7 +26,7 @@ RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-alerts.rules.yml"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 DAEMON = {"job": "gpuwatch-daemon", "instance": "d1:8470"}
-AGENT = {"job": "gpuwatch-agent", "instance": "gpu017", "Hostname": "gpu017"}
+AGENT = {"job": "gpuwatch-agent", "instance": "gpu017", "hostname": "gpu017"}
 
 
 def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -104,11 +104,11 @@ CASES = {
             _series("gpuwatch_agent_cycles_total", AGENT, "0+6x45"),
             _series("gpuwatch_agent_sent_batches_total", AGENT, "0+6x10 60x35"),
             _series(
-                "gpuwatch_agent_cycles_total", {**AGENT, "instance": "gpu018", "Hostname": "gpu018"}, "0+6x45"
+                "gpuwatch_agent_cycles_total", {**AGENT, "instance": "gpu018", "hostname": "gpu018"}, "0+6x45"
             ),
             _series(
                 "gpuwatch_agent_sent_batches_total",
-                {**AGENT, "instance": "gpu018", "Hostname": "gpu018"},
+                {**AGENT, "instance": "gpu018", "hostname": "gpu018"},
                 "0+6x45",
             ),
         ],

@@ -136,13 +136,13 @@ def test_prometheus_scrapes_the_agent(prometheus: str) -> None:
     util = wait_for(prometheus, 'gpuwatch_gpu_utilization_ratio{gpu="0"}')
     (series,) = util
     assert float(series["value"][1]) == pytest.approx(0.87)
-    assert series["metric"]["Hostname"] == NODE and series["metric"]["modelName"] == "NVIDIA H200"
+    assert series["metric"]["hostname"] == NODE and series["metric"]["model_name"] == "NVIDIA H200"
     energy = wait_for(prometheus, 'gpuwatch_gpu_energy_joules_total{gpu="0"}')
     assert float(energy[0]["value"][1]) > 0
     # the job is joined in, not a label of the GPU series
     joined = wait_for(
         prometheus,
-        "gpuwatch_gpu_utilization_ratio * on (Hostname, gpu) group_left(job_id, user) "
+        "gpuwatch_gpu_utilization_ratio * on (hostname, gpu) group_left(job_id, user) "
         'gpuwatch_gpu_job_info{job_id="555"}',
     )
     assert [(s["metric"]["job_id"], s["metric"]["user"]) for s in joined] == [("555", "alice")]
@@ -155,6 +155,11 @@ def test_prometheus_scrapes_the_agent(prometheus: str) -> None:
 def test_dcgm_compatibility_rules_evaluate(prometheus: str) -> None:
     dcgm = wait_for(prometheus, 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}')
     assert float(dcgm[0]["value"][1]) == pytest.approx(87.0)
+    # with dcgm-exporter's label names, so its dashboards' filters and joins work
+    labels = dcgm[0]["metric"]
+    assert (labels["Hostname"], labels["modelName"]) == (NODE, "NVIDIA H200") and labels["UUID"].startswith(
+        "GPU-"
+    )
     fb = wait_for(prometheus, 'DCGM_FI_DEV_FB_USED{gpu="0"}')
     assert float(fb[0]["value"][1]) == pytest.approx(100 * 1024)  # MiB, as dcgm-exporter
     clock = wait_for(prometheus, 'DCGM_FI_DEV_SM_CLOCK{gpu="0"}')
