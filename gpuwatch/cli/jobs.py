@@ -187,6 +187,18 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
 
 #: what an empty table says instead
 NO_JOBS = "no jobs match (widen --since, or drop a filter)"
+#: rows a table shows without --limit or --all: a terminal is not a report (JSON/CSV get all)
+TABLE_PAGE = 50
+
+
+def page(rows: list[Any], fmt: OutputFormat, limit: int | None, everything: bool) -> tuple[list[Any], str]:
+    """The rows to render and, for a table cut to :data:`TABLE_PAGE`, the line that says so."""
+    if fmt is not OutputFormat.TABLE or limit is not None or everything or len(rows) <= TABLE_PAGE:
+        return rows, ""
+    more = len(rows) - TABLE_PAGE
+    return rows[:TABLE_PAGE], (
+        f"{more} more job(s) not shown: --limit N for more, --all for every one, or --format json/csv"
+    )
 
 
 def render_jobs(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> str:
@@ -222,6 +234,12 @@ def job_rows(engine: Any, filters: JobFilters, now: datetime) -> list[dict[str, 
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N jobs (newest first).")
 @click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help=f"Every job in a table (without it a table stops at {TABLE_PAGE}; JSON and CSV always have all).",
+)
+@click.option(
     "--low-util",
     is_flag=True,
     help="Only jobs whose latest verdict is not healthy: cause, GPU-hours wasted, evidence.",
@@ -239,7 +257,7 @@ def job_rows(engine: Any, filters: JobFilters, now: datetime) -> list[dict[str, 
     help="With --low-util: most GPU-hours wasted, lowest util, longest, or newest start first.",
 )
 @click.pass_obj
-def jobs(ctx: Context, fmt: str, **options: Any) -> None:
+def jobs(ctx: Context, fmt: str, everything: bool, **options: Any) -> None:
     """Running and recent Slurm jobs: their GPUs (node:index) and mean GPU utilization.
 
     With --low-util: the jobs the classifier found wasting GPUs, and why.
@@ -252,13 +270,18 @@ def jobs(ctx: Context, fmt: str, **options: Any) -> None:
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
     now = utcnow()
+    output, limit = OutputFormat(fmt), options.get("limit")
     if options.get("low_util") or options.get("cause"):
         found = low_util_jobs(engine, low_util_filters(options, now), now=now)
+        shown, more = page(found, output, limit, everything)
         title = f"Jobs with low GPU use (since {options['since']}, by {options['sort']})"
-        click.echo(render_low_util(found, OutputFormat(fmt), title))
-        return
-    rows = job_rows(engine, filters_from_options(options, now), now)
-    click.echo(render_jobs(rows, OutputFormat(fmt), f"Slurm jobs (since {options['since']})"))
+        click.echo(render_low_util(shown, output, title))
+    else:
+        rows = job_rows(engine, filters_from_options(options, now), now)
+        shown, more = page(rows, output, limit, everything)
+        click.echo(render_jobs(shown, output, f"Slurm jobs (since {options['since']})"))
+    if more:
+        click.echo(more)
 
 
 def register(cli: click.Group) -> None:

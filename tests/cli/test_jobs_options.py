@@ -50,3 +50,37 @@ def test_tables_fit_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     wide = render(rows, columns, OutputFormat.TABLE)
     assert max(len(line) for line in wide.splitlines()) > 80
     assert render(rows, columns, OutputFormat.CSV).count("x") == 60  # CSV is never cut
+
+
+def test_a_table_stops_at_a_page_and_says_how_many_more(empty_db: str) -> None:
+    from datetime import timedelta
+
+    from gpuwatch.cli.jobs import TABLE_PAGE
+    from gpuwatch.clock import utcnow
+    from gpuwatch.sql.schema import slurm_jobs
+
+    engine = create_engine(empty_db)
+    start = utcnow() - timedelta(hours=1)
+    count = TABLE_PAGE + 7
+    with engine.begin() as conn:
+        conn.execute(
+            slurm_jobs.insert(),
+            [{"job_id": str(1000 + i), "source": "test", "state": "RUNNING", "gpus": 1, "start_at": start,
+              "first_seen_at": start, "updated_at": start} for i in range(count)],
+        )  # fmt: skip
+    engine.dispose()
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["--db", empty_db, "jobs", "--since", "1d", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    def shown(output: str) -> int:
+        return sum(f"│ {1000 + i} " in output for i in range(count))
+
+    table = run()
+    assert shown(table) == TABLE_PAGE and "7 more job(s) not shown: --limit N for more, --all" in table
+    assert shown(run("--all")) == count and "more job(s)" not in run("--all")
+    limited = run("--limit", "5")
+    assert shown(limited) == 5 and "more job(s)" not in limited  # asked for: no footer
+    assert len(json.loads(run("--format", "json"))) == count  # JSON is never cut
