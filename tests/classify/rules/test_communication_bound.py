@@ -1,0 +1,153 @@
+"""The communication_bound rule: a multi-GPU job with heavy NVLink traffic per GPU (or, across
+nodes, heavy NIC/IB traffic per node) while its SMs are mostly inactive. Without GPM it is
+claimed weakly, only when NVML utilization is low too (collectives read as busy), else Skipped."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch.classify.rules import communication_bound
+from gpuwatch.classify.verdict import Cause, Skipped, Verdict
+from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
+
+from .window import window
+
+#: two H200s on one node waiting on all-reduce: NVLink busy, SMs 20 % active, NVML reads busy
+NVLINK_BOUND = {
+    "gpu_count": 2, "gpus_with_data": 2, "gpu_hours": 2.0, "nvlink_bytes_per_s": 150e9,
+    "sm_active": 0.2, "util_mean": 0.9,
+}  # fmt: skip
+
+#: two nodes of four GPUs each, waiting on InfiniBand
+NETWORK_BOUND = {
+    "gpu_count": 8, "gpus_with_data": 8, "node_count": 2, "gpu_hours": 8.0, "nvlink_bytes_per_s": 1e9,
+    "network_bytes_per_s": 5e9, "ib_bytes_per_s": 4.5e9, "nic_bytes_per_s": 0.5e9, "sm_active": 0.3,
+    "util_mean": 0.85,
+}  # fmt: skip
+
+
+def nvlink_bound(**changes: object):
+    return window(**{**NVLINK_BOUND, **changes})
+
+
+def network_bound(**changes: object):
+    return window(**{**NETWORK_BOUND, **changes})
+
+
+def test_heavy_nvlink_with_idle_sms() -> None:
+    v = communication_bound.rule(nvlink_bound(), T)
+    assert isinstance(v, Verdict) and v.cause is Cause.COMMUNICATION_BOUND and v.confidence == 0.85
+    assert v.gpu_hours_wasted == pytest.approx(1.6)  # 1 - SM activity of two GPU-hours
+    assert v.summary == (
+        "job j1: 2 GPU(s) on 1 node(s) bound by communication — NVLink 150.0 GB/s per GPU, SM activity 20%"
+    )
+    signals = v.evidence["signals"]
+    assert signals["gpu_count"] == 2 and signals["node_count"] == 1
+    assert signals["nvlink_bytes_per_s"] == 150e9
+    assert signals["sm_active"] == 0.2 and signals["util_mean"] == 0.9
+    assert "network_bytes_per_s" not in signals  # one node: the network is not looked at
+    assert v.evidence["missing"] == []
+
+
+def test_heavy_network_across_nodes() -> None:
+    v = communication_bound.rule(network_bound(), T)
+    assert isinstance(v, Verdict) and v.confidence == 0.85
+    assert v.gpu_hours_wasted == pytest.approx(5.6)
+    assert "8 GPU(s) on 2 node(s)" in v.summary and "network 5.0 GB/s per node" in v.summary
+    assert "NVLink" not in v.summary
+    signals = v.evidence["signals"]
+    assert signals["network_bytes_per_s"] == 5e9
+    assert signals["ib_bytes_per_s"] == 4.5e9 and signals["nic_bytes_per_s"] == 0.5e9
+
+
+def test_both_nvlink_and_network() -> None:
+    v = communication_bound.rule(network_bound(nvlink_bytes_per_s=120e9), T)
+    assert isinstance(v, Verdict)
+    assert "NVLink 120.0 GB/s per GPU, network 5.0 GB/s per node, SM activity 30%" in v.summary
+
+
+def test_a_healthy_window_is_not_communication_bound() -> None:
+    assert communication_bound.rule(window(), T) is None
+    assert communication_bound.rule(window(gpu_count=2, gpus_with_data=2, nvlink_bytes_per_s=5e9), T) is None
+
+
+def test_one_gpu_is_never_communication_bound() -> None:
+    assert communication_bound.rule(nvlink_bound(gpu_count=1, gpus_with_data=1), T) is None
+
+
+def test_busy_sms_with_heavy_traffic_are_healthy() -> None:
+    assert communication_bound.rule(nvlink_bound(sm_active=0.8), T) is None
+
+
+def test_an_idle_gpu_is_not_communication_bound() -> None:
+    assert communication_bound.rule(nvlink_bound(idle_gpus=("n1/gpu1",)), T) is None
+
+
+def test_heavy_network_on_one_node_is_not_looked_at() -> None:
+    """Per-node NIC traffic of a one-node job is not GPU-to-GPU traffic (storage, say)."""
+    one_node = nvlink_bound(nvlink_bytes_per_s=1e9, network_bytes_per_s=10 * T.network_high_bytes_per_s)
+    assert communication_bound.rule(one_node, T) is None
+
+
+@pytest.mark.parametrize(("gpus", "fires"), [(1, False), (2, True)])
+def test_the_gpu_count(gpus: int, fires: bool) -> None:
+    v = communication_bound.rule(nvlink_bound(gpu_count=gpus, gpus_with_data=gpus), T)
+    assert isinstance(v, Verdict) is fires
+
+
+@pytest.mark.parametrize(
+    ("nvlink", "fires"), [(T.nvlink_high_bytes_per_s, True), (T.nvlink_high_bytes_per_s * 0.99, False)]
+)
+def test_the_nvlink_threshold(nvlink: float, fires: bool) -> None:
+    v = communication_bound.rule(nvlink_bound(nvlink_bytes_per_s=nvlink), T)
+    assert isinstance(v, Verdict) is fires
+
+
+@pytest.mark.parametrize(
+    ("network", "fires"), [(T.network_high_bytes_per_s, True), (T.network_high_bytes_per_s * 0.99, False)]
+)
+def test_the_network_threshold(network: float, fires: bool) -> None:
+    v = communication_bound.rule(network_bound(network_bytes_per_s=network), T)
+    assert isinstance(v, Verdict) is fires
+
+
+@pytest.mark.parametrize(
+    ("sm_active", "fires"), [(T.sm_active_low_ratio, False), (T.sm_active_low_ratio - 0.01, True)]
+)
+def test_the_sm_activity_threshold(sm_active: float, fires: bool) -> None:
+    v = communication_bound.rule(nvlink_bound(sm_active=sm_active), T)
+    assert isinstance(v, Verdict) is fires
+
+
+def test_without_gpm_and_low_util_a_weak_claim() -> None:
+    no_gpm = nvlink_bound(has_gpm=False, sm_active=None, util_mean=0.3)
+    v = communication_bound.rule(no_gpm, T)
+    assert isinstance(v, Verdict) and v.cause is Cause.COMMUNICATION_BOUND and v.confidence == 0.55
+    assert v.gpu_hours_wasted == pytest.approx(1.4)  # 1 - NVML utilization
+    assert v.summary.endswith("NVLink 150.0 GB/s per GPU, SM activity n/a")
+    assert v.evidence["missing"] == ["sm_active"]
+    assert v.evidence["notes"] == ["no GPM on this card: SM activity unknown"]
+
+
+def test_without_gpm_and_busy_util_it_cannot_tell() -> None:
+    skipped = communication_bound.rule(nvlink_bound(has_gpm=False, sm_active=None), T)
+    assert isinstance(skipped, Skipped) and skipped.cause is Cause.COMMUNICATION_BOUND
+    assert "without GPM SM activity" in skipped.reason
+
+
+@pytest.mark.parametrize(("util", "fires"), [(T.util_busy_ratio, False), (T.util_busy_ratio - 0.01, True)])
+def test_without_gpm_the_util_busy_threshold(util: float, fires: bool) -> None:
+    outcome = communication_bound.rule(nvlink_bound(has_gpm=False, sm_active=None, util_mean=util), T)
+    assert isinstance(outcome, Verdict if fires else Skipped)
+
+
+def test_without_gpm_or_util_it_cannot_tell() -> None:
+    outcome = communication_bound.rule(nvlink_bound(has_gpm=False, sm_active=None, util_mean=None), T)
+    assert isinstance(outcome, Skipped)
+
+
+def test_without_traffic_counters_no_verdict() -> None:
+    """No NVLink counter on one node: nothing to claim, and nothing Skipped either."""
+    assert communication_bound.rule(nvlink_bound(nvlink_bytes_per_s=None), T) is None
+    multi = network_bound(nvlink_bytes_per_s=None, network_bytes_per_s=None)
+    assert communication_bound.rule(multi, T) is None
