@@ -60,7 +60,16 @@ def gpu_minutes_of_jobs(conn: sa.Connection, start: datetime, end: datetime) -> 
     """``gpu_minutes`` of ``[start, end)`` joined to the jobs that held each GPU at that minute."""
     j, jg, n, m = slurm_jobs.c, job_gpus.c, nodes.c, gpu_minutes.c
     return (
-        slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
+        # only the jobs that overlap the span: each earlier job of a GPU would join every minute
+        # of it before the time filter drops it (a cost that grew with the GPU's job history)
+        slurm_jobs.join(
+            job_gpus,
+            sa.and_(
+                jg.job_id == j.job_id,
+                j.start_at < end,
+                sa.or_(j.end_at.is_(None), j.end_at > start),
+            ),
+        )
         .join(nodes, n.name == jg.node)
         .join(
             gpu_minutes,
