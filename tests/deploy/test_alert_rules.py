@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from prometheus_client import REGISTRY
 import gpuwatch.daemon.admission
 import gpuwatch.daemon.ingest  # noqa: F401  (registers the daemon's metrics)
 from gpuwatch import catalog
+from tests.prometheus.test_prometheus_scrape import require_promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-alerts.rules.yml"
@@ -128,13 +128,7 @@ CASES = {
 
 
 def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool not installed (tests/prometheus/install.sh installs it)"
-        if IN_CI:
-            pytest.fail(message + " (CI=true: the alert rule tests must run)")
-        pytest.skip(message)
-    return found
+    return require_promtool("the alert rule tests")
 
 
 def _run_promtool_tests(tmp_path: Path, tests: list[dict]) -> subprocess.CompletedProcess:

@@ -40,6 +40,17 @@ def require_prometheus() -> str:
     pytest.skip(message)
 
 
+def require_promtool(what: str) -> str:
+    """promtool's path; without it ``what`` is skipped locally and fails in CI."""
+    found = shutil.which("promtool")
+    if found is None:
+        message = "promtool not installed (tests/prometheus/install.sh installs it)"
+        if IN_CI:
+            pytest.fail(message + f" (CI=true: {what} must run)")
+        pytest.skip(message)
+    return found
+
+
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[MetricsServer]:
     fake, backend = fake_node()

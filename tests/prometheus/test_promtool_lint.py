@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
-import pytest
 from fastapi.testclient import TestClient
 
 from gpuwatch.agent.metrics import AgentMetrics
@@ -15,22 +13,17 @@ from gpuwatch.daemon.app import create_app
 from gpuwatch.daemon.server import prepare_database
 from tests.agent.test_metrics import exposition
 from tests.prometheus.full_batch import AgentCounters, fake_node, full_batch
-from tests.prometheus.test_prometheus_scrape import IN_CI
-
-
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool not installed (tests/prometheus/install.sh installs it)"
-        if IN_CI:
-            pytest.fail(message + " (CI=true: the lint must run)")
-        pytest.skip(message)
-    return found
+from tests.prometheus.test_prometheus_scrape import require_promtool
 
 
 def _lint(text: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [_promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+        [require_promtool("the metrics lint"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
