@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from gpuwatch.cards import GIB, Card, MigProfile, card_for, cards
+from gpuwatch.cards import GIB, Card, MigProfile, card_for
 from gpuwatch.slurm.model import TERMINAL_STATES
 from gpuwatch.views.usage import JobUsage
 
@@ -138,7 +138,12 @@ def _gpu_size(usage: JobUsage, site_cards: Sequence[Card]) -> Advice | None:
         slice_ = _smallest_slice(card, need, activity)
         if slice_ is not None:
             signal = "SM active" if usage.sm_active is not None else "utilization"
-            basis.update(profile=slice_.profile, activity=round(activity, 4), activity_signal=signal)
+            basis.update(
+                profile=slice_.profile,
+                compute_sevenths=slice_.compute_sevenths,
+                activity=round(activity, 4),
+                activity_signal=signal,
+            )
             return Advice(
                 "gpu_size",
                 f"a {slice_.profile} MIG slice",
@@ -281,22 +286,12 @@ def estimated_saving(
         )
     mig = next((a for a in advice if a.kind == "gpu_size" and "profile" in a.basis), None)
     if cause == "small_work" and mig is not None and gpu_hours > 0:
-        share = _profile_share(mig.basis["profile"], mig.basis["card"])
-        if share is not None:
-            return Saving(
-                cause,
-                round(gpu_hours * (1 - share), 4),
-                f"a {mig.basis['profile']} slice is {share * 7:.0f}/7 of the card: the rest serves others",
-            )
-    return None
-
-
-def _profile_share(profile: str, card_name: str) -> float | None:
-    for card in cards():
-        if card.name == card_name:
-            for p in card.mig:
-                if p.profile == profile:
-                    return p.compute_share
+        sevenths = mig.basis["compute_sevenths"]
+        return Saving(
+            cause,
+            round(gpu_hours * (1 - sevenths / 7), 4),
+            f"a {mig.basis['profile']} slice is {sevenths}/7 of the card: the rest serves others",
+        )
     return None
 
 
