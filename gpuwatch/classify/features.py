@@ -50,7 +50,15 @@ from gpuwatch.sql.schema import (
 #: from the two databases summing in different orders
 DIGITS = 6
 
-GPM_SIGNALS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp32_active", "fp16_active")
+GPM_SIGNALS = (
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
+    "fp32_active",
+    "fp16_active",
+    "fp64_active",
+)
 
 #: card families without tensor cores (Kepler, Maxwell, Pascal); anything else named is assumed to have them
 _NO_TENSOR_CORES = ("Tesla K", "Tesla M", "Tesla P", "Quadro P", "Quadro M", "GeForce GTX")
@@ -202,6 +210,7 @@ class Activity:
     dram_active: float | None
     fp32_active: float | None
     fp16_active: float | None
+    fp64_active: float | None
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,7 @@ class GpuFeatures(Activity):
     xid_codes: tuple[int, ...]  # distinct XID codes seen (gpuwatch/classify/xid.py says whose)
     pcie_bytes_per_s: float | None
     nvlink_bytes_per_s: float | None
+    sm_clock_ratio: float | None  # mean SM clock / max SM clock over the window's samples
     idle: bool  # every (or idle_zero_share of) util sample at exactly 0 %
 
 
@@ -447,6 +457,7 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         dram_active=_mean(row, "dram_active_ratio"),
         fp32_active=_mean(row, "fp32_active_ratio"),
         fp16_active=_mean(row, "fp16_active_ratio"),
+        fp64_active=_mean(row, "fp64_active_ratio"),
         memory_used_max_bytes=None if used is None else int(used),
         memory_total_bytes=None if total is None else int(total),
         memory_used_ratio=_div(used, total),
@@ -461,6 +472,7 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         xid_codes=xid_codes(row.get("xid_codes")),
         pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),
         nvlink_bytes_per_s=_mean(row, "nvlink_bytes_per_s"),
+        sm_clock_ratio=_mean(row, "sm_clock_ratio"),
         idle=util_n > 0 and zero_share is not None and zero_share >= t.idle_zero_share,
     )
 
@@ -632,6 +644,7 @@ def window_features(
         dram_active=jmean("dram_active_ratio"),
         fp32_active=jmean("fp32_active_ratio"),
         fp16_active=jmean("fp16_active_ratio"),
+        fp64_active=jmean("fp64_active_ratio"),
         memory_used_ratio_max=max(
             (f.memory_used_ratio for f in per_gpu if f.memory_used_ratio is not None), default=None
         ),

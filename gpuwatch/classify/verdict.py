@@ -95,7 +95,7 @@ TEXTS: dict[Cause, CauseText] = {
         "GradScaler for fp16), or allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True).",
     ),
     Cause.THROTTLED: CauseText(
-        "job $job: $throttled of $gpus GPU(s) throttled ($reason) $share_pct of the time",
+        "job $job: $throttled of $gpus GPU(s) throttled ($reason) $share_pct of the time$clock_part",
         "Clocks are held down by power or heat: report the node to the admins (cooling, power cap, "
         "fan); the job itself is not at fault.",
     ),

@@ -91,6 +91,12 @@ class Thresholds(Section):
     tensor_active_min_ratio: float = _r(
         0.05, "Tensor-pipe activity below this on a busy tensor-core GPU: no mixed precision. Source: DCGM."
     )
+    fp64_active_min_ratio: float = _r(
+        0.05,
+        "FP64-pipe activity at or above this (and above FP32's) is a double-precision code, where "
+        "FP16/BF16 autocast does not apply: no_mixed_precision is not claimed. Source: measured on an "
+        "H200 (tests/gpu/fixtures/h200): deep-learning runs kept the FP64 pipe below 0.0001.",
+    )
 
     # ------------------------------------------------------------------ memory
     gpu_memory_full_ratio: float = _r(

@@ -112,6 +112,12 @@ def _with_energy(conn: sa.Connection, start: datetime, end: datetime, node_id: i
     return query.subquery("gpu_samples_energy")
 
 
+def _clock_ratio(g: Any) -> sa.ColumnElement:
+    """SM clock over the card's max SM clock; NULL where either is unknown (or max is 0)."""
+    has_max = sa.and_(g.sm_clock_max_hz.is_not(None), g.sm_clock_max_hz > 0)
+    return sa.case((has_max, g.sm_clock_hz / g.sm_clock_max_hz), else_=None)
+
+
 def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> sa.Select:
     g = _with_energy(conn, start, end, node_id).c
     util = g.util_gpu_ratio
@@ -152,6 +158,8 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         *sum_n("power_watts", g.power_watts),
         *sum_n("pcie_bytes_per_s", g.pcie_tx_bytes_per_s + g.pcie_rx_bytes_per_s),
         *sum_n("nvlink_bytes_per_s", g.nvlink_tx_bytes_per_s + g.nvlink_rx_bytes_per_s),
+        *sum_n("fp64_active_ratio", g.fp64_active_ratio),
+        *sum_n("sm_clock_ratio", _clock_ratio(g)),
         sa.func.sum(util * util).label("util_gpu_ratio_sumsq"),
         sa.func.max(util).label("util_gpu_ratio_max"),
         *bins,

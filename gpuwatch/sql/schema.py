@@ -348,6 +348,9 @@ GPU_MINUTE_SUMS = (
     "power_watts",
     "pcie_bytes_per_s",
     "nvlink_bytes_per_s",
+    "fp64_active_ratio",
+    # SM clock / the card's max SM clock, per sample (a throttled GPU's clock loss)
+    "sm_clock_ratio",
 )
 
 #: per GPU per minute: what the classifier and the CLI read instead of raw samples

@@ -137,6 +137,7 @@ def _medians(name: str) -> dict[str, float]:
     fields = (
         "util_gpu_ratio", "sm_active_ratio", "tensor_active_ratio", "fp32_active_ratio",
         "power_watts", "power_limit_watts", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "memory_used_bytes",
+        "fp64_active_ratio", "sm_clock_hz", "sm_clock_max_hz",
     )  # fmt: skip
     out = {f: median(f) for f in fields}
     out["power_capped_share"] = sum("sw_power_cap" in s.throttle_reasons for s in samples) / len(samples)
@@ -158,6 +159,21 @@ def test_what_an_h200_reports_under_known_loads() -> None:
     assert tiny["util_gpu_ratio"] > 0.1 and tiny["sm_active_ratio"] < 0.01
     idle = _medians("idle")  # the probe's own CUDA context: far above the no-context threshold
     assert idle["util_gpu_ratio"] == 0.0 and idle["memory_used_bytes"] > 512 * 2**20
+    # single and half precision leave the FP64 pipe still: fp64_active_min_ratio is far above it
+    assert max(fp32["fp64_active_ratio"], bf16["fp64_active_ratio"]) < 0.0001
+    # the power limiter at the default limit costs clock: throttled does not count it as waste
+    assert 0.6 < bf16["sm_clock_hz"] / bf16["sm_clock_max_hz"] < 0.8
+    assert fp32["sm_clock_hz"] == fp32["sm_clock_max_hz"]
+
+
+def test_every_deep_learning_run_kept_the_fp64_pipe_still() -> None:
+    """fp64_active_min_ratio's source: no recorded scenario comes near it."""
+    highest = 0.0
+    for path in H200.glob("run*/*.nvml.jsonl"):
+        for line in path.read_text().splitlines():
+            for sample in json.loads(line)["samples"]:
+                highest = max(highest, sample.get("fp64_active_ratio") or 0.0)
+    assert highest < 0.0001
 
 
 def test_every_gpm_metric_the_agent_asks_for_is_served_by_the_h200() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from gpuwatch import wire
@@ -171,6 +172,27 @@ def test_power_limiter_alone_and_xid_codes_are_counted_apart(engine):
     assert row["power_capped_samples"] == 2
     assert row["xid_samples"] == 3
     assert xid_codes(row["xid_codes"]) == (31, 43, 79)
+
+
+def test_fp64_activity_and_the_sm_clock_share_of_its_max(engine):
+    """FP64 pipe activity and SM clock / max SM clock are summed per minute with their own
+    counts: a sample without a clock, or without a max clock, does not count."""
+    node_id = _node(engine)
+    full, half, three_quarters = (1980e6, 1980e6), (990e6, 1980e6), (1485e6, 1980e6)
+    clocks = [full, half, three_quarters, (None, 1980e6), (1000e6, None), (500e6, 0.0)]
+    fp64 = [0.4, 0.5, None, 0.6, 0.0, 0.1]
+    samples = [
+        factories.gpu_sample(
+            M0 + timedelta(seconds=10 * k), 0, util=0.9, sm_clock_hz=c, sm_clock_max_hz=m, fp64_active_ratio=f
+        )
+        for k, ((c, m), f) in enumerate(zip(clocks, fp64, strict=True))
+    ]
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=samples))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(gpu_minutes)).mappings().one()
+    assert row["sm_clock_ratio_n"] == 3 and row["sm_clock_ratio_sum"] == pytest.approx(1.0 + 0.5 + 0.75)
+    assert row["fp64_active_ratio_n"] == 5 and row["fp64_active_ratio_sum"] == pytest.approx(1.6)
 
 
 def test_a_minute_without_xids_has_no_codes(engine):

@@ -1,7 +1,9 @@
 """No mixed precision: SMs busy, tensor pipes ≈ 0 on a GPU that has tensor cores.
 
 Claimed only where tensor activity is measured (GPM, Hopper and newer); elsewhere the rule
-says it could not check, and the final verdict lists that."""
+says it could not check, and the final verdict lists that. A code whose FP64 pipes carry the
+work (CFD, molecular dynamics, dense linear algebra in double precision) is not told to use
+BF16: its precision is a requirement, not an oversight."""
 
 from __future__ import annotations
 
@@ -24,10 +26,20 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
         "tensor_active", f.tensor_active, "<", "tensor_active_min_ratio", t.tensor_active_min_ratio
     ):
         return None
+    if _double_precision(f, t):
+        return None
     ev.signal("fp32_active", f.fp32_active)
     ev.signal("fp16_active", f.fp16_active)
+    ev.signal("fp64_active", f.fp64_active)
     ev.signal("tensor_cores", f.tensor_cores)
     ev.notes.append("gpu_hours_wasted assumes mixed precision would halve the time (typical, not measured)")
     confidence = 0.85 if (f.fp32_active or 0) >= 0.3 else 0.75
     ev.values.update(sm_pct=pct(f.sm_active), tensor_pct=pct(f.tensor_active))
     return make_verdict(Cause.NO_MIXED_PRECISION, confidence, f, ev, 0.5)
+
+
+def _double_precision(f: WindowFeatures, t: Thresholds) -> bool:
+    """FP64 pipes busy and busier than the FP32 ones: double precision is the job's arithmetic."""
+    if f.fp64_active is None or f.fp64_active < t.fp64_active_min_ratio:
+        return False
+    return f.fp64_active >= (f.fp32_active or 0.0)

@@ -5,8 +5,11 @@ limit, and an H200 training at its default 700 W reported ``sw_power_cap`` in ne
 sample with its SMs 85 % active (tests/gpu/fixtures/h200/run3). Whether a limit is the card's
 default or a site cap below it needs the default limit, which is not collected, so power caps
 are not judged at all. The rollup counts the samples with any reason but ``gpu_idle`` and, of
-those, the samples held by the power limiter alone; it keeps neither the other reasons apart
-nor the SM clock, so "thermal" is told by the max temperature."""
+those, the samples held by the power limiter alone; it does not keep the other reasons apart,
+so "thermal" is told by the max temperature. The mean SM clock over the card's max says how
+much speed the throttled GPUs had (the power limiter's samples included: an H200 at full load
+at its default limit ran at 0.74 of its max clock in tests/gpu/fixtures/h200/probe). No
+GPU-hours are put down as wasted: the node is at fault, not the job."""
 
 from __future__ import annotations
 
@@ -33,8 +36,14 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:
     ev.signal("temperature_max_celsius", max(temps) if temps else None)
     ev.signal("power_ratio", {g.gpu: g.power_ratio for g in hot})
     thermal = bool(temps) and max(temps) >= t.thermal_celsius
-    ev.lacks("sm_clock", "SM clocks and per-reason counts are not rolled up; the clock loss is not measured")
+    clocks = [g.sm_clock_ratio for g in hot if g.sm_clock_ratio is not None]
+    ev.signal("sm_clock_ratio", {g.gpu: g.sm_clock_ratio for g in hot})
+    clock_part = ""
+    if clocks:
+        clock_part = f", SM clock at {pct(min(clocks))} of its max"
+    else:
+        ev.lacks("sm_clock", "the SM clock was not reported: the speed lost is not measured")
     share = sum(g.clock_limited_share or 0.0 for g in hot) / len(hot)
     reason = f"thermal, up to {max(temps):.0f} °C" if thermal else "hardware slowdown or clock limit"
-    ev.values.update(throttled=len(hot), reason=reason, share_pct=pct(share))
+    ev.values.update(throttled=len(hot), reason=reason, share_pct=pct(share), clock_part=clock_part)
     return make_verdict(Cause.THROTTLED, 0.8 if thermal else 0.7, f, ev, 0.0)

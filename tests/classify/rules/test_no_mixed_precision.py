@@ -103,3 +103,29 @@ def test_without_gpm_a_card_without_tensor_cores_is_skipped_too() -> None:
 
 def test_tensor_activity_without_sm_activity_is_no_verdict() -> None:
     assert no_mixed_precision.rule(fp32(sm_active=None), T) is None
+
+
+def test_a_double_precision_code_is_not_told_to_use_bf16() -> None:
+    """A CFD solver on an H100: SMs busy, FP64 pipes carry the work, tensor pipes idle."""
+    cfd = fp32(fp32_active=0.1, fp64_active=0.45)
+    assert no_mixed_precision.rule(cfd, T) is None
+
+
+@pytest.mark.parametrize(
+    ("fp64_active", "fires"),
+    [(T.fp64_active_min_ratio - 0.01, True), (T.fp64_active_min_ratio, False)],
+)
+def test_the_fp64_threshold(fp64_active: float, fires: bool) -> None:
+    v = no_mixed_precision.rule(fp32(fp32_active=0.0, fp64_active=fp64_active), T)
+    assert isinstance(v, Verdict) is fires
+
+
+def test_fp64_busier_than_fp32_is_needed() -> None:
+    """Some FP64 beside a heavier FP32 loop (a DL job's double-precision loss): still FP32 work."""
+    v = no_mixed_precision.rule(fp32(fp32_active=0.6, fp64_active=0.1), T)
+    assert isinstance(v, Verdict) and v.evidence["signals"]["fp64_active"] == 0.1
+
+
+def test_fp64_not_measured_leaves_the_claim_as_it_was() -> None:
+    v = no_mixed_precision.rule(fp32(fp64_active=None), T)
+    assert isinstance(v, Verdict) and v.confidence == 0.85

@@ -48,3 +48,20 @@ def test_one_slowed_gpu_of_two() -> None:
     slowed = gpu(gpu="n1/gpu1", throttled_share=0.7, clock_limited_share=0.7)
     v = throttled.rule(window(gpu_count=2, gpus=(gpu(), slowed)), T)
     assert isinstance(v, Verdict) and v.evidence["signals"]["throttled_share"] == {"n1/gpu1": 0.7}
+
+
+def test_the_speed_lost_is_told_from_the_sm_clock() -> None:
+    slowed = gpu(
+        throttled_share=0.8, clock_limited_share=0.8, temperature_max_celsius=90.0, sm_clock_ratio=0.62
+    )
+    v = throttled.rule(window(gpus=(slowed,)), T)
+    assert isinstance(v, Verdict) and v.summary.endswith("SM clock at 62% of its max")
+    assert v.evidence["signals"]["sm_clock_ratio"] == {"n1/gpu0": 0.62}
+    assert "sm_clock" not in v.evidence["missing"]
+
+
+def test_an_unreported_sm_clock_is_listed_missing() -> None:
+    slowed = gpu(throttled_share=0.8, clock_limited_share=0.8, sm_clock_ratio=None)
+    v = throttled.rule(window(gpus=(slowed,)), T)
+    assert isinstance(v, Verdict) and "sm_clock" in v.evidence["missing"]
+    assert "SM clock" not in v.summary

@@ -16,7 +16,8 @@ _HEALTHY = WindowFeatures(
     tensor_cores=True, gpu_hours=1.0, samples=360, lost_samples=0, util_mean=0.95, util_p50=0.96,
     util_p95=0.99, util_max=1.0, util_std=0.03, zero_share=0.0, idle_fraction_mean=0.0, burst_util=0.95,
     sm_active=0.8, sm_occupancy=0.4, tensor_active=0.5, dram_active=0.3, fp32_active=0.1,
-    fp16_active=0.0, memory_used_ratio_max=0.6, power_ratio=0.8, throttled_share=0.0, xid_samples=0,
+    fp16_active=0.0, fp64_active=0.0, memory_used_ratio_max=0.6, power_ratio=0.8, throttled_share=0.0,
+    xid_samples=0,
     xid_codes=(), pcie_bytes_per_s=1e9, nvlink_bytes_per_s=0.0, idle_gpus=(), faulty_gpus=(),
     cpu_used_cores=4.0,
     cpu_allocated_cores=8.0, cpu_ratio=0.5, cpu_ratio_max_node=0.5, job_memory_used_max_bytes=None,
@@ -37,11 +38,11 @@ _BUSY_GPU = GpuFeatures(
     gpu="n1/gpu0", model="NVIDIA H200", minutes=60, samples=360, lost_samples=0, util_samples=360,
     util_mean=0.95, util_p50=0.96, util_p95=0.99, util_max=1.0, util_std=0.03, zero_share=0.0,
     idle_fraction_mean=0.0, burst_util=0.95, sm_active=0.85, sm_occupancy=0.4, tensor_active=0.3,
-    dram_active=0.3, fp32_active=0.1, fp16_active=0.0, memory_used_max_bytes=80 * 2**30,
+    dram_active=0.3, fp32_active=0.1, fp16_active=0.0, fp64_active=0.0, memory_used_max_bytes=80 * 2**30,
     memory_total_bytes=141 * 2**30, memory_used_ratio=0.57, power_mean_watts=620.0,
     power_limit_watts=700.0, power_ratio=0.89, temperature_max_celsius=62.0, throttled_samples=0,
     throttled_share=0.0, clock_limited_share=0.0, xid_samples=0, xid_codes=(), pcie_bytes_per_s=1e9,
-    nvlink_bytes_per_s=0.0, idle=False,
+    nvlink_bytes_per_s=0.0, sm_clock_ratio=0.95, idle=False,
 )  # fmt: skip
 
 
