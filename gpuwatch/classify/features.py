@@ -279,6 +279,8 @@ class WindowFeatures(Activity):
     cpu_ratio_max_node: float | None
     job_memory_used_max_bytes: int | None
     job_memory_limit_bytes: int | None
+    # the worst node's memory without page cache / its limit (cache included where a minute
+    # has no figure without it)
     job_memory_ratio: float | None
     job_swap_max_bytes: int | None
     memory_pressure: float | None
@@ -488,6 +490,9 @@ def _job_rows(conn: sa.Connection, job_id: str, start: datetime, end: datetime) 
                 sa.func.sum(j.cpu_used_cores_n).label("cpu_n"),
                 sa.func.max(j.cpu_allocated_cores).label("cpu_alloc"),
                 sa.func.max(j.memory_used_bytes_max).label("mem_max"),
+                sa.func.max(j.memory_anon_bytes_max).label("anon_max"),
+                sa.func.count(j.memory_anon_bytes_max).label("anon_minutes"),
+                sa.func.count().label("minutes"),
                 sa.func.max(j.memory_limit_bytes).label("mem_limit"),
                 sa.func.max(j.memory_swap_bytes_max).label("swap_max"),
                 sa.func.sum(j.memory_pressure_ratio_sum).label("psi_sum"),
@@ -592,7 +597,10 @@ def window_features(
         if r["mem_max"] is not None:
             mem_max = max(mem_max or 0, int(r["mem_max"]))
             if r["mem_limit"]:
-                mem_ratios.append(int(r["mem_max"]) / int(r["mem_limit"]))
+                # page cache is reclaimed before the job runs short: judge what is left
+                whole = r["anon_max"] is not None and r["anon_minutes"] == r["minutes"]
+                held = int(r["anon_max"]) if whole else int(r["mem_max"])
+                mem_ratios.append(held / int(r["mem_limit"]))
         if r["mem_limit"] is not None:
             mem_limit = max(mem_limit or 0, int(r["mem_limit"]))
         if r["swap_max"] is not None:

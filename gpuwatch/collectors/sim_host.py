@@ -31,6 +31,7 @@ class HostProfile:
     swap_bytes_per_s: float = 0.0
     job_memory_ratio: float = 0.3  # used / limit
     job_memory_limit: int = 64 * GIB
+    job_memory_cache_ratio: float = 0.0  # of the limit, page cache inside the used share (reclaimable)
     memory_pressure: float | None = 0.0
     nic_bytes_per_s: float = 2e6
     ib_bytes_per_s: float | None = None  # None: no IB port on the node
@@ -95,6 +96,7 @@ def host_samples(h: HostProfile, job_id: str, ts: datetime, rng: random.Random) 
                 cpu_used_cores=used,
                 cpu_allocated_cores=h.cpu_alloc,
                 memory_used_bytes=job_used,
+                memory_cache_bytes=min(job_used, int(h.job_memory_cache_ratio * h.job_memory_limit)),
                 memory_limit_bytes=h.job_memory_limit,
                 memory_swap_bytes=int(swap * 30) if swap else 0,
                 memory_pressure_ratio=h.memory_pressure,

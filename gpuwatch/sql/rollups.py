@@ -195,6 +195,9 @@ def _job_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         sa.func.max(j.cpu_allocated_cores).label("cpu_allocated_cores"),
         sa.func.max(j.memory_used_bytes).label("memory_used_bytes_max"),
         sa.func.max(j.memory_cache_bytes).label("memory_cache_bytes_max"),
+        sa.func.max(j.memory_used_bytes - sa.func.coalesce(j.memory_cache_bytes, 0)).label(
+            "memory_anon_bytes_max"
+        ),
         sa.func.max(j.memory_limit_bytes).label("memory_limit_bytes"),
         sa.func.max(j.memory_swap_bytes).label("memory_swap_bytes_max"),
     ).where(j.ts >= start, j.ts < end)

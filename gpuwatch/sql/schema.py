@@ -399,6 +399,9 @@ job_minutes = sa.Table(
     _d("cpu_allocated_cores"),
     _i("memory_used_bytes_max"),
     _i("memory_cache_bytes_max"),
+    # used minus page cache, per sample: what the kernel cannot reclaim when the job nears its
+    # limit (a cgroup full of cache from a streamed dataset is not short of memory)
+    _i("memory_anon_bytes_max"),
     _i("memory_limit_bytes"),
     _i("memory_swap_bytes_max"),
 )

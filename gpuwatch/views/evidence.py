@@ -42,7 +42,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "cpu_used_cores": ("CPU cores used", "cores"),
     "cpu_allocated_cores": ("CPU cores allocated", "cores"),
     "iowait": ("host I/O wait", "pct"),
-    "job_memory_ratio": ("host memory used against the job's limit", "pct"),
+    "job_memory_ratio": ("host memory used, page cache aside, against the job's limit", "pct"),
     "job_memory_used_max_bytes": ("host memory used at most", "bytes"),
     "job_memory_limit_bytes": ("the job's host memory limit", "bytes"),
     "job_swap_max_bytes": ("swap used at most", "bytes"),

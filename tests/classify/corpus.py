@@ -64,6 +64,9 @@ class Case:
     gpu_source: str = "job_gpus"  # "job_gpus" | "attribution" (no job_gpus rows)
     slurm_row: bool = True
     host: Host = field(default_factory=Host)
+    #: "train": the cases the thresholds were set against; "validation": written from the physics
+    #: of a job and never tuned against (docs/classification.md reports both)
+    split: str = "train"
     scenarios: dict[str, Any] = field(default_factory=dict)  # custom scenarios of the case file
 
     @property
@@ -227,6 +230,7 @@ def cases() -> tuple[Case, ...]:
         out.extend(_case(c, custom) for c in doc["cases"])
     names = [c.name for c in out]
     assert len(names) == len(set(names)), "case names must be unique"
+    assert {c.split for c in out} <= {"train", "validation"}, "split is train or validation"
     return tuple(out)
 
 

@@ -181,3 +181,25 @@ def test_idle_minutes_at_the_edges_are_a_phase_between_them_gaps(engine):
     assert f.gap_fraction == pytest.approx(1 / 6, abs=1e-3) and f.active_span_minutes == 6
     # the last four minutes: one busy minute, then idle: a minute of work shows no duty cycle
     assert short.active_span_minutes == 1 and short.idle_edge_share == 0.75
+
+
+def test_page_cache_is_left_out_of_the_memory_limit_and_fp64_sm_clock_reach_the_features(engine):
+    """A cgroup full of page cache (0.98 of its limit, 0.6 of it cache) is at 0.38 for the
+    classifier; the same without a cache figure stays at 0.98. FP64 activity and the SM clock
+    of the simulated cards arrive in the window's features."""
+    built = _cases("input-iowait-page-cache-full", "healthy-fp64-cfd-h100", "hostmem-near-oom-8gpu")
+    _load(engine, built)
+    cache, cfd, oom = built
+    with engine.connect() as conn:
+
+        def whole(b: corpus.Built):
+            return job_windows(conn, load_scope(conn, b.job_id), b.case.now, DEFAULT_THRESHOLDS)[1]
+
+        assert whole(cache).job_memory_ratio == pytest.approx(0.38, abs=0.01)
+        assert whole(cache).job_memory_used_max_bytes > 0.97 * whole(cache).job_memory_limit_bytes
+        assert whole(oom).job_memory_ratio == pytest.approx(0.99, abs=0.01)
+        f = whole(cfd)
+        assert f.fp64_active == pytest.approx(0.45, abs=0.02) and f.tensor_active == pytest.approx(
+            0.0, abs=0.01
+        )
+        assert all(g.sm_clock_ratio == pytest.approx(0.95, abs=0.02) for g in f.gpus)

@@ -195,6 +195,25 @@ def test_fp64_activity_and_the_sm_clock_share_of_its_max(engine):
     assert row["fp64_active_ratio_n"] == 5 and row["fp64_active_ratio_sum"] == pytest.approx(1.6)
 
 
+def test_job_memory_without_page_cache(engine):
+    """memory_anon_bytes_max is the largest (used - cache) of the minute's samples; a sample
+    without a cache figure counts whole."""
+    node_id = _node(engine)
+    used_cache = [(60, 50), (70, 40), (55, None), (40, 0)]
+    samples = [
+        wire.JobSample(
+            ts=M0 + timedelta(seconds=10 * k), job_id="7", memory_used_bytes=u, memory_cache_bytes=c
+        )
+        for k, (u, c) in enumerate(used_cache)
+    ]
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=samples))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(job_minutes)).mappings().one()
+    assert row["memory_used_bytes_max"] == 70 and row["memory_cache_bytes_max"] == 50
+    assert row["memory_anon_bytes_max"] == 55
+
+
 def test_a_minute_without_xids_has_no_codes(engine):
     node_id = _node(engine)
     BatchStore(engine).store(node_id, _minute_batch("node001", M0, [0.5] * 6))

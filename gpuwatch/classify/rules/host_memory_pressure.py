@@ -1,5 +1,7 @@
 """Host memory pressure: the job's cgroup at its memory limit, memory PSI, or the node swapping,
-while the GPUs are not busy."""
+while the GPUs are not busy. "At its limit" leaves the page cache out (``job_memory_ratio``):
+the kernel reclaims cache first, so a job that streams its dataset through the cache sits at
+its limit without running short."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
     ev.notes.append("swap and iowait are per node: other jobs on the node share them")
     reasons = []
     if at_limit:
-        reasons.append(f"job memory at {pct(f.job_memory_ratio)} of its limit")
+        reasons.append(f"job memory (page cache aside) at {pct(f.job_memory_ratio)} of its limit")
     if swapping:
         reasons.append(f"node swapping {rate(f.swap_bytes_per_s)}")
     if psi:

@@ -1,5 +1,12 @@
 """Too little parallel work: the GPU is busy-ish but its SMs are mostly empty — low SM activity
-and occupancy, low power, little memory (small batches, tiny kernels)."""
+and occupancy, low power (small batches, tiny kernels, a Python loop launching them).
+
+Little GPU memory used supports the claim but is not required where SM activity is measured:
+JAX pre-allocates 75 % of the card, TensorFlow and vLLM nearly all of it, whatever the work.
+Then a kernel must be resident much of the time (utilization at or above ``util_low_ratio``:
+a GPU mostly without kernels waits on something else, not on small kernels) and the memory
+must not be full (that is GPU memory pressure). Without GPM, utilization, power and memory
+are all there is, so small memory stays a condition."""
 
 from __future__ import annotations
 
@@ -25,14 +32,15 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:
         return None  # duty-cycling: waiting for something, not small work
     if not ev.check("power_ratio", f.power_ratio, "<", "power_low_ratio", t.power_low_ratio):
         return None
-    if not ev.check(
+    memory_small = ev.check(
         "memory_used_ratio_max", f.memory_used_ratio_max, "<", "memory_small_ratio", t.memory_small_ratio
-    ):
-        return None
+    )
     sm_low = ev.check("sm_active", f.sm_active, "<", "sm_active_low_ratio", t.sm_active_low_ratio)
     occupancy_low = ev.check(
         "sm_occupancy", f.sm_occupancy, "<", "sm_occupancy_low_ratio", t.sm_occupancy_low_ratio
     )
+    if not memory_small and (sm_low is None or not _preallocated(f, t, ev)):
+        return None
     if sm_low is None:
         ev.lacks("sm_active", "no GPM: judged on utilization, power and memory alone")
         ev.values.update(
@@ -47,4 +55,20 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:
     if occupancy_low:
         reason += f", occupancy {pct(f.sm_occupancy)}"
     ev.values.update(work_reason=reason, power_pct=pct(f.power_ratio), mem_pct=pct(f.memory_used_ratio_max))
-    return make_verdict(Cause.SMALL_WORK, 0.85 if occupancy_low else 0.75, f, ev, 1 - efficiency(f))
+    confidence = 0.85 if occupancy_low else 0.75
+    if not memory_small:
+        confidence -= 0.1
+        ev.notes.append(
+            "GPU memory is not small, but frameworks that pre-allocate (JAX 75 %, TensorFlow, vLLM) fill it "
+            "whatever the work: judged on SM activity, utilization and power"
+        )
+    return make_verdict(Cause.SMALL_WORK, confidence, f, ev, 1 - efficiency(f))
+
+
+def _preallocated(f: WindowFeatures, t: Thresholds, ev: Evidence) -> bool:
+    """Memory not small, yet small work may still hold: kernels resident much of the time and
+    the memory below full (full is GPU memory pressure's)."""
+    resident = ev.check("util_mean", f.util_mean, ">=", "util_low_ratio", t.util_low_ratio)
+    full = t.gpu_memory_full_ratio
+    not_full = ev.check("memory_used_ratio_max", f.memory_used_ratio_max, "<", "gpu_memory_full_ratio", full)
+    return bool(resident and not_full)

@@ -29,7 +29,9 @@ def test_a_job_at_its_memory_limit() -> None:
     v = host_memory_pressure.rule(at_limit(), T)
     assert isinstance(v, Verdict) and v.cause is Cause.HOST_MEMORY_PRESSURE and v.confidence == 0.8
     assert v.gpu_hours_wasted == pytest.approx(0.8)  # 1 - SM activity
-    assert v.summary == "job j1: host memory job memory at 99% of its limit; GPU busy only 30%"
+    assert v.summary == (
+        "job j1: host memory job memory (page cache aside) at 99% of its limit; GPU busy only 30%"
+    )
     signals = v.evidence["signals"]
     assert signals["job_memory_ratio"] == 0.99 and signals["util_mean"] == 0.3
     assert signals["job_memory_used_max_bytes"] == 63 * GIB and signals["job_memory_limit_bytes"] == 64 * GIB
@@ -49,7 +51,9 @@ def test_swapping_under_pressure_is_surer() -> None:
 def test_all_three_at_once() -> None:
     v = host_memory_pressure.rule(at_limit(swap_bytes_per_s=50 * 2**20, memory_pressure=0.3), T)
     assert isinstance(v, Verdict) and v.confidence == 0.88
-    assert "job memory at 99% of its limit, node swapping 52.4 MB/s, memory pressure 30%" in v.summary
+    assert (
+        "job memory (page cache aside) at 99% of its limit, node swapping 52.4 MB/s, memory pressure 30%"
+    ) in v.summary
 
 
 def test_a_healthy_window_is_not_host_memory_pressure() -> None:

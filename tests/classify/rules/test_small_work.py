@@ -1,6 +1,7 @@
-"""The small_work rule: a GPU in use, not duty-cycling, with its SMs mostly inactive, little power
-drawn and little memory used (small batches, tiny kernels); low occupancy makes it surer. Without
-GPM it is claimed on utilization, power and memory alone, at a lower confidence."""
+"""The small_work rule: a GPU in use, not duty-cycling, with its SMs mostly inactive and little
+power drawn (small batches, tiny kernels); low occupancy and little memory make it surer, but
+memory filled by a pre-allocating framework does not rule it out. Without GPM it is claimed on
+utilization, power and small memory alone, at a lower confidence."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def test_a_healthy_window_is_not_small_work() -> None:
         {"idle_gpus": ("n1/gpu0",)},  # an idle GPU is idle_allocation's
         {"idle_fraction_mean": 0.6, "burst_util": 0.75},  # duty-cycling: waiting, not small
         {"power_ratio": 0.8},  # the card works hard
-        {"memory_used_ratio_max": 0.6},  # a big model
+        {"memory_used_ratio_max": T.gpu_memory_full_ratio},  # memory full: GPU memory pressure's
+        {"memory_used_ratio_max": 0.6, "util_mean": 0.1},  # memory held, kernels rarely resident
         {"sm_active": 0.8},  # SMs busy
     ],
 )
@@ -78,8 +80,6 @@ def test_other_windows_are_not_small_work(changes: dict) -> None:
         ("idle_fraction_mean", T.duty_idle_fraction_ratio - 0.01, True),
         ("power_ratio", T.power_low_ratio, False),
         ("power_ratio", T.power_low_ratio - 0.01, True),
-        ("memory_used_ratio_max", T.memory_small_ratio, False),
-        ("memory_used_ratio_max", T.memory_small_ratio - 0.01, True),
         ("sm_active", T.sm_active_low_ratio, False),
         ("sm_active", T.sm_active_low_ratio - 0.01, True),
     ],
@@ -130,3 +130,32 @@ def test_without_the_per_poll_idle_fraction_it_still_fires() -> None:
 def test_without_power_memory_or_util_no_verdict(signal: str) -> None:
     """These are required: missing, the rule returns None (not a Skipped)."""
     assert small_work.rule(small(**{signal: None}), T) is None
+
+
+@pytest.mark.parametrize(
+    ("memory", "confidence"), [(T.memory_small_ratio - 0.01, 0.85), (T.memory_small_ratio, 0.75)]
+)
+def test_small_memory_makes_the_claim_surer(memory: float, confidence: float) -> None:
+    v = small_work.rule(small(memory_used_ratio_max=memory), T)
+    assert isinstance(v, Verdict) and v.confidence == pytest.approx(confidence)
+
+
+def test_a_preallocating_framework_does_not_hide_small_work() -> None:
+    """JAX takes 75 % of the card at start: the SMs, utilization and power still tell."""
+    v = small_work.rule(small(memory_used_ratio_max=0.75), T)
+    assert isinstance(v, Verdict) and v.confidence == pytest.approx(0.75)
+    assert any("pre-allocate" in note for note in v.evidence["notes"])
+    assert "memory 75%" in v.summary
+
+
+@pytest.mark.parametrize(("util", "fires"), [(T.util_low_ratio - 0.01, False), (T.util_low_ratio, True)])
+def test_with_memory_held_a_kernel_must_be_resident_much_of_the_time(util: float, fires: bool) -> None:
+    v = small_work.rule(small(memory_used_ratio_max=0.75, util_mean=util), T)
+    assert isinstance(v, Verdict) is fires
+
+
+def test_without_gpm_small_memory_is_still_required() -> None:
+    no_gpm = {"sm_active": None, "sm_occupancy": None, "tensor_active": None}
+    assert small_work.rule(small(memory_used_ratio_max=0.75, **no_gpm), T) is None
+    v = small_work.rule(small(**no_gpm), T)
+    assert isinstance(v, Verdict) and v.confidence == 0.6
