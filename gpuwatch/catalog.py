@@ -637,6 +637,15 @@ CATALOG: tuple[Entry, ...] = (
     ),
     _host("cpu", "load1", "gpuwatch_node_load1", "1", "gauge", "One-minute load average.", "/proc/loadavg"),
     _host(
+        "cpu",
+        "threads_per_core",
+        "gpuwatch_node_cpu_threads_per_core",
+        "cpus",
+        "gauge",
+        "Logical CPUs per physical core (2 with SMT / Hyper-Threading on).",
+        "/sys/devices/system/cpu/cpu*/topology/thread_siblings_list",
+    ),
+    _host(
         "memory",
         "total_bytes",
         "gpuwatch_node_memory_total_bytes",

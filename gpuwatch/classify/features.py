@@ -274,9 +274,12 @@ class WindowFeatures(Activity):
     faulty_gpus: tuple[str, ...]
     # the job's cgroups (job_minutes), summed over its nodes
     cpu_used_cores: float | None
-    cpu_allocated_cores: float | None
+    cpu_allocated_cores: float | None  # logical CPUs, as Slurm counts them
+    # used / allocated physical cores (logical CPUs / the node's threads per core where it
+    # reports SMT), at most 1: one busy process per core fills an SMT allocation
     cpu_ratio: float | None
     cpu_ratio_max_node: float | None
+    threads_per_core: int | None  # the most of the job's nodes (1: no SMT; None: no host data)
     job_memory_used_max_bytes: int | None
     job_memory_limit_bytes: int | None
     # the worst node's memory without page cache / its limit (cache included where a minute
@@ -513,6 +516,7 @@ def _node_rows(conn: sa.Connection, node_ids: tuple[int, ...], start: datetime, 
             sa.func.sum(n[f"{name}_sum"]).label(f"{name}_sum"),
             sa.func.sum(n[f"{name}_n"]).label(f"{name}_n"),
         ]
+    cols.append(sa.func.max(n.threads_per_core).label("threads_per_core"))
     return [
         dict(r)
         for r in conn.execute(
@@ -580,9 +584,11 @@ def window_features(
     util_max_values = [f.util_max for f in per_gpu if f.util_max is not None]
     mem_max_values = [f.memory_used_max_bytes for f in per_gpu if f.memory_used_max_bytes is not None]
 
-    # job cgroups: cores summed over nodes; ratios against the allocation
+    # job cgroups: cores summed over nodes; ratios against the allocation's physical cores
     jrows = _job_rows(conn, scope.job_id, start, end)
-    cpu_used = cpu_alloc = None
+    nrows = _node_rows(conn, scope.node_ids, start, end)
+    smt = {r["node_id"]: int(r["threads_per_core"]) for r in nrows if (r["threads_per_core"] or 0) > 1}
+    cpu_used = cpu_alloc = cores_alloc = None
     node_ratios: list[float] = []
     mem_max = mem_limit = swap_max = None
     mem_ratios: list[float] = []
@@ -592,8 +598,10 @@ def window_features(
             cpu_used = (cpu_used or 0.0) + used
         if r["cpu_alloc"] is not None:
             cpu_alloc = (cpu_alloc or 0.0) + float(r["cpu_alloc"])
-            if used is not None and r["cpu_alloc"]:
-                node_ratios.append(used / float(r["cpu_alloc"]))
+            cores = float(r["cpu_alloc"]) / smt.get(r["node_id"], 1)
+            cores_alloc = (cores_alloc or 0.0) + cores
+            if used is not None and cores:
+                node_ratios.append(min(1.0, used / cores))
         if r["mem_max"] is not None:
             mem_max = max(mem_max or 0, int(r["mem_max"]))
             if r["mem_limit"]:
@@ -606,8 +614,6 @@ def window_features(
         if r["swap_max"] is not None:
             swap_max = max(swap_max or 0, int(r["swap_max"]))
     psi = _div(math.fsum(float(r["psi_sum"] or 0) for r in jrows), sum(int(r["psi_n"] or 0) for r in jrows))
-
-    nrows = _node_rows(conn, scope.node_ids, start, end)
 
     def nmean(name: str) -> list[float | None]:
         return [_div(r[f"{name}_sum"], r[f"{name}_n"]) for r in nrows]
@@ -670,7 +676,10 @@ def window_features(
         ),
         cpu_used_cores=_round(cpu_used),
         cpu_allocated_cores=_round(cpu_alloc),
-        cpu_ratio=_div(cpu_used, cpu_alloc),
+        cpu_ratio=_round(min(1.0, cpu_used / cores_alloc)) if cpu_used is not None and cores_alloc else None,
+        threads_per_core=max(
+            (int(r["threads_per_core"]) for r in nrows if r["threads_per_core"] is not None), default=None
+        ),
         cpu_ratio_max_node=_round(max(node_ratios)) if node_ratios else None,
         job_memory_used_max_bytes=mem_max,
         job_memory_limit_bytes=mem_limit,

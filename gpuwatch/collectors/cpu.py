@@ -16,6 +16,12 @@ What each ratio sums (all over the same total):
 - ``system_ratio``: system + irq + softirq
 - ``iowait_ratio``: iowait; ``steal_ratio``: steal
 - ``busy_ratio``: everything but idle and iowait, i.e. user + system + steal ratios.
+
+``threads_per_core`` comes from ``/sys/devices/system/cpu/cpuN/topology/thread_siblings_list``
+(the logical CPUs sharing cpuN's core: ``0,64`` or ``0-1`` with SMT on, ``0`` without): a
+job's CPU use is then judged against its physical cores, so eight processes busy on sixteen
+SMT threads read as a full allocation, not half of one. Read again whenever the set of
+online CPUs changes.
 """
 
 from __future__ import annotations
@@ -112,6 +118,29 @@ def parse_loadavg(text: str) -> float:
         raise ValueError(f"load1 is not a number: {fields[0]!r}") from None
 
 
+def parse_cpu_list(text: str) -> list[int]:
+    """A kernel CPU list (``0-3,8,10-11``) as the CPUs it names, in order."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, sep, last = part.partition("-")
+        try:
+            low, high = int(first), int(last) if sep else int(first)
+        except ValueError:
+            raise ValueError(f"not a CPU list: {text.strip()!r}") from None
+        if high < low:
+            raise ValueError(f"not a CPU list: {text.strip()!r}")
+        cpus.extend(range(low, high + 1))
+    return cpus
+
+
+def threads_per_core(sibling_lists: Sequence[str]) -> int | None:
+    """The most logical CPUs any core has, from each CPU's ``thread_siblings_list``."""
+    counts = [len(parse_cpu_list(text)) for text in sibling_lists]
+    return max(counts) if counts and max(counts) > 0 else None
+
+
 def cpu_ratios(t0: CpuTimes, t1: CpuTimes) -> CpuRatios | None:
     """Ratios of each state over the interval between two snapshots; None if no time passed."""
     d = {col: max(0, getattr(t1, col) - getattr(t0, col)) for col in _COLUMNS}
@@ -153,7 +182,10 @@ class CpuCollector(Collector):
     def __init__(self, paths: HostPaths) -> None:
         self._stat_path = paths.proc / "stat"
         self._loadavg_path = paths.proc / "loadavg"
+        self._cpu_dir = paths.sys / "devices" / "system" / "cpu"
         self._prev: ProcStat | None = None
+        self._topology_of: frozenset[int] | None = None  # the online CPUs the count was read for
+        self._threads_per_core: int | None = None
 
     def collect(self, now: datetime) -> Sequence[CpuSample]:
         text = self._stat_path.read_text()
@@ -162,6 +194,9 @@ class CpuCollector(Collector):
         except ValueError as exc:
             raise ValueError(f"{self._stat_path}: {exc}") from exc
         load1 = self._read_load1()
+        online = frozenset(snap.per_core)
+        if online != self._topology_of:
+            self._threads_per_core, self._topology_of = self._read_threads_per_core(online), online
         prev, self._prev = self._prev, snap
         if prev is None:
             return []
@@ -180,8 +215,23 @@ class CpuCollector(Collector):
                 steal_ratio=ratios.steal,
                 per_core_busy_ratio=per_core_busy(prev, snap),
                 load1=load1,
+                threads_per_core=self._threads_per_core,
             )
         ]
+
+    def _read_threads_per_core(self, online: frozenset[int]) -> int | None:
+        """None where sysfs has no topology (containers without /sys, old kernels)."""
+        lists = []
+        for cpu in sorted(online):
+            path = self._cpu_dir / f"cpu{cpu}" / "topology" / "thread_siblings_list"
+            text = read_optional(path, str)
+            if text is not None:
+                lists.append(text)
+        try:
+            return threads_per_core(lists)
+        except ValueError as exc:
+            log.warning("CPU topology unreadable: %s", exc)
+            return None
 
     def _read_load1(self) -> float | None:
         return read_optional(self._loadavg_path, parse_loadavg)

@@ -36,6 +36,7 @@ class HostProfile:
     nic_bytes_per_s: float = 2e6
     ib_bytes_per_s: float | None = None  # None: no IB port on the node
     job_samples: bool = True  # False: no cgroup data for the job
+    threads_per_core: int | None = None  # SMT siblings per core the node reports (None: unknown)
 
 
 def jitter(rng: random.Random, value: float, spread: float = 0.03) -> float:
@@ -57,6 +58,7 @@ def host_samples(h: HostProfile, job_id: str, ts: datetime, rng: random.Random) 
             user_ratio=busy * 0.9,
             system_ratio=busy * 0.1,
             iowait_ratio=iowait,
+            threads_per_core=h.threads_per_core,
         ),
         wire.MemorySample(
             ts=ts,

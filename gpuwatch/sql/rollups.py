@@ -230,6 +230,7 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
         _count(c.busy_ratio).label("busy_ratio_n"),
         sa.func.sum(c.iowait_ratio).label("iowait_ratio_sum"),
         _count(c.iowait_ratio).label("iowait_ratio_n"),
+        sa.func.max(c.threads_per_core).label("threads_per_core"),
     )
     grouped(
         memory_samples,

@@ -171,6 +171,7 @@ cpu_samples = _sample_table(
     _d("steal_ratio"),
     sa.Column("per_core_busy_ratio", Json, nullable=True),
     _d("load1"),
+    sa.Column("threads_per_core", sa.SmallInteger, nullable=True),
 )
 
 memory_samples = _sample_table(
@@ -448,6 +449,8 @@ node_minutes = sa.Table(
     *_rollup_sums(*NODE_MINUTE_SUMS),
     _i("available_bytes_min"),
     _i("total_bytes"),
+    # logical CPUs per physical core (SMT): job CPU use is judged against physical cores
+    sa.Column("threads_per_core", sa.SmallInteger, nullable=True),
 )
 sa.Index("ix_node_minutes_minute", node_minutes.c.minute)
 

@@ -143,6 +143,11 @@ class CpuSample(_Sample):
     steal_ratio: Ratio = 0.0
     per_core_busy_ratio: list[Ratio] | None = None
     load1: NonNeg | None = Field(None, description="/proc/loadavg first field.")
+    threads_per_core: Annotated[int, Field(ge=1, le=16)] | None = Field(
+        None,
+        description="Logical CPUs per physical core (SMT siblings), the most of any core in "
+        "/sys/devices/system/cpu/cpu*/topology/thread_siblings_list; None where unknown.",
+    )
 
 
 class MemorySample(_Sample):

@@ -235,7 +235,15 @@ class CpuCollector(Collector):
     def collect(self, now: datetime) -> Sequence[_Sample]:
         self.calls += 1
         return [
-            CpuSample(ts=now, cores=4, busy_ratio=0.5, user_ratio=0.4, system_ratio=0.1, iowait_ratio=0.0)
+            CpuSample(
+                ts=now,
+                cores=4,
+                busy_ratio=0.5,
+                user_ratio=0.4,
+                system_ratio=0.1,
+                iowait_ratio=0.0,
+                threads_per_core=2,
+            )
         ]
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
@@ -13,8 +14,10 @@ from gpuwatch.collectors.cpu import (
     CpuTimes,
     cpu_ratios,
     make_cpu,
+    parse_cpu_list,
     parse_proc_stat,
     per_core_busy,
+    threads_per_core,
 )
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import CpuSample
@@ -36,6 +39,7 @@ def test_first_call_no_sample_then_ratios_from_known_deltas(host):
     assert sample.steal_ratio == 0.005
     assert sample.per_core_busy_ratio == [0.75, 0.1, 0.1, 0.05]
     assert sample.load1 == 1.25
+    assert sample.threads_per_core == 2  # cpu0/cpu2 and cpu1/cpu3 are SMT siblings
 
 
 def test_guest_time_is_not_counted_twice():
@@ -129,3 +133,45 @@ def test_real_host():
         assert sample.cores >= 1
         assert sample.busy_ratio <= 1.0
         assert sample.per_core_busy_ratio is None or len(sample.per_core_busy_ratio) == sample.cores
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("0", [0]), ("0,64\n", [0, 64]), ("0-1", [0, 1]), ("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11])],
+)
+def test_cpu_lists(text, cpus):
+    assert parse_cpu_list(text) == cpus
+
+
+@pytest.mark.parametrize("text", ["0-", "a", "3-1", "0,,x"])
+def test_a_bad_cpu_list_is_refused(text):
+    with pytest.raises(ValueError, match="not a CPU list"):
+        parse_cpu_list(text)
+
+
+def test_threads_per_core_is_the_largest_sibling_set():
+    assert threads_per_core(["0", "1"]) == 1
+    assert threads_per_core(["0,64", "1,65", "2"]) == 2  # a core with its sibling offline
+    assert threads_per_core([]) is None
+
+
+def test_no_topology_in_sysfs_gives_none(copied_host):
+    root = copied_host("typical", "t0")
+    shutil.rmtree(root / "sys" / "devices")
+    collector = CpuCollector(paths_at(root))
+    collector.collect(NOW)
+    (root / "proc" / "stat").write_text((FIXTURES / "typical" / "t1" / "proc" / "stat").read_text())
+    [sample] = collector.collect(LATER)
+    assert sample.threads_per_core is None and sample.cores == 4
+
+
+def test_a_garbled_topology_is_none_not_a_failure(copied_host):
+    root = copied_host("typical", "t0")
+    (root / "sys" / "devices" / "system" / "cpu" / "cpu1" / "topology" / "thread_siblings_list").write_text(
+        "x\n"
+    )
+    collector = CpuCollector(paths_at(root))
+    collector.collect(NOW)
+    (root / "proc" / "stat").write_text((FIXTURES / "typical" / "t1" / "proc" / "stat").read_text())
+    [sample] = collector.collect(LATER)
+    assert sample.threads_per_core is None and sample.busy_ratio == 0.25

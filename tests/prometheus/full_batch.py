@@ -90,6 +90,7 @@ def host_samples() -> list:
             steal_ratio=0.0,
             per_core_busy_ratio=[0.5] * 64,
             load1=12.5,
+            threads_per_core=2,
         ),
         MemorySample(
             ts=NOW,

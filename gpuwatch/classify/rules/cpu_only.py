@@ -39,5 +39,10 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
     ev.signal("cpu_used_cores", f.cpu_used_cores)
     ev.signal("cpu_allocated_cores", f.cpu_allocated_cores)
     ev.notes.append("process lists are not rolled up; 'no process' is inferred from 0 bytes of GPU memory")
+    if (f.threads_per_core or 1) > 1:
+        ev.signal("threads_per_core", f.threads_per_core)
+        ev.notes.append(
+            f"CPU use is judged against physical cores: {f.threads_per_core} logical CPUs share each core"
+        )
     ev.values.update(cpu_pct=pct(f.cpu_ratio), cpu_alloc=f"{f.cpu_allocated_cores:g}")
     return make_verdict(Cause.CPU_ONLY, 0.92, f, ev, 1.0)
