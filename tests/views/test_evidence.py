@@ -35,7 +35,7 @@ def test_a_check_reads_as_value_against_its_limit():
     v = input_bound.rule(window(util_mean=0.4, idle_fraction_mean=0.55, burst_util=0.9, cpu_ratio=0.95), T)
     sentences = evidence_sentences(v.evidence)
     assert "Share of idle polls between bursts 55% is at or above 30%." in sentences
-    assert "CPU use against the cores allocated 95% is at or above 90%." in sentences
+    assert "CPU use against the physical cores allocated 95% is at or above 90%." in sentences
     assert "CPU cores allocated: 8 cores." in sentences
     assert not [s for s in sentences if RAW_KEY.search(s)], sentences
 
