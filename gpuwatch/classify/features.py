@@ -587,7 +587,8 @@ def window_features(
     # job cgroups: cores summed over nodes; ratios against the allocation's physical cores
     jrows = _job_rows(conn, scope.job_id, start, end)
     nrows = _node_rows(conn, scope.node_ids, start, end)
-    smt = {r["node_id"]: int(r["threads_per_core"]) for r in nrows if (r["threads_per_core"] or 0) > 1}
+    # logical CPUs per core of each node that reports it (a node that does not counts as 1)
+    threads = {r["node_id"]: int(r["threads_per_core"]) for r in nrows if r["threads_per_core"] is not None}
     cpu_used = cpu_alloc = cores_alloc = None
     node_ratios: list[float] = []
     mem_max = mem_limit = swap_max = None
@@ -598,7 +599,7 @@ def window_features(
             cpu_used = (cpu_used or 0.0) + used
         if r["cpu_alloc"] is not None:
             cpu_alloc = (cpu_alloc or 0.0) + float(r["cpu_alloc"])
-            cores = float(r["cpu_alloc"]) / smt.get(r["node_id"], 1)
+            cores = float(r["cpu_alloc"]) / max(1, threads.get(r["node_id"], 1))
             cores_alloc = (cores_alloc or 0.0) + cores
             if used is not None and cores:
                 node_ratios.append(min(1.0, used / cores))
@@ -677,9 +678,7 @@ def window_features(
         cpu_used_cores=_round(cpu_used),
         cpu_allocated_cores=_round(cpu_alloc),
         cpu_ratio=_round(min(1.0, cpu_used / cores_alloc)) if cpu_used is not None and cores_alloc else None,
-        threads_per_core=max(
-            (int(r["threads_per_core"]) for r in nrows if r["threads_per_core"] is not None), default=None
-        ),
+        threads_per_core=max(threads.values(), default=None),
         cpu_ratio_max_node=_round(max(node_ratios)) if node_ratios else None,
         job_memory_used_max_bytes=mem_max,
         job_memory_limit_bytes=mem_limit,
