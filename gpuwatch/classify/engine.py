@@ -1,7 +1,9 @@
 """Classifying one job: features per window, every cause rule, verdicts best first.
 
-:func:`classify_job` evaluates two windows — ``recent`` (the last ``recent_window_s``) and
-``job`` (the whole job) — and returns their verdicts, each window's sorted best first
+:func:`classify_job` evaluates up to three windows — ``recent`` (the last
+``recent_window_s``), ``job`` (the whole job) and ``segment`` (the job's latest phase, from the
+latest change in a GPU's utilization: :mod:`gpuwatch.classify.segments`) — and returns their
+verdicts, each window's sorted best first
 (confidence, then the more specific cause). A window where no rule fires gets one fallback
 verdict: ``unknown_low`` when it is low, else ``healthy``. A job younger than the grace
 period (or a finished job shorter than it) gets no verdict at all, nor does a window with
@@ -21,11 +23,12 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.features import WindowFeatures, job_windows, load_scope
 from gpuwatch.classify.rules import RULES, unknown_low
+from gpuwatch.classify.segments import segment_window
 from gpuwatch.classify.verdict import Skipped, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 #: bump when a rule or threshold default changes meaning, so stored verdicts can be told apart
-RULES_VERSION = "3"
+RULES_VERSION = "4"
 
 
 @contextmanager
@@ -62,7 +65,8 @@ def classify_job(
     now: datetime,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> list[Verdict]:
-    """Verdicts of the recent window, then of the whole-job window; [] inside the grace period."""
+    """Verdicts of the recent window, the whole-job window and, where the job's behaviour
+    changed, the segment window of its latest phase; [] inside the grace period."""
     with _connection(conn_or_engine) as conn:
         scope = load_scope(conn, job_id)
         if scope is None or scope.start is None or scope.start > now:
@@ -74,7 +78,9 @@ def classify_job(
         if windows is None:
             return []
         recent, whole = windows
-        return classify_window(recent, thresholds) + classify_window(whole, thresholds)
+        found = classify_window(recent, thresholds) + classify_window(whole, thresholds)
+        segment = segment_window(conn, scope, now, thresholds, whole)
+        return found + (classify_window(segment, thresholds) if segment is not None else [])
 
 
 def primary(found: list[Verdict], window_kind: str = "recent") -> Verdict | None:

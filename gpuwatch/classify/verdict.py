@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
@@ -239,6 +240,8 @@ def make_verdict(
         **evidence.values,
     }
     summary = string.Template(text.summary).safe_substitute(values)
+    if f.kind == "segment":
+        summary += f", {phase_since(f.start, f.end)}"
     data = evidence.as_dict()
     data["window"] = {"kind": f.kind, "start": f.start.isoformat(), "end": f.end.isoformat()}
     data["models"] = list(f.models)
@@ -260,6 +263,18 @@ def make_verdict(
         gpu_hours_wasted=round(f.gpu_hours * waste, 4),
         mean_util_ratio=f.util_mean,
     )
+
+
+def span_text(seconds: float) -> str:
+    """``45 min``, ``3 h 05 min``: how long a phase has lasted, to the minute."""
+    minutes = int(seconds // 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def phase_since(start: datetime, end: datetime) -> str:
+    """``since 14:05 UTC (45 min)`` — the date too when the phase began on another day."""
+    at = f"{start:%H:%M}" if start.date() == end.date() else f"{start:%Y-%m-%d %H:%M}"
+    return f"since {at} UTC ({span_text((end - start).total_seconds())})"
 
 
 def efficiency(f: WindowFeatures) -> float:

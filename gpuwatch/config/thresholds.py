@@ -42,6 +42,16 @@ class Thresholds(Section):
     min_window_minutes: int = Field(
         3, ge=1, description="A window with fewer minutes of GPU data gets no verdict. Source: project."
     )
+    segment_min_minutes: int = Field(
+        10,
+        ge=1,
+        description="A phase (segment window) lasts at least this many minutes of GPU data. Source: project.",
+    )
+    segment_min_shift_ratio: float = _r(
+        0.3,
+        "A GPU's mean utilization or SM activity must move by at least this between two phases "
+        "to start a segment. Source: project.",
+    )
 
     # ------------------------------------------------------------------ utilization
     util_low_ratio: float = _r(

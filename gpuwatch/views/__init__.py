@@ -17,7 +17,7 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 * :func:`evidence_sentences` — a verdict's evidence as sentences, for every surface.
 """
 
-from gpuwatch.views.evaluations import Evaluation, VerdictRow, latest_evaluations
+from gpuwatch.views.evaluations import WINDOW_NAMES, Evaluation, VerdictRow, latest_evaluations
 from gpuwatch.views.evidence import evidence_sentences
 from gpuwatch.views.idle import IdleJob, idle_jobs
 from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
@@ -32,6 +32,7 @@ from gpuwatch.views.waste import JobWaste, waste_in_period
 __all__ = [
     "GPU_METRICS",
     "SORTS",
+    "WINDOW_NAMES",
     "Evaluation",
     "GpuSummary",
     "GroupBy",

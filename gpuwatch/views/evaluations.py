@@ -1,7 +1,8 @@
 """What the classifier last said about each job: every verdict row of its newest evaluation.
 
-An evaluation (one ``evaluated_at`` of a job) holds one verdict per cause seen in each of
-two windows: ``job`` (the whole run) and ``recent`` (the last ``classify.recent_window_s``).
+An evaluation (one ``evaluated_at`` of a job) holds one verdict per cause seen in each of its
+windows: ``job`` (the whole run), ``segment`` (the job's latest phase, since its behaviour last
+changed; only where it changed) and ``recent`` (the last ``classify.recent_window_s``).
 A window where no cause fired holds one ``healthy`` row. Which row a listing shows, and so
 which GPU-hours wasted every surface reports, is decided here once: :attr:`Evaluation.shown`.
 """
@@ -21,8 +22,11 @@ from gpuwatch.sql.schema import newest_evaluations, verdicts
 HEALTHY = Cause.HEALTHY.value
 #: the fallback cause "low, reason unknown": any cause a rule names is more actionable
 GENERIC = Cause.UNKNOWN_LOW.value
-#: the window a listing prefers: GPU-hours wasted over the whole run, not a rolling slice of it
-WINDOW_ORDER = ("job", "recent")
+#: the window a listing prefers: GPU-hours wasted over the whole run, then over the latest phase
+#: (dated: "idle since 14:05"), then the rolling slice
+WINDOW_ORDER = ("job", "segment", "recent")
+#: each window in words, for every surface that names one
+WINDOW_NAMES = {"job": "whole job", "segment": "latest phase", "recent": "recent"}
 
 
 @dataclass(frozen=True)
@@ -79,17 +83,18 @@ class Evaluation:
     def shown(self) -> VerdictRow | None:
         """The verdict a listing (and an alert) shows: the most actionable window's leading one.
 
-        That is the whole-job window's when it names a cause; the recent window's when the
-        whole job looks healthy or only :data:`GENERIC` ("low, cause unknown") and the recent
-        window names a cause (a job that went idle after a busy start); :data:`GENERIC` only when
-        neither names a cause; None when neither window leads with a waste cause.
+        That is the whole-job window's when it names a cause; else the segment window's (the
+        latest phase: a job that went idle after a busy start, dated), else the recent window's,
+        when the whole job looks healthy or only :data:`GENERIC` ("low, cause unknown");
+        :data:`GENERIC` only when no window names a cause; None when no window leads with a
+        waste cause.
         """
         leads = [found[0] for kind in WINDOW_ORDER if (found := self.window(kind)) and found[0].is_waste]
         specific = [v for v in leads if v.cause != GENERIC]
         return (specific or leads or [None])[0]
 
     def of_cause(self, cause: str) -> VerdictRow | None:
-        """The verdict of ``cause``, whole-job window first; None if neither window found it."""
+        """The verdict of ``cause``, in :data:`WINDOW_ORDER`; None if no window found it."""
         return next((v for v in self.verdicts if v.cause == cause), None)
 
     @property

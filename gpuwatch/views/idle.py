@@ -2,7 +2,7 @@
 
 A job is idle when its latest evaluations (newest first, back to the first that is not) each
 have an ``idle_allocation`` verdict with ``mean_util_ratio`` at most the given ratio and,
-where the evidence carries ``idle_gpus``, as many idle GPUs as the verdict's ``gpus``. It is
+where the evidence lists ``signals.idle_gpus``, as many idle GPUs as the verdict's ``gpus``. It is
 idle since the first window's start of that streak; a busy evaluation ends the streak.
 """
 
@@ -34,15 +34,25 @@ class IdleJob:
         return (self.idle_until - self.idle_since).total_seconds()
 
 
+def _idle_count(evidence: Any) -> int | None:
+    """How many GPUs the verdict found idle: the rule's ``signals.idle_gpus`` list."""
+    signals = evidence.get("signals") if isinstance(evidence, dict) else None
+    idle = signals.get("idle_gpus") if isinstance(signals, dict) else None
+    return len(idle) if isinstance(idle, list) else None
+
+
 def _all_idle(rows: list[Any], max_ratio: float) -> Any | None:
+    """The evaluation's all-idle verdict reaching furthest back (a segment window dates the
+    idle phase; the recent window only covers its last minutes); None when there is none."""
+    found = []
     for r in rows:
         if r.cause != IDLE_CAUSE or r.mean_util_ratio is None or r.mean_util_ratio > max_ratio:
             continue
-        ev = r.evidence if isinstance(r.evidence, dict) else {}
-        if "idle_gpus" in ev and r.gpus is not None and ev["idle_gpus"] != r.gpus:
+        idle = _idle_count(r.evidence)
+        if idle is not None and r.gpus is not None and idle != r.gpus:
             continue
-        return r
-    return None
+        found.append(r)
+    return min(found, key=lambda r: r.window_start, default=None)
 
 
 def idle_jobs(engine: sa.Engine, *, evaluated_since: datetime, max_util_ratio: float) -> list[IdleJob]:

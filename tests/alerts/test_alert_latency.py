@@ -47,7 +47,9 @@ def test_every_scenario_is_alerted_in_time_with_its_cause_and_once():
     all_idle = result.first_emails["4 GPUs idle from start"]
     assert "4 of the job's 4 GPU(s) read 0 %" in all_idle and "end the job now: scancel 880001" in all_idle
     later = result.first_emails["4 GPUs idle after 60 min busy"]
-    assert "4 of the job's 4 GPU(s) read 0 %" in later and ", recent)" in later  # the recent window
+    # the segment window: the idle phase, dated, not only the last ten minutes
+    assert "4 of the job's 4 GPU(s) read 0 %" in later and ", latest phase)" in later
+    assert " UTC (" in later and "since " in later
     assert not [line for line in all_idle.splitlines() if line.startswith("  - ") and "_" in line]
     # docs/alerts.md shows exactly what was sent about the first job
     assert docs.generated_part(DOC.read_text()) == result.docs_section(), (

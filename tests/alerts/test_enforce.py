@@ -72,7 +72,8 @@ def test_idle_streak_starts_after_the_last_busy_evaluation(engine):
     add_job(engine, "3", state="COMPLETED")
     idle_for(engine, "3", T0, 3)
     add_job(engine, "4")
-    idle_for(engine, "4", T0, 3, evidence={"idle_gpus": 3})  # one of 4 GPUs was not idle
+    # one of 4 GPUs was not idle (the shape the idle rule writes)
+    idle_for(engine, "4", T0, 3, evidence={"signals": {"idle_gpus": ["n/gpu0", "n/gpu1", "n/gpu2"]}})
     cfg = _cfg("on")
     since = T0 - timedelta(seconds=cfg.lookback_s)
     [job] = idle_jobs(engine, evaluated_since=since, max_util_ratio=cfg.enforcement.idle_util_max_ratio)

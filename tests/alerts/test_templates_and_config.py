@@ -80,3 +80,11 @@ def test_config_validation():
     cfg = AlertsConfig.model_validate({"account_owners": {"ml": "pi@x.edu"}})
     assert cfg.account_owners == {"ml": ["pi@x.edu"]} and not cfg.enabled
     assert Settings().alerts == AlertsConfig()
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"), [("job", "whole job"), ("segment", "latest phase"), ("recent", "recent")]
+)
+def test_the_window_is_named_in_words(kind, words):
+    text = job_tpl.email(replace(EXAMPLE, window_kind=kind), "user", None)["text"]
+    assert f"(10 min, {words})" in text

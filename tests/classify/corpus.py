@@ -68,6 +68,9 @@ class Case:
     #: of a job and never tuned against (docs/classification.md reports both)
     split: str = "train"
     scenarios: dict[str, Any] = field(default_factory=dict)  # custom scenarios of the case file
+    #: what the listing must show for the job (``Evaluation.shown``): ``"cause@window"``, or
+    #: ``"none"`` for no waste shown; None: not checked beyond the label
+    listing: str | None = None
 
     @property
     def start(self) -> datetime:

@@ -15,10 +15,12 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.classify.engine import classify_job, primary
+from gpuwatch.classify.runner import store_evaluations
 from gpuwatch.classify.verdict import Cause
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.rollups import Rollup
+from gpuwatch.views import latest_evaluations
 from tests.classify import corpus
 from tests.classify.matrix import accuracy, confusion_matrix, healthy_flagged, score_table
 
@@ -26,6 +28,8 @@ MIN_ACCURACY = 0.95
 
 #: dialect -> case name -> (label, predicted, every verdict as comparable data)
 _RESULTS: dict[str, dict[str, tuple[str, str, list]]] = {}
+#: dialect -> case name -> what the listing shows ("cause@window" or "none")
+_LISTED: dict[str, dict[str, str]] = {}
 
 
 def _comparable(verdicts: list) -> list:
@@ -55,13 +59,25 @@ def run_corpus(engine: sa.Engine) -> dict[str, tuple[str, str, list]]:
     last = max(b.case.now for b in built)
     Rollup(engine, lag=timedelta(0)).run_once(now=last + timedelta(minutes=1))
     results = {}
+    evaluations = {}
     with engine.connect() as conn:
         for b in built:
             found = classify_job(conn, b.job_id, b.case.now)
             lead = primary(found)
             results[b.case.name] = (b.case.label, lead.cause.value if lead else "none", _comparable(found))
+            evaluations[b.job_id] = (b.case.now, found)
+    # what every listing shows: stored and read back through the read model
+    store_evaluations(engine, evaluations)
+    with engine.connect() as conn:
+        latest = latest_evaluations(conn)
+    _LISTED[dialect] = {b.case.name: _listed(latest.get(b.job_id)) for b in built}
     _RESULTS[dialect] = results
     return results
+
+
+def _listed(evaluation) -> str:
+    shown = evaluation.shown if evaluation is not None else None
+    return "none" if shown is None else f"{shown.cause}@{shown.window_kind}"
 
 
 def test_corpus_has_eight_cases_per_cause_and_a_validation_split():
@@ -87,6 +103,18 @@ def test_corpus_accuracy(engine, split):
 
 def _names(split: str) -> set[str]:
     return {c.name for c in corpus.cases() if c.split == split}
+
+
+def test_the_listing_shows_each_phase_and_no_healthy_job(engine):
+    """Where a case says what the listing shows (a phase's verdict, dated), it shows that; and
+    no healthy-labelled job is listed with a cause in any window."""
+    run_corpus(engine)
+    listed = _LISTED[engine.dialect.name]
+    expected = {c.name: c.listing for c in corpus.cases() if c.listing is not None}
+    assert len(expected) >= 6
+    assert {name: listed[name] for name in expected} == expected
+    healthy = {c.name for c in corpus.cases() if c.label == "healthy"}
+    assert {name: listed[name] for name in healthy if listed[name] != "none"} == {}
 
 
 def test_corpus_degrades_without_gpm(engine):

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuwatch.alerts.templates import format as fmt
 from gpuwatch.alerts.templates.causes import cause_text
-from gpuwatch.views import evidence_sentences
+from gpuwatch.views import WINDOW_NAMES, evidence_sentences
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def _facts(f: JobFacts) -> list[tuple[str, str]]:
         (
             "Window",
             f"{fmt.when(f.window_start)} to {fmt.when(f.window_end)} ({fmt.duration(f.duration_s)}, "
-            f"{'whole job' if f.window_kind == 'job' else 'recent'})",
+            f"{WINDOW_NAMES.get(f.window_kind, f.window_kind)})",
         ),
         (
             "GPUs",

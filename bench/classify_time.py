@@ -1,0 +1,134 @@
+"""What the segment window costs the classifier: one job's evaluation with and without it.
+
+    .venv/bin/python bench/classify_time.py [--jobs 10] [--gpus 8] [--hours 24] [--repeat 3]
+
+Makes a throwaway PostgreSQL database (as ``bench/ingest.py``: 127.0.0.1:5432 or
+$GPUWATCH_BENCH_PG) and fills ``gpu_minutes`` in SQL: ``--jobs`` running jobs, one per node,
+each on ``--gpus`` GPUs for ``--hours`` hours, every GPU a row per minute (utilization and SM
+activity with noise; the last GPU of each job goes idle two thirds of the way through, so
+every job has a phase to find). Then, per job, the median of ``--repeat`` runs after a
+warm-up of:
+
+- the two windows the classifier judged before segments (features of ``recent`` and ``job``,
+  every rule on each): :func:`~gpuwatch.classify.features.job_windows` + ``classify_window``;
+- the segment window alone (change points on every GPU's two per-minute series, then its
+  features): :func:`~gpuwatch.classify.segments.segment_window`;
+- the whole evaluation, :func:`~gpuwatch.classify.engine.classify_job`;
+
+and prints the per-job milliseconds and the ratio whole / two windows. The daemon evaluates
+every running job every ``classify.evaluate_interval_s`` (120 s): jobs x the whole evaluation
+is what that pass costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ingest import drop_db, fresh_db
+from gpuwatch.classify.engine import classify_job, classify_window
+from gpuwatch.classify.features import job_windows, load_scope
+from gpuwatch.classify.segments import segment_window
+from gpuwatch.clock import utcnow
+from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
+from gpuwatch.sql.nodes import create_token
+from gpuwatch.sql.rollups import floor_minute
+
+FILL = [
+    """INSERT INTO slurm_jobs (job_id, source, name, user_name, account, partition, state, start_at,
+                               gpus, cpus, memory_bytes, first_seen_at, updated_at)
+       SELECT n.name, 'bench', 'train', 'u1', 'a1', 'gpu', 'RUNNING', :start, :gpus, 64, 512 * 2^30,
+              :start, :start
+       FROM nodes n WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO job_gpus (job_id, node, gpu_index)
+       SELECT n.name, n.name, g FROM nodes n, generate_series(0, :gpus - 1) g WHERE n.name LIKE 'bench%'""",
+    # busy ~0.8 with noise; the last GPU idle from two thirds of the run on
+    """INSERT INTO gpu_minutes (node_id, gpu_index, minute, samples, lost_samples, util_gpu_ratio_sum,
+                                util_gpu_ratio_n, sm_active_ratio_sum, sm_active_ratio_n, util_bin_0,
+                                memory_used_bytes_max, memory_total_bytes, power_limit_watts)
+       SELECT n.id, g, m, 6, 0, v.u * 6, 6, v.u * 0.8 * 6, 6, CASE WHEN v.u = 0 THEN 6 ELSE 0 END,
+              60 * 2^30, 80 * 2^30, 700
+       FROM nodes n, generate_series(0, :gpus - 1) g,
+            generate_series(:start, :end - interval '1 minute', interval '1 minute') m,
+            LATERAL (SELECT CASE WHEN g = :gpus - 1 AND m >= :change THEN 0.0
+                                 ELSE 0.75 + 0.1 * random() END AS u) v
+       WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO rollup_state (name, done_until) VALUES ('minutes', :end)""",
+]
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=10)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", type=int, default=24)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    name, _url, engine = fresh_db()
+    try:
+        for n in range(args.jobs):
+            create_token(engine, f"bench{n:04d}")
+        end = floor_minute(utcnow())
+        start = end - timedelta(hours=args.hours)
+        change = start + timedelta(hours=args.hours * 2 / 3)
+        params = {"start": start, "end": end, "change": change, "gpus": args.gpus}
+        with engine.begin() as conn:
+            for statement in FILL:
+                conn.execute(sa.text(statement), params)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE"))
+            rows = conn.execute(sa.text("SELECT count(*) FROM gpu_minutes")).scalar_one()
+        print(f"{args.jobs} jobs x {args.gpus} GPUs x {args.hours} h: {rows:,} gpu_minutes rows")
+
+        two, seg, whole = [], [], []
+        found_segment = 0
+        with engine.connect() as conn:
+            for n in range(args.jobs):
+                scope = load_scope(conn, f"bench{n:04d}")
+                assert scope is not None
+
+                def two_windows(scope=scope):
+                    recent, job = job_windows(conn, scope, end, T)
+                    return classify_window(recent, T) + classify_window(job, T)
+
+                job_features = job_windows(conn, scope, end, T)[1]
+                two.append(timed(two_windows, args.repeat))
+                seg.append(
+                    timed(lambda scope=scope, f=job_features: segment_window(conn, scope, end, T, f), 3)
+                )
+                whole.append(timed(lambda scope=scope: classify_job(conn, scope.job_id, end), args.repeat))
+                found = segment_window(conn, scope, end, T, job_features)
+                found_segment += found is not None and abs(found.start - change) <= timedelta(minutes=2)
+        ms = {k: 1000 * statistics.median(v) for k, v in (("two", two), ("seg", seg), ("whole", whole))}
+        print(
+            f"per job, median over jobs: two windows {ms['two']:.0f} ms, segment window {ms['seg']:.0f} ms, "
+            f"whole evaluation {ms['whole']:.0f} ms (x{ms['whole'] / ms['two']:.2f} the two windows)"
+        )
+        print(f"segment found at the change (within 2 min) in {found_segment}/{args.jobs} jobs")
+        return 0
+    finally:
+        engine.dispose()
+        drop_db(name)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
