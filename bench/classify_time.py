@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,6 +33,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import drop_db, fresh_db
+from bench.report_time import timed
 from gpuwatch.classify.engine import classify_job, classify_window
 from gpuwatch.classify.features import job_windows, load_scope
 from gpuwatch.classify.segments import segment_window
@@ -64,16 +63,6 @@ FILL = [
        WHERE n.name LIKE 'bench%'""",
     """INSERT INTO rollup_state (name, done_until) VALUES ('minutes', :end)""",
 ]
-
-
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -113,10 +102,10 @@ def main() -> int:
                 job_features = job_windows(conn, scope, end, T)[1]
                 two.append(timed(two_windows, args.repeat))
                 seg.append(
-                    timed(lambda scope=scope, f=job_features: segment_window(conn, scope, end, T, f), 3)
+                    timed(lambda scope=scope, f=job_features: segment_window(conn, scope, T, f), args.repeat)
                 )
                 whole.append(timed(lambda scope=scope: classify_job(conn, scope.job_id, end), args.repeat))
-                found = segment_window(conn, scope, end, T, job_features)
+                found = segment_window(conn, scope, T, job_features)
                 found_segment += found is not None and abs(found.start - change) <= timedelta(minutes=2)
         ms = {k: 1000 * statistics.median(v) for k, v in (("two", two), ("seg", seg), ("whole", whole))}
         print(

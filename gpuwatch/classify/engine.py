@@ -79,7 +79,7 @@ def classify_job(
             return []
         recent, whole = windows
         found = classify_window(recent, thresholds) + classify_window(whole, thresholds)
-        segment = segment_window(conn, scope, now, thresholds, whole)
+        segment = segment_window(conn, scope, thresholds, whole)
         return found + (classify_window(segment, thresholds) if segment is not None else [])
 
 

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.classify.features import JobScope, WindowFeatures, window_edge, window_features
+from gpuwatch.classify.features import JobScope, WindowFeatures, window_features
 from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql.buckets import as_utc, epoch_seconds
 from gpuwatch.sql.rollups import MINUTE, floor_minute
@@ -197,13 +197,12 @@ def latest_change(
 
 
 def segment_window(
-    conn: sa.Connection, scope: JobScope, now: datetime, thresholds: Thresholds, whole: WindowFeatures
+    conn: sa.Connection, scope: JobScope, thresholds: Thresholds, whole: WindowFeatures
 ) -> WindowFeatures | None:
     """Features of the job's latest phase (kind ``segment``), from its latest change point to
-    the edge of the other windows; None when the job kept one behaviour throughout."""
-    if scope.start is None:
-        return None
-    start, edge = floor_minute(scope.start), window_edge(conn, scope, now)
+    the edge of the whole-job window ``whole`` (whose span it searches); None when the job kept
+    one behaviour throughout."""
+    start, edge = whole.start, whole.end
     if edge - start < 2 * thresholds.segment_min_minutes * MINUTE:
         return None
     since = latest_change(conn, scope, start, edge, thresholds)
