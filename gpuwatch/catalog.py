@@ -213,6 +213,16 @@ CATALOG: tuple[Entry, ...] = (
         scale=1,
     ),
     _gpu(
+        "power_default_limit_watts",
+        "gpuwatch_gpu_power_default_limit_watts",
+        "watts",
+        "gauge",
+        "Power limit the card boots with; an enforced limit below it is a power cap.",
+        "nvmlDeviceGetPowerManagementDefaultLimit, read once per GPU",
+        dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF",
+        scale=1,
+    ),
+    _gpu(
         "energy_joules",
         "gpuwatch_gpu_energy_joules_total",
         "joules",

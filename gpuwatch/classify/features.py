@@ -228,12 +228,18 @@ class GpuFeatures(Activity):
     memory_used_ratio: float | None
     power_mean_watts: float | None
     power_limit_watts: float | None
+    # the card's default (boot-time) limit; None from agents that do not send it
+    power_default_limit_watts: float | None
+    # enforced / default limit: below 1 someone capped the card (nvidia-smi -pl)
+    power_cap_ratio: float | None
     power_ratio: float | None
     temperature_max_celsius: float | None
     throttled_samples: int
     throttled_share: float | None
     # throttled by something other than the power limiter alone (thermal, HW slowdown, ...)
     clock_limited_share: float | None
+    # held by the power limiter alone (a card at full load at its limit)
+    power_capped_share: float | None
     xid_samples: int
     xid_codes: tuple[int, ...]  # distinct XID codes seen (gpuwatch/classify/xid.py says whose)
     pcie_bytes_per_s: float | None
@@ -346,6 +352,7 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
         sa.func.max(g.memory_used_bytes_max).label("memory_used_max"),
         sa.func.max(g.memory_total_bytes).label("memory_total"),
         sa.func.max(g.power_limit_watts).label("power_limit"),
+        sa.func.max(g.power_default_limit_watts).label("power_default_limit"),
         sa.func.max(g.temperature_celsius_max).label("temperature_max"),
         sa.func.sum(g.throttled_samples).label("throttled_samples"),
         sa.func.sum(g.power_capped_samples).label("power_capped_samples"),
@@ -468,11 +475,14 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         memory_used_ratio=_div(used, total),
         power_mean_watts=power,
         power_limit_watts=_round(row.get("power_limit")),
+        power_default_limit_watts=_round(row.get("power_default_limit")),
+        power_cap_ratio=_div(row.get("power_limit"), row.get("power_default_limit")),
         power_ratio=_div(power, row.get("power_limit")),
         temperature_max_celsius=_round(row.get("temperature_max")),
         throttled_samples=throttled,
         throttled_share=_div(throttled, samples),
         clock_limited_share=_div(throttled - power_capped, samples),
+        power_capped_share=_div(power_capped, samples),
         xid_samples=xid,
         xid_codes=xid_codes(row.get("xid_codes")),
         pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),

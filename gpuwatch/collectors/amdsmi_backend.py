@@ -380,7 +380,7 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
     def _read_interval(self, dev: _Device, at: float) -> dict[str, Any]:
         """The once-per-sample readings, as GpuSample keyword arguments."""
         fields: dict[str, Any] = self._memory(dev)
-        fields["power_limit_watts"] = self._power_cap_watts(dev)
+        fields.update(self._power_caps(dev))
         fields["energy_joules"] = self._energy_joules(dev)
         fields.update(self._ecc(dev))
         fields.update(self._xgmi(dev, at))
@@ -400,10 +400,19 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
             "memory_total_bytes": None if total is None else int(total * _MIB),
         }
 
-    def _power_cap_watts(self, dev: _Device) -> float | None:
-        """``amdsmi_get_power_cap_info`` ``power_cap``, µW: the cap the firmware enforces now."""
-        micro = first_number(self._call(dev, "amdsmi_get_power_cap_info"), ("power_cap",))
-        return None if micro is None or micro <= 0 else micro / 1e6
+    def _power_caps(self, dev: _Device) -> dict[str, float | None]:
+        """``amdsmi_get_power_cap_info``, µW: ``power_cap`` is the cap the firmware enforces now,
+        ``default_power_cap`` the one the card boots with."""
+        info = self._call(dev, "amdsmi_get_power_cap_info")
+
+        def watts(key: str) -> float | None:
+            micro = first_number(info, (key,))
+            return None if micro is None or micro <= 0 else micro / 1e6
+
+        return {
+            "power_limit_watts": watts("power_cap"),
+            "power_default_limit_watts": watts("default_power_cap"),
+        }
 
     def _energy_joules(self, dev: _Device) -> float | None:
         """``amdsmi_get_energy_count``: ``energy_accumulator`` * ``counter_resolution`` is µJ since

@@ -160,6 +160,8 @@ class _Device:
     polls: deque[_Poll] = field(default_factory=lambda: deque(maxlen=_MAX_POLLS))
     sm_clock_max_hz: float | None = None
     memory_clock_max_hz: float | None = None
+    #: the limit the card boots with (power.default_limit): an enforced limit below it is a cap
+    power_default_limit_watts: float | None = None
     gpm: _Gpm | None = None
     #: NVLink field name -> (timestamp us, cumulative KiB) of the previous sample
     nvlink_prev: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -283,6 +285,8 @@ class NvmlBackend(GpuBackend, DevicePoller):
             dev.sm_clock_max_hz = None if max_mhz is None else max_mhz * 1e6
             max_mem = self._call(dev, "nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_MEM)  # clocks.max.mem
             dev.memory_clock_max_hz = None if max_mem is None else max_mem * 1e6
+            default_mw = self._call(dev, "nvmlDeviceGetPowerManagementDefaultLimit")  # power.default_limit
+            dev.power_default_limit_watts = None if default_mw is None else default_mw / 1000
             self._open_gpm(dev)
             self._open_mig(dev)
             if self.events is not None and not self.events.watched(dev.index):
@@ -388,6 +392,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
             **poll_means(polls),
             sm_clock_max_hz=dev.sm_clock_max_hz,
             memory_clock_max_hz=dev.memory_clock_max_hz,
+            power_default_limit_watts=dev.power_default_limit_watts,
             # any reason active at any poll of the interval
             throttle_reasons=reasons_from_mask(union) if masks else None,
             xid_errors=xids,

@@ -59,7 +59,8 @@ class DeviceModel:
     name: str  # nvmlDeviceGetName
     memory_total_bytes: int  # nvmlDeviceGetMemoryInfo total (nvidia-smi memory.total)
     memory_reserved_bytes: int  # v2 reserved: driver/firmware share, approximate
-    power_limit_watts: float  # nvmlDeviceGetEnforcedPowerLimit (enforced.power.limit)
+    #: nvmlDeviceGetPowerManagementDefaultLimit (power.default_limit), enforced unless capped
+    power_limit_watts: float
     power_idle_watts: float  # typical power.draw of an idle, allocated card
     sm_clock_max_mhz: int  # nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM) (clocks.max.sm)
     memory_clock_mhz: int  # nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) (clocks.mem)
@@ -405,9 +406,10 @@ class SimulatedBackend(GpuBackend):
 
     ``scenario`` is a name, a spec string with overrides (``"training,gpu7=idle"``) or a
     :class:`Scenario`; ``overrides`` maps GPU index to a scenario name or object and wins over
-    the spec. ``start`` is virtual time zero; by default the first :meth:`sample` call's time
-    minus ``interval_s``, so the first sample covers ``[0, interval_s]``. Later samples cover
-    the time since the previous call.
+    the spec. ``power_cap_watts`` is a cap an admin set (``nvidia-smi -pl``): the enforced
+    limit, below the model's default. ``start`` is virtual time zero; by default the first
+    :meth:`sample` call's time minus ``interval_s``, so the first sample covers
+    ``[0, interval_s]``. Later samples cover the time since the previous call.
     """
 
     name = "sim"
@@ -424,10 +426,14 @@ class SimulatedBackend(GpuBackend):
         poll_interval_s: float = 1.0,
         interval_s: float = 10.0,
         start: datetime | None = None,
+        power_cap_watts: float | None = None,
     ) -> None:
         if poll_interval_s <= 0 or interval_s <= 0:
             raise ValueError("poll_interval_s and interval_s must be positive")
         self.model = find_model(model)
+        if power_cap_watts is not None and not self.model.power_idle_watts < power_cap_watts:
+            raise ValueError(f"power cap {power_cap_watts} W is not above the card's idle power")
+        self.power_limit_watts = power_cap_watts or self.model.power_limit_watts
         self.seed = seed
         self.poll_interval_s = poll_interval_s
         self.interval_s = interval_s
@@ -480,9 +486,9 @@ class SimulatedBackend(GpuBackend):
 
     def _power_mw(self, gpu: int, k: int, activity: Activity) -> int:
         model = self.model
-        span = model.power_limit_watts - model.power_idle_watts
+        span = self.power_limit_watts - model.power_idle_watts
         watts = model.power_idle_watts + span * (activity.power + 0.02 * self._jitter(gpu, k, _CH_POWER))
-        return round(1000 * min(model.power_limit_watts, max(0.9 * model.power_idle_watts, watts)))
+        return round(1000 * min(self.power_limit_watts, max(0.9 * model.power_idle_watts, watts)))
 
     def _poll(self, gpu: int, k: int) -> _Poll | None:
         """The reading NVML would give at poll ``k``; None when the GPU is lost then."""
@@ -504,7 +510,7 @@ class SimulatedBackend(GpuBackend):
         base_temp = activity.temperature_celsius
         if base_temp is None:
             base_temp = 30.0 + 45.0 * (power_mw / 1000 - model.power_idle_watts) / (
-                model.power_limit_watts - model.power_idle_watts
+                self.power_limit_watts - model.power_idle_watts
             )
         sm_mhz = activity.sm_clock * model.sm_clock_max_mhz + 15.0 * self._jitter(gpu, k, _CH_CLOCK)
         nvlink = model.nvlink_bytes_per_s > 0
@@ -610,7 +616,8 @@ class SimulatedBackend(GpuBackend):
             memory_total_bytes=model.memory_total_bytes,
             memory_reserved_bytes=model.memory_reserved_bytes,
             power_watts=mean_or_none(p.power_mw / 1000 for p in polls),
-            power_limit_watts=model.power_limit_watts,
+            power_limit_watts=self.power_limit_watts,
+            power_default_limit_watts=model.power_limit_watts,
             energy_joules=self.energy_joules(gpu, t1),
             sm_clock_hz=mean_or_none(p.sm_clock_mhz * 1e6 for p in polls),
             sm_clock_max_hz=model.sm_clock_max_mhz * 1e6,

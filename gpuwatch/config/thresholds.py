@@ -164,6 +164,12 @@ class Thresholds(Section):
     thermal_celsius: float = Field(
         85.0, description="Max temperature at or above this makes a throttle thermal. Source: project."
     )
+    power_cap_ratio: float = _r(
+        0.9,
+        "Enforced power limit / the card's default limit below this is a power cap someone set: the power "
+        "limiter then counts as throttling. Source: project (a cap within 10 % of the default costs a few "
+        "per cent of speed at most).",
+    )
     fault_min_samples: int = Field(
         1, ge=1, description="XID or lost samples needed for a GPU fault verdict. Source: project."
     )

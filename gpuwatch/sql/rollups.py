@@ -166,6 +166,7 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         sa.func.max(g.memory_used_bytes).label("memory_used_bytes_max"),
         sa.func.max(g.memory_total_bytes).label("memory_total_bytes"),
         sa.func.max(g.power_limit_watts).label("power_limit_watts"),
+        sa.func.max(g.power_default_limit_watts).label("power_default_limit_watts"),
         sa.func.max(g.temperature_celsius).label("temperature_celsius_max"),
         _sum_if(not_idle_reasons).label("throttled_samples"),
         _sum_if(power_capped_only).label("power_capped_samples"),

@@ -112,6 +112,7 @@ gpu_samples = _sample_table(
     _i("memory_reserved_bytes"),
     _d("power_watts"),
     _d("power_limit_watts"),
+    _d("power_default_limit_watts"),
     _d("energy_joules"),
     _d("sm_clock_hz"),
     _d("sm_clock_max_hz"),
@@ -370,6 +371,8 @@ gpu_minutes = sa.Table(
     _i("memory_used_bytes_max"),
     _i("memory_total_bytes"),
     _d("power_limit_watts"),
+    # the card's boot-time limit: an enforced limit below it is a power cap someone set
+    _d("power_default_limit_watts"),
     _d("temperature_celsius_max"),
     sa.Column("throttled_samples", sa.Integer, nullable=False, server_default="0"),
     # of those, samples whose only reason is the power limiter (sw_power_cap): a GPU at full

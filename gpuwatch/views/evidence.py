@@ -30,6 +30,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "idle_fraction_mean": ("share of 1 s polls at 0 %", "pct"),
     "zero_share": ("share of samples at 0 %", "pct"),
     "power_ratio": ("mean power against the power limit", "pct"),
+    "power_cap_ratio": ("enforced power limit against the card's default", "pct"),
     "memory_used_ratio_max": ("GPU memory used at most", "pct"),
     "job_gpu_memory_max_bytes": ("GPU memory the job ever used", "bytes"),
     "idle_gpu_memory_used_bytes": ("GPU memory held by the idle GPUs", "bytes"),
@@ -65,6 +66,7 @@ LABELS: dict[str, tuple[str, str]] = {
     # names the rules list as missing rather than measure
     "util_gpu": ("GPU utilization", "pct"),
     "sm_clock": ("SM clock", "text"),
+    "power_default_limit": ("the card's default power limit", "text"),
     "ecc_errors": ("ECC errors", "count"),
 }
 

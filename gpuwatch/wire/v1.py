@@ -102,6 +102,7 @@ class GpuSample(_Sample):
     memory_reserved_bytes: Count | None = None
     power_watts: NonNeg | None = None
     power_limit_watts: NonNeg | None = None
+    power_default_limit_watts: NonNeg | None = None
     energy_joules: NonNeg | None = Field(None, description="Total energy counter since driver load.")
     sm_clock_hz: NonNeg | None = None
     sm_clock_max_hz: NonNeg | None = None

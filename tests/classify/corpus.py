@@ -64,6 +64,8 @@ class Case:
     gpu_source: str = "job_gpus"  # "job_gpus" | "attribution" (no job_gpus rows)
     slurm_row: bool = True
     host: Host = field(default_factory=Host)
+    #: a power cap an admin set on every GPU (nvidia-smi -pl), watts; None: the card's default
+    power_cap_watts: float | None = None
     #: "train": the cases the thresholds were set against; "validation": written from the physics
     #: of a job and never tuned against (docs/classification.md reports both)
     split: str = "train"
@@ -131,6 +133,7 @@ def backend(case: Case, node: int) -> sim.SimulatedBackend:
         overrides={i: _scenario(s, case.scenarios) for i, s in overrides.items()},
         interval_s=INTERVAL_S,
         start=case.start,
+        power_cap_watts=case.power_cap_watts,
     )
 
 

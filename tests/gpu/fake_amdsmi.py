@@ -211,6 +211,8 @@ class FakeGpu:
     xgmi_read_kb: float = 1.0e6
     xgmi_write_kb: float = 2.0e6
     pcie_sent: int = 0  # bytes in the last second
+    #: a cap an admin set (µW): power_cap follows it, default_power_cap stays
+    power_cap_uw: int | None = None
     pcie_received: int = 0
     #: violation name (VIOLATIONS) -> active
     violations: dict[str, bool] = field(default_factory=dict)
@@ -399,13 +401,13 @@ class FakeAmdSmi:
     def amdsmi_get_power_cap_info(self, gpu: FakeGpu) -> dict[str, int]:
         """µW, except ``dpm_cap`` (MHz)."""
         self._enter("amdsmi_get_power_cap_info", gpu)
-        cap = gpu.card.power_cap_uw
+        default = gpu.card.power_cap_uw
         return {
-            "power_cap": cap,
-            "default_power_cap": cap,
+            "power_cap": default if gpu.power_cap_uw is None else gpu.power_cap_uw,
+            "default_power_cap": default,
             "dpm_cap": 3,
             "min_power_cap": 0,
-            "max_power_cap": cap,
+            "max_power_cap": default,
         }
 
     def amdsmi_get_energy_count(self, gpu: FakeGpu) -> dict[str, Any]:

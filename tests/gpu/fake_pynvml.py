@@ -43,6 +43,7 @@ class CardModel:
     name: str
     memory_total: int
     memory_reserved: int
+    #: the limit the card boots with (power.default_limit); enforced unless a test caps it
     power_limit_mw: int
     sm_clock_max_mhz: int
     gpm: bool
@@ -134,6 +135,8 @@ class FakeGpu:
     ecc_uncorrected: int = 0
     pcie_tx_kib: int = 0
     pcie_rx_kib: int = 0
+    #: a cap set with nvidia-smi -pl (milliwatts): the enforced limit while the default stays
+    power_cap_mw: int | None = None
     #: (pid, used bytes or None)
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     #: (timestamp us, pid, sm %, mem %)
@@ -333,6 +336,10 @@ class FakeNvml:
 
     def nvmlDeviceGetEnforcedPowerLimit(self, gpu: FakeGpu) -> int:
         self._enter("nvmlDeviceGetEnforcedPowerLimit", gpu)
+        return gpu.card.power_limit_mw if gpu.power_cap_mw is None else gpu.power_cap_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, gpu: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetPowerManagementDefaultLimit", gpu)
         return gpu.card.power_limit_mw
 
     def nvmlDeviceGetTotalEnergyConsumption(self, gpu: FakeGpu) -> int:

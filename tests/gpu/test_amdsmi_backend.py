@@ -86,6 +86,7 @@ def test_mi300x_fields(mi300x: tuple[FakeAmdSmi, AmdSmiBackend]) -> None:
     assert s.memory_total_bytes == 196_592 * MIB
     assert s.power_watts == pytest.approx(700.0)  # current_socket_power, W
     assert s.power_limit_watts == pytest.approx(750.0)  # power_cap, µW
+    assert s.power_default_limit_watts == pytest.approx(750.0)  # default_power_cap, µW
     # energy_accumulator * counter_resolution, µJ; the fake's counter truncates to whole counts
     assert s.energy_joules == pytest.approx((energy_before + 700 * 20 * 1e6) / 1e6, abs=1e-4)
     assert s.sm_clock_hz == pytest.approx(2.1e9)  # GFX clk, MHz
@@ -105,6 +106,14 @@ def test_mi300x_fields(mi300x: tuple[FakeAmdSmi, AmdSmiBackend]) -> None:
     assert s.processes[1].sm_util_ratio == 0.0
     assert s.processes[0].memory_util_ratio is None
     assert none_fields(s) == NEVER_ON_AMD | {"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"}
+
+
+def test_a_power_cap_below_the_default(mi300x: tuple[FakeAmdSmi, AmdSmiBackend]) -> None:
+    """amd-smi set --power-cap 500: power_cap follows, default_power_cap stays 750 W."""
+    fake, backend = mi300x
+    fake.gpus[0].power_cap_uw = 500_000_000
+    s = cycle(fake, backend, polls=2)[0]
+    assert (s.power_limit_watts, s.power_default_limit_watts) == (500.0, 750.0)
 
 
 def test_mi250x_fields_that_are_absent() -> None:

@@ -68,6 +68,7 @@ def test_h200_fields(h200: tuple[FakeNvml, NvmlBackend]) -> None:
     assert s.memory_reserved_bytes == 600 * 1024**2  # only memory info v2 has it
     assert s.power_watts == pytest.approx(650.0)
     assert s.power_limit_watts == pytest.approx(700.0)
+    assert s.power_default_limit_watts == pytest.approx(700.0)
     assert s.energy_joules == pytest.approx(5.0e6 + 650 * 10)
     assert s.sm_clock_hz == pytest.approx(1.98e9)
     assert s.sm_clock_max_hz == pytest.approx(1.98e9)
@@ -75,6 +76,25 @@ def test_h200_fields(h200: tuple[FakeNvml, NvmlBackend]) -> None:
     assert s.temperature_celsius == 71
     assert s.throttle_reasons == []
     assert (s.ecc_corrected_errors, s.ecc_uncorrected_errors) == (3, 0)
+
+
+def test_a_power_cap_is_the_enforced_limit_below_the_default() -> None:
+    """nvidia-smi -pl 450 on an H200: the enforced limit follows the cap, the default stays
+    700 W, and the default is read once (it is what the card boots with)."""
+    fake = FakeNvml(["H200"])
+    fake.gpus[0].power_cap_mw = 450_000
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        first = backend.sample(NOW)[0]
+        fake.advance(10)
+        second = backend.sample(NOW + timedelta(seconds=10))[0]
+    finally:
+        backend.close()
+    assert (first.power_limit_watts, first.power_default_limit_watts) == (450.0, 700.0)
+    assert second.power_default_limit_watts == 700.0
+    assert fake.calls["nvmlDeviceGetPowerManagementDefaultLimit"] == 1
+    assert fake.calls["nvmlDeviceGetEnforcedPowerLimit"] == 2
 
 
 def test_gpm_two_sample_arithmetic(h200: tuple[FakeNvml, NvmlBackend]) -> None:

@@ -195,6 +195,28 @@ def test_fp64_activity_and_the_sm_clock_share_of_its_max(engine):
     assert row["fp64_active_ratio_n"] == 5 and row["fp64_active_ratio_sum"] == pytest.approx(1.6)
 
 
+def test_the_enforced_and_the_default_power_limit(engine):
+    """Both limits are kept per minute (the largest of the minute), so a window can tell a power
+    cap from the card's default; a sample from an agent that does not send the default leaves it
+    NULL, not 0."""
+    node_id = _node(engine)
+    limits = [(450.0, 700.0), (450.0, None), (500.0, 700.0)]
+    samples = [
+        factories.gpu_sample(
+            M0 + timedelta(seconds=10 * k), 0, util=0.9, power_limit_watts=lim, power_default_limit_watts=d
+        )
+        for k, (lim, d) in enumerate(limits)
+    ] + [factories.gpu_sample(M0 + timedelta(minutes=1), 0, util=0.9, power_limit_watts=700.0)]
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=samples))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(gpu_minutes).order_by(gpu_minutes.c.minute)).mappings().all()
+    assert [(r["power_limit_watts"], r["power_default_limit_watts"]) for r in rows] == [
+        (500.0, 700.0),
+        (700.0, None),
+    ]
+
+
 def test_job_memory_without_page_cache(engine):
     """memory_anon_bytes_max is the largest (used - cache) of the minute's samples; a sample
     without a cache figure counts whole."""

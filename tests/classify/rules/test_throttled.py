@@ -1,5 +1,6 @@
-"""The throttled rule: clocks held down by heat, a hardware slowdown or a clock setting — not by
-the power limiter of a GPU at full load (an H200 at its default 700 W reads sw_power_cap)."""
+"""The throttled rule: clocks held down by heat, a hardware slowdown, a clock setting or a power cap
+set below the card's default — not by the power limiter of a GPU at full load at its default
+limit (an H200 at its default 700 W reads sw_power_cap)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,46 @@ def test_an_unreported_sm_clock_is_listed_missing() -> None:
     v = throttled.rule(window(gpus=(slowed,)), T)
     assert isinstance(v, Verdict) and "sm_clock" in v.evidence["missing"]
     assert "SM clock" not in v.summary
+
+
+def _at_limit(limit: float | None, default: float | None, share: float = 0.95) -> object:
+    """A GPU held by the power limiter alone in ``share`` of its samples, under ``limit``."""
+    ratio = None if limit is None or default is None else limit / default
+    return gpu(
+        throttled_share=share, clock_limited_share=0.0, power_capped_share=share, power_limit_watts=limit,
+        power_default_limit_watts=default, power_cap_ratio=ratio, sm_clock_ratio=0.55,
+    )  # fmt: skip
+
+
+def test_a_site_power_cap_below_the_default_is_throttling() -> None:
+    v = throttled.rule(window(gpus=(_at_limit(450.0, 700.0),)), T)
+    assert isinstance(v, Verdict) and v.cause is Cause.THROTTLED and v.confidence == 0.7
+    assert "power capped at 450 W, 64% of the card's 700 W default" in v.summary
+    assert "nvidia-smi -i <gpu> -pl" in v.fix and "cooling" not in v.fix
+    assert v.evidence["signals"]["power_cap_ratio"] == {"n1/gpu0": pytest.approx(450 / 700)}
+    assert v.gpu_hours_wasted == 0.0
+
+
+@pytest.mark.parametrize(
+    ("limit", "fires"), [(0.9 * 700.0, False), (0.89 * 700.0, True)], ids=["at-threshold", "below"]
+)
+def test_the_cap_threshold(limit: float, fires: bool) -> None:
+    assert isinstance(throttled.rule(window(gpus=(_at_limit(limit, 700.0),)), T), Verdict) is fires
+
+
+def test_a_cap_the_limiter_rarely_reaches_is_not_throttling() -> None:
+    """Capped at 450 W but drawing less: the limiter holds the clocks in 20 % of the samples."""
+    gentle = _at_limit(450.0, 700.0, share=T.throttled_share_ratio - 0.3)
+    assert throttled.rule(window(gpus=(gentle,)), T) is None
+
+
+def test_without_the_default_limit_a_cap_is_not_judged() -> None:
+    assert throttled.rule(window(gpus=(_at_limit(450.0, None),)), T) is None
+
+
+def test_a_slowdown_and_a_cap_name_the_slowdown() -> None:
+    slowed = gpu(gpu="n1/gpu1", throttled_share=0.8, clock_limited_share=0.8)
+    v = throttled.rule(window(gpu_count=2, gpus=(_at_limit(450.0, 700.0), slowed)), T)
+    assert isinstance(v, Verdict) and "hardware slowdown" in v.summary and "2 of 2 GPU(s)" in v.summary
+    assert "cooling" in v.fix
+    assert v.evidence["signals"]["throttled_share"] == {"n1/gpu0": 0.95, "n1/gpu1": 0.8}

@@ -41,8 +41,9 @@ _BUSY_GPU = GpuFeatures(
     idle_fraction_mean=0.0, burst_util=0.95, sm_active=0.85, sm_occupancy=0.4, tensor_active=0.3,
     dram_active=0.3, fp32_active=0.1, fp16_active=0.0, fp64_active=0.0, memory_used_max_bytes=80 * 2**30,
     memory_total_bytes=141 * 2**30, memory_used_ratio=0.57, power_mean_watts=620.0,
-    power_limit_watts=700.0, power_ratio=0.89, temperature_max_celsius=62.0, throttled_samples=0,
-    throttled_share=0.0, clock_limited_share=0.0, xid_samples=0, xid_codes=(), pcie_bytes_per_s=1e9,
+    power_limit_watts=700.0, power_default_limit_watts=700.0, power_cap_ratio=1.0, power_ratio=0.89,
+    temperature_max_celsius=62.0, throttled_samples=0, throttled_share=0.0, clock_limited_share=0.0,
+    power_capped_share=0.0, xid_samples=0, xid_codes=(), pcie_bytes_per_s=1e9,
     nvlink_bytes_per_s=0.0, sm_clock_ratio=0.95, idle=False,
 )  # fmt: skip
 
