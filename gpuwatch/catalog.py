@@ -471,6 +471,16 @@ CATALOG: tuple[Entry, ...] = (
         "Compute processes on the GPU (per-process detail stays on the wire: pids churn).",
         "nvmlDeviceGetComputeRunningProcesses",
     ),
+    Entry(
+        "gpu",
+        "frameworks",
+        "-",
+        "wire",
+        "Deep-learning frameworks the GPU's compute processes have mapped (pytorch, jax, tensorflow, "
+        "paddle, mxnet); [] none, absent when not inspected.",
+        "/proc/<pid>/maps of each compute process, read once per process",
+        ALL,
+    ),
     Entry("gpu.process", "pid", "-", "wire", "Process id.", "nvmlDeviceGetComputeRunningProcesses", ALL),
     Entry(
         "gpu.process",

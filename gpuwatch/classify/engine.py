@@ -3,10 +3,11 @@
 :func:`classify_job` evaluates up to three windows — ``recent`` (the last
 ``recent_window_s``), ``job`` (the whole job) and ``segment`` (the job's latest phase, from the
 latest change in a GPU's utilization: :mod:`gpuwatch.classify.segments`) — and returns their
-verdicts, each window's sorted best first
-(confidence, then the more specific cause). A window where no rule fires gets one fallback
-verdict: ``unknown_low`` when it is low, else ``healthy``. A job younger than the grace
-period (or a finished job shorter than it) gets no verdict at all, nor does a window with
+verdicts, each window's sorted best first (:attr:`Verdict.sort_key`: confidence, then GPU-hours
+wasted, then the more specific cause; a verdict that a more specific one explains is capped at
+that one's confidence). A window where no rule fires gets one fallback verdict:
+``unknown_low`` when it is low, else ``healthy``. A job younger than the grace period (or a
+finished job shorter than it) gets no verdict at all, nor does a window with
 fewer than ``min_window_minutes`` minutes of GPU data.
 
 Nothing here writes: :mod:`gpuwatch.classify.runner` decides which jobs to evaluate when
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -24,7 +26,7 @@ import sqlalchemy as sa
 from gpuwatch.classify.features import WindowFeatures, job_windows, load_scope
 from gpuwatch.classify.rules import RULES, unknown_low
 from gpuwatch.classify.segments import segment_window
-from gpuwatch.classify.verdict import Skipped, Verdict
+from gpuwatch.classify.verdict import REFINES, Skipped, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 #: bump when a rule or threshold default changes meaning, so stored verdicts can be told apart
@@ -56,7 +58,20 @@ def classify_window(f: WindowFeatures, thresholds: Thresholds) -> list[Verdict]:
         fired = [unknown_low.rule(f, thresholds, skipped) or unknown_low.healthy(f, thresholds, skipped)]
     for verdict in fired:
         verdict.evidence["not_checked"] = [s.as_dict() for s in skipped]
-    return sorted(fired, key=lambda v: v.sort_key)
+    return sorted(_refined(fired), key=lambda v: v.sort_key)
+
+
+def _refined(fired: list[Verdict]) -> list[Verdict]:
+    """Each verdict a more specific one explains (:data:`REFINES`) capped at that one's confidence."""
+    by_cause = {v.cause: v for v in fired}
+    out = []
+    for v in fired:
+        specific = next((by_cause[s] for s, g in REFINES.items() if g is v.cause and s in by_cause), None)
+        if specific is not None and v.confidence > specific.confidence:
+            v.evidence["confidence"]["capped_by"] = specific.cause.value
+            v = replace(v, confidence=specific.confidence)
+        out.append(v)
+    return out
 
 
 def classify_job(

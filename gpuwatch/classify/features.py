@@ -23,6 +23,7 @@ features.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.config.thresholds import Thresholds
-from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, join_distinct, xid_codes
+from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, framework_names, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
     NODE_MINUTE_SUMS,
@@ -68,6 +69,12 @@ def _round(value: float | None) -> float | None:
     if value is None:
         return None
     return round(float(value), DIGITS)
+
+
+def _frameworks(per_gpu: Iterable[GpuFeatures]) -> tuple[str, ...] | None:
+    """The frameworks over the GPUs that were inspected; None when none was."""
+    seen = [f.frameworks for f in per_gpu if f.frameworks is not None]
+    return tuple(sorted({name for names in seen for name in names})) if seen else None
 
 
 def _div(num: Any, den: Any) -> float | None:
@@ -242,6 +249,8 @@ class GpuFeatures(Activity):
     power_capped_share: float | None
     xid_samples: int
     xid_codes: tuple[int, ...]  # distinct XID codes seen (gpuwatch/classify/xid.py says whose)
+    # deep-learning frameworks its processes mapped; () none; None never inspected
+    frameworks: tuple[str, ...] | None
     pcie_bytes_per_s: float | None
     nvlink_bytes_per_s: float | None
     sm_clock_ratio: float | None  # mean SM clock / max SM clock over the window's samples
@@ -274,6 +283,8 @@ class WindowFeatures(Activity):
     throttled_share: float | None
     xid_samples: int
     xid_codes: tuple[int, ...]  # distinct over the job's GPUs
+    # deep-learning frameworks on the job's GPUs; () none runs one; None never inspected
+    frameworks: tuple[str, ...] | None
     pcie_bytes_per_s: float | None  # mean per GPU
     nvlink_bytes_per_s: float | None  # mean per GPU
     idle_gpus: tuple[str, ...]
@@ -358,6 +369,7 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
         sa.func.sum(g.power_capped_samples).label("power_capped_samples"),
         sa.func.sum(g.xid_samples).label("xid_samples"),
         join_distinct(conn, g.xid_codes).label("xid_codes"),
+        join_distinct(conn, g.frameworks).label("frameworks"),
     ]
     for name in _GPU_SUMS:
         cols += [
@@ -485,6 +497,7 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         power_capped_share=_div(power_capped, samples),
         xid_samples=xid,
         xid_codes=xid_codes(row.get("xid_codes")),
+        frameworks=framework_names(row.get("frameworks")),
         pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),
         nvlink_bytes_per_s=_mean(row, "nvlink_bytes_per_s"),
         sm_clock_ratio=_mean(row, "sm_clock_ratio"),
@@ -677,6 +690,7 @@ def window_features(
         throttled_share=_div(sum(f.throttled_samples for f in per_gpu), samples),
         xid_samples=sum(f.xid_samples for f in per_gpu),
         xid_codes=tuple(sorted({code for f in per_gpu for code in f.xid_codes})),
+        frameworks=_frameworks(per_gpu),
         pcie_bytes_per_s=_avg([f.pcie_bytes_per_s for f in with_data]),
         nvlink_bytes_per_s=_avg([f.nvlink_bytes_per_s for f in with_data]),
         idle_gpus=tuple(f.gpu for f in per_gpu if f.idle),

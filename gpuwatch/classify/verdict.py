@@ -32,8 +32,20 @@ class Cause(str, Enum):
     HEALTHY = "healthy"
 
 
-#: tie-break when two verdicts have the same confidence: the more specific cause first
+#: last tie-break (same confidence, same GPU-hours wasted): the more specific cause first
 PRIORITY = {cause: i for i, cause in enumerate(Cause)}
+
+#: causes that explain another's evidence more specifically: cpu_only's GPUs are exactly
+#: idle_allocation's, with the reason they are idle. When both fire on a window, the general
+#: verdict's confidence is capped at the specific one's, so the specific one leads (the tie goes
+#: to it by :data:`PRIORITY`) however close its own signals came to their thresholds
+REFINES: dict[Cause, Cause] = {Cause.CPU_ONLY: Cause.IDLE_ALLOCATION}
+
+#: a rule's confidence is its base level for the kind of evidence it has, less up to this much
+#: when the weakest signal that made it fire is barely past its threshold
+MARGIN_PENALTY = 0.1
+#: a signal this far past its threshold (relative to the threshold) counts as a full margin
+FULL_MARGIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,8 @@ TEXTS: dict[Cause, CauseText] = {
         "CUDA graphs), run several tasks per GPU (MPS) or use a smaller GPU / MIG slice.",
     ),
     Cause.NO_MIXED_PRECISION: CauseText(
-        "job $job: SMs busy ($sm_pct) but tensor cores idle ($tensor_pct) — no mixed precision",
+        "job $job: SMs busy ($sm_pct) but tensor cores idle ($tensor_pct) — no mixed "
+        "precision$framework_part",
         "Use mixed precision: torch.autocast(device_type='cuda', dtype=torch.bfloat16) (or AMP with "
         "GradScaler for fp16), or allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True).",
     ),
@@ -142,6 +155,24 @@ _OPS = {
 }
 
 
+def margin(value: float, op: str, threshold: float) -> float:
+    """How far past its threshold a passing value is, relative to the threshold, 0..1: 0 at the
+    threshold, 1 at ``FULL_MARGIN`` beyond it or more. A zero threshold (a presence test) is a
+    full margin."""
+    if threshold == 0:
+        return 1.0
+    beyond = (value - threshold) if op in (">", ">=") else (threshold - value)
+    return round(max(0.0, min(1.0, beyond / abs(threshold) / FULL_MARGIN)), 3)
+
+
+def scaled_confidence(base: float, evidence: Evidence) -> float:
+    """``base`` less up to :data:`MARGIN_PENALTY` by the weakest passed check's margin."""
+    weakest = evidence.weakest_margin()
+    if weakest is None:
+        return base
+    return base - MARGIN_PENALTY * (1.0 - weakest["margin"])
+
+
 @dataclass
 class Evidence:
     """What a rule looked at: the numbers, the thresholds, each comparison, what was missing."""
@@ -169,8 +200,16 @@ class Evidence:
             self.checks.append({"signal": name, "op": op, "threshold": threshold_name, "passed": None})
             return None
         passed = bool(_OPS[op](value, threshold))
-        self.checks.append({"signal": name, "op": op, "threshold": threshold_name, "passed": passed})
+        entry: dict[str, Any] = {"signal": name, "op": op, "threshold": threshold_name, "passed": passed}
+        if passed:
+            entry["margin"] = margin(value, op, threshold)
+        self.checks.append(entry)
         return passed
+
+    def weakest_margin(self) -> dict[str, Any] | None:
+        """The passed check closest to its threshold: the evidence the verdict rests on least."""
+        passed = [c for c in self.checks if c.get("passed") and "margin" in c]
+        return min(passed, key=lambda c: c["margin"]) if passed else None
 
     def lacks(self, name: str, note: str | None = None) -> None:
         if name not in self.missing:
@@ -216,8 +255,10 @@ class Verdict:
     mean_util_ratio: float | None
 
     @property
-    def sort_key(self) -> tuple[float, int]:
-        return (-self.confidence, PRIORITY[self.cause])
+    def sort_key(self) -> tuple[float, float, int]:
+        """Best first: the higher confidence; at equal confidence the verdict wasting more
+        GPU-hours (the fix that returns more); then the more specific cause."""
+        return (-self.confidence, -self.gpu_hours_wasted, PRIORITY[self.cause])
 
 
 def make_verdict(
@@ -229,8 +270,11 @@ def make_verdict(
     text: CauseText | None = None,
 ) -> Verdict:
     """Render ``cause``'s template (or ``text``, a variant of it) with the evidence's values and
-    wrap it with the window."""
+    wrap it with the window. ``confidence`` is the rule's base level for the evidence it has;
+    the verdict's is that less the weakest check's shortfall (:func:`scaled_confidence`)."""
     text = text or TEXTS[cause]
+    base_confidence = confidence
+    confidence = scaled_confidence(confidence, evidence)
     values = {
         "job": f.job_id,
         "gpus": f.gpu_count,
@@ -243,6 +287,11 @@ def make_verdict(
     if f.kind == "segment":
         summary += f", {phase_since(f.start, f.end)}"
     data = evidence.as_dict()
+    weakest = evidence.weakest_margin()
+    data["confidence"] = {
+        "base": base_confidence,
+        "weakest": None if weakest is None else {"signal": weakest["signal"], "margin": weakest["margin"]},
+    }
     data["window"] = {"kind": f.kind, "start": f.start.isoformat(), "end": f.end.isoformat()}
     data["models"] = list(f.models)
     data["gpm"] = f.has_gpm

@@ -13,6 +13,7 @@ import logging
 from datetime import datetime
 
 from gpuwatch.collectors.base import Collector, register
+from gpuwatch.collectors.frameworks import FrameworkLookup
 from gpuwatch.collectors.gpu_backend import GpuBackend, GpuBackendUnavailable
 from gpuwatch.collectors.gpu_processes import GPU_PROCESSES
 from gpuwatch.config import GpuBackendKind, GpuConfig, Settings
@@ -22,21 +23,36 @@ log = logging.getLogger(__name__)
 
 
 class GpuCollector(Collector):
-    """The ``gpu`` collector: whatever backend was chosen, sampled once per agent cycle."""
+    """The ``gpu`` collector: whatever backend was chosen, sampled once per agent cycle.
+
+    Each sample of a real GPU gets ``frameworks``, the deep-learning frameworks its compute
+    processes have mapped (:mod:`gpuwatch.collectors.frameworks`), where ``frameworks`` (a
+    lookup over ``/proc``) is given; simulated processes have no ``/proc`` entry to read.
+    """
 
     name = "gpu"
 
-    def __init__(self, backend: GpuBackend) -> None:
+    def __init__(self, backend: GpuBackend, frameworks: FrameworkLookup | None = None) -> None:
         self.backend = backend
+        self.frameworks = frameworks
 
     def collect(self, now: datetime) -> list[GpuSample]:
         samples = self.backend.sample(now)
+        if self.frameworks is not None and not self.backend.simulated:
+            samples = [_with_frameworks(s, self.frameworks) for s in samples]
         # the attribution collector (which runs after this one) maps these pids to Slurm jobs
         GPU_PROCESSES.publish(samples)
         return samples
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _with_frameworks(sample: GpuSample, lookup: FrameworkLookup) -> GpuSample:
+    if sample.processes is None or sample.frameworks is not None:
+        return sample
+    found = lookup.of_pids(p.pid for p in sample.processes)
+    return sample if found is None else sample.model_copy(update={"frameworks": found})
 
 
 _auto_disabled_logged = False
@@ -114,4 +130,8 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
 def gpu_collector(settings: Settings) -> GpuCollector | None:
     """Factory for the agent: the GPU collector, or None on a node without GPUs."""
     backend = make_backend(settings.gpu, interval_s=settings.agent.interval_s)
-    return None if backend is None else GpuCollector(backend)
+    return (
+        None
+        if backend is None
+        else GpuCollector(backend, frameworks=FrameworkLookup(settings.host_paths.proc))
+    )

@@ -76,6 +76,14 @@ def xid_codes(text: str | None) -> tuple[int, ...]:
     return tuple(sorted({int(code) for code in re.findall(r"\d+", text or "")}))
 
 
+def framework_names(text: str | None) -> tuple[str, ...] | None:
+    """The distinct framework names in a ``frameworks`` rollup text, in order; None for NULL
+    (no sample inspected), () when every inspected process ran none."""
+    if text is None:
+        return None
+    return tuple(sorted(set(re.findall(r'"([^"]+)"', text))))
+
+
 def _count(column: sa.ColumnElement) -> sa.ColumnElement:
     return sa.func.count(column)
 
@@ -173,6 +181,9 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         _sum_if(has_xid).label("xid_samples"),
         join_distinct(conn, sa.case((has_xid, sa.cast(g.xid_errors, sa.Text)), else_=None)).label(
             "xid_codes"
+        ),
+        join_distinct(conn, sa.case((g.frameworks.is_not(None), sa.cast(g.frameworks, sa.Text)))).label(
+            "frameworks"
         ),
         (sa.func.max(sa.case((g.simulated, 1), else_=0)) > 0).label("simulated"),
         sa.func.sum(g.energy_j).label("energy_joules"),

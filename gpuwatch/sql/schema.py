@@ -127,6 +127,8 @@ gpu_samples = _sample_table(
     _i("ecc_corrected_errors"),
     _i("ecc_uncorrected_errors"),
     sa.Column("xid_errors", Json, nullable=True),
+    # deep-learning frameworks the GPU's processes have mapped ([] none; NULL not inspected)
+    sa.Column("frameworks", Json, nullable=True),
     _d("sm_active_ratio"),
     _d("sm_occupancy_ratio"),
     _d("tensor_active_ratio"),
@@ -382,6 +384,9 @@ gpu_minutes = sa.Table(
     # the minute's distinct XID lists as stored, joined (e.g. '[31] [43, 45]'): codes decide
     # who owns a fault (gpuwatch/classify/xid.py); read with rollups.xid_codes
     sa.Column("xid_codes", sa.Text, nullable=True),
+    # the minute's distinct framework lists as stored, joined ('["pytorch"] []'); NULL when no
+    # sample was inspected; read with rollups.framework_names
+    sa.Column("frameworks", sa.Text, nullable=True),
     sa.Column("simulated", sa.Boolean, nullable=False, server_default=sa.false()),
     # energy the GPU used in the minute: the total-energy counter's rise since the sample
     # before, or (counter absent, reset, or that sample too far back) mean power x interval,

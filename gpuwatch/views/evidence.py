@@ -24,6 +24,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "fp64_active": ("FP64 pipe activity", "pct"),
     "fp32_active": ("FP32 pipe activity", "pct"),
     "tensor_cores": ("the GPUs have tensor cores", "bool"),
+    "frameworks": ("deep-learning frameworks in the job's GPU processes", "text"),
     "burst_util": ("utilization while not idle", "pct"),
     "gap_fraction": ("share of idle polls between bursts", "pct"),
     "active_span_minutes": ("minutes from the first to the last minute with GPU work", "count"),

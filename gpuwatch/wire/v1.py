@@ -119,6 +119,12 @@ class GpuSample(_Sample):
     ecc_corrected_errors: Count | None = None
     ecc_uncorrected_errors: Count | None = None
     xid_errors: list[int] | None = Field(None, description="XID codes seen during the interval.")
+    frameworks: list[Annotated[str, Field(max_length=16)]] | None = Field(
+        None,
+        max_length=8,
+        description="Deep-learning frameworks mapped into the GPU's compute processes (from "
+        "/proc/<pid>/maps): [] none of them runs one; None not inspected.",
+    )
     sm_active_ratio: Ratio | None = Field(None, description="GPM NVML_GPM_METRIC_SM_UTIL / 100.")
     sm_occupancy_ratio: Ratio | None = Field(None, description="GPM SM_OCCUPANCY / 100.")
     tensor_active_ratio: Ratio | None = Field(None, description="GPM ANY_TENSOR_UTIL / 100.")

@@ -428,6 +428,7 @@ class Harness:
 
     def _run(self, index: int, name: str, outcome: ScenarioOutcome) -> None:
         from gpuwatch.collectors.activity_stream import read_stream
+        from gpuwatch.collectors.frameworks import FrameworkLookup
         from gpuwatch.collectors.gpu import GpuCollector
         from gpuwatch.sql.nodes import create_token
 
@@ -472,7 +473,8 @@ class Harness:
             job_record.unlink(missing_ok=True)
             gpu_backend = self._gpu_backend(activity, v0, scale, name)
             collectors = [
-                GpuCollector(gpu_backend),
+                # on a real GPU, the workload's processes are read as the agent reads them
+                GpuCollector(gpu_backend, frameworks=FrameworkLookup()),
                 JobCpuCollector(tracker, job_id, len(self.cpus), stream_time, record=job_record),
             ]
             clock = {"now": v0}

@@ -66,6 +66,9 @@ class Case:
     host: Host = field(default_factory=Host)
     #: a power cap an admin set on every GPU (nvidia-smi -pl), watts; None: the card's default
     power_cap_watts: float | None = None
+    #: the frameworks the agent finds mapped into the job's GPU processes ([] none runs one);
+    #: None: not inspected (an agent that does not send them)
+    frameworks: list[str] | None = None
     #: "train": the cases the thresholds were set against; "validation": written from the physics
     #: of a job and never tuned against (docs/classification.md reports both)
     split: str = "train"
@@ -140,6 +143,14 @@ def backend(case: Case, node: int) -> sim.SimulatedBackend:
 # ---------------------------------------------------------------------------- samples
 
 
+def _with_frameworks(samples: list[wire.GpuSample], frameworks: list[str] | None) -> list[wire.GpuSample]:
+    """What the agent's process lookup adds to a real GPU's samples: the frameworks, on GPUs
+    that have compute processes."""
+    if frameworks is None:
+        return samples
+    return [s.model_copy(update={"frameworks": frameworks}) if s.processes else s for s in samples]
+
+
 def job_id(index: int) -> str:
     return f"{9000 + index}"
 
@@ -170,7 +181,7 @@ def build(case: Case, index: int) -> Built:
         out: list[wire.Batch] = []
         for k in range(1, cycles + 1):
             ts = case.start + timedelta(seconds=INTERVAL_S * k)
-            chunk.extend(gpu.sample(ts))
+            chunk.extend(_with_frameworks(gpu.sample(ts), case.frameworks))
             chunk.extend(host_samples(case.host, jid, ts, rng))
             chunk.extend(
                 wire.AttributionSample(

@@ -36,6 +36,7 @@ NEVER_ON_AMD = {
     "fp16_active_ratio",
     "fp64_active_ratio",
     "xid_errors",
+    "frameworks",  # the GPU collector adds it from /proc, not the backend
 }
 
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from gpuwatch import wire
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.nodes import create_token, get_node
-from gpuwatch.sql.rollups import Rollup, xid_codes
+from gpuwatch.sql.rollups import Rollup, framework_names, xid_codes
 from gpuwatch.sql.schema import gpu_minutes, job_minutes, node_minutes
 from tests import factories
 
@@ -215,6 +215,26 @@ def test_the_enforced_and_the_default_power_limit(engine):
         (500.0, 700.0),
         (700.0, None),
     ]
+
+
+def test_the_frameworks_of_a_minute(engine):
+    """A minute keeps its samples' distinct framework lists; [] (inspected, none) is kept apart
+    from a minute no sample of which was inspected (NULL)."""
+    node_id = _node(engine)
+    lists = [["pytorch"], [], None, ["jax", "pytorch"]]
+    samples = [
+        factories.gpu_sample(M0 + timedelta(seconds=10 * k), 0, util=0.9, frameworks=f)
+        for k, f in enumerate(lists)
+    ]
+    samples += [factories.gpu_sample(M0 + timedelta(minutes=1), 0, util=0.9)]
+    samples += [factories.gpu_sample(M0 + timedelta(minutes=2), 0, util=0.9, frameworks=[])]
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=samples))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    with engine.connect() as conn:
+        texts = (
+            conn.execute(sa.select(gpu_minutes.c.frameworks).order_by(gpu_minutes.c.minute)).scalars().all()
+        )
+    assert [framework_names(t) for t in texts] == [("jax", "pytorch"), None, ()]
 
 
 def test_job_memory_without_page_cache(engine):

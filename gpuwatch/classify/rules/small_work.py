@@ -6,13 +6,20 @@ JAX pre-allocates 75 % of the card, TensorFlow and vLLM nearly all of it, whatev
 Then a kernel must be resident much of the time (utilization at or above ``util_low_ratio``:
 a GPU mostly without kernels waits on something else, not on small kernels) and the memory
 must not be full (that is GPU memory pressure). Without GPM, utilization, power and memory
-are all there is, so small memory stays a condition."""
+are all there is, so small memory stays a condition. Memory that is not small lowers the
+confidence, unless the job's processes run a framework known to pre-allocate."""
 
 from __future__ import annotations
 
 from gpuwatch.classify.features import WindowFeatures
 from gpuwatch.classify.verdict import Cause, Evidence, Verdict, efficiency, make_verdict, pct
 from gpuwatch.config.thresholds import Thresholds
+
+#: frameworks (as the agent names them) that take most of the GPU's memory up front, by default
+_PREALLOCATING = {
+    "jax": "JAX pre-allocates 75 % of the GPU's memory",
+    "tensorflow": "TensorFlow takes nearly all of it unless memory growth is on",
+}
 
 
 def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:
@@ -56,7 +63,14 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | None:
         reason += f", occupancy {pct(f.sm_occupancy)}"
     ev.values.update(work_reason=reason, power_pct=pct(f.power_ratio), mem_pct=pct(f.memory_used_ratio_max))
     confidence = 0.85 if occupancy_low else 0.75
-    if not memory_small:
+    preallocating = sorted(_PREALLOCATING.keys() & set(f.frameworks or ()))
+    if not memory_small and preallocating:
+        ev.signal("frameworks", list(f.frameworks or ()))
+        ev.notes.append(
+            f"{' and '.join(_PREALLOCATING[name] for name in preallocating)}: GPU memory used says nothing "
+            "of the work, so it is judged on SM activity, utilization and power"
+        )
+    elif not memory_small:
         confidence -= 0.1
         ev.notes.append(
             "GPU memory is not small, but frameworks that pre-allocate (JAX 75 %, TensorFlow, vLLM) fill it "

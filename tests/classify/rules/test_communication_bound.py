@@ -36,7 +36,11 @@ def network_bound(**changes: object):
 
 def test_heavy_nvlink_with_idle_sms() -> None:
     v = communication_bound.rule(nvlink_bound(), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.COMMUNICATION_BOUND and v.confidence == 0.85
+    assert (
+        isinstance(v, Verdict)
+        and v.cause is Cause.COMMUNICATION_BOUND
+        and v.evidence["confidence"]["base"] == 0.85
+    )
     assert v.gpu_hours_wasted == pytest.approx(1.6)  # 1 - SM activity of two GPU-hours
     assert v.summary == (
         "job j1: 2 GPU(s) on 1 node(s) bound by communication — NVLink 150.0 GB/s per GPU, SM activity 20%"
@@ -51,7 +55,7 @@ def test_heavy_nvlink_with_idle_sms() -> None:
 
 def test_heavy_network_across_nodes() -> None:
     v = communication_bound.rule(network_bound(), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.85
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.85
     assert v.gpu_hours_wasted == pytest.approx(5.6)
     assert "8 GPU(s) on 2 node(s)" in v.summary and "network 5.0 GB/s per node" in v.summary
     assert "NVLink" not in v.summary
@@ -122,7 +126,11 @@ def test_the_sm_activity_threshold(sm_active: float, fires: bool) -> None:
 def test_without_gpm_and_low_util_a_weak_claim() -> None:
     no_gpm = nvlink_bound(has_gpm=False, sm_active=None, util_mean=0.3)
     v = communication_bound.rule(no_gpm, T)
-    assert isinstance(v, Verdict) and v.cause is Cause.COMMUNICATION_BOUND and v.confidence == 0.55
+    assert (
+        isinstance(v, Verdict)
+        and v.cause is Cause.COMMUNICATION_BOUND
+        and v.evidence["confidence"]["base"] == 0.55
+    )
     assert v.gpu_hours_wasted == pytest.approx(1.4)  # 1 - NVML utilization
     assert v.summary.endswith("NVLink 150.0 GB/s per GPU, SM activity n/a")
     assert v.evidence["missing"] == ["sm_active"]

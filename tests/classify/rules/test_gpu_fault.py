@@ -45,7 +45,11 @@ def test_a_channel_torn_down_at_exit_is_nobodys_fault() -> None:
 
 def test_a_lost_gpu_is_the_nodes_whatever_the_codes() -> None:
     v = faulted((31,), lost=2)
-    assert isinstance(v, Verdict) and v.confidence == 0.97 and v.evidence["signals"]["owner"] == "admin"
+    assert (
+        isinstance(v, Verdict)
+        and v.evidence["confidence"]["base"] == 0.97
+        and v.evidence["signals"]["owner"] == "admin"
+    )
     assert "GPU lost in 2 samples" in v.summary
 
 

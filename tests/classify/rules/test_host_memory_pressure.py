@@ -27,7 +27,11 @@ def at_limit(**changes: object):
 
 def test_a_job_at_its_memory_limit() -> None:
     v = host_memory_pressure.rule(at_limit(), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.HOST_MEMORY_PRESSURE and v.confidence == 0.8
+    assert (
+        isinstance(v, Verdict)
+        and v.cause is Cause.HOST_MEMORY_PRESSURE
+        and v.evidence["confidence"]["base"] == 0.8
+    )
     assert v.gpu_hours_wasted == pytest.approx(0.8)  # 1 - SM activity
     assert v.summary == (
         "job j1: host memory job memory (page cache aside) at 99% of its limit; GPU busy only 30%"
@@ -44,13 +48,13 @@ def test_swapping_under_pressure_is_surer() -> None:
     v = host_memory_pressure.rule(
         at_limit(job_memory_ratio=0.7, swap_bytes_per_s=50 * 2**20, memory_pressure=0.3), T
     )
-    assert isinstance(v, Verdict) and v.confidence == 0.88
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.88
     assert "host memory node swapping 52.4 MB/s, memory pressure 30%;" in v.summary
 
 
 def test_all_three_at_once() -> None:
     v = host_memory_pressure.rule(at_limit(swap_bytes_per_s=50 * 2**20, memory_pressure=0.3), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.88
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.88
     assert (
         "job memory (page cache aside) at 99% of its limit, node swapping 52.4 MB/s, memory pressure 30%"
     ) in v.summary
@@ -111,7 +115,7 @@ def test_swap_alone_is_enough_to_judge() -> None:
     v = host_memory_pressure.rule(
         at_limit(job_memory_ratio=None, memory_pressure=None, swap_bytes_per_s=8 * 2**20), T
     )
-    assert isinstance(v, Verdict) and v.confidence == 0.8
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.8
     assert v.evidence["missing"] == ["job_memory_ratio", "memory_pressure"]
 
 

@@ -36,7 +36,11 @@ def job(*gpus: GpuFeatures, **changes: object):
 
 def test_every_gpu_idle() -> None:
     v = idle_allocation.rule(job(idle_gpu(0), idle_gpu(1), util_mean=0.0, job_util_max=0.0), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.IDLE_ALLOCATION and v.confidence == 0.88
+    assert (
+        isinstance(v, Verdict)
+        and v.cause is Cause.IDLE_ALLOCATION
+        and v.evidence["confidence"]["base"] == 0.88
+    )
     assert v.gpu_hours == 2.0 and v.gpu_hours_wasted == 2.0
     assert v.summary == "job j1: 2 of 2 GPU(s) idle (0 % in every sample) — n1/gpu0, n1/gpu1"
     signals = v.evidence["signals"]
@@ -50,7 +54,7 @@ def test_every_gpu_idle() -> None:
 
 def test_one_idle_gpu_of_four_wastes_a_quarter() -> None:
     v = idle_allocation.rule(job(gpu(gpu="n1/gpu0"), gpu(gpu="n1/gpu1"), gpu(gpu="n1/gpu2"), idle_gpu(3)), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.85
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.85
     assert v.gpu_hours == 4.0 and v.gpu_hours_wasted == 1.0
     assert v.summary == "job j1: 1 of 4 GPU(s) idle (0 % in every sample) — n1/gpu3"
     # only the idle GPU's numbers are evidence
@@ -60,7 +64,7 @@ def test_one_idle_gpu_of_four_wastes_a_quarter() -> None:
 
 def test_a_long_list_of_idle_gpus_is_shortened() -> None:
     v = idle_allocation.rule(job(*(idle_gpu(i) for i in range(6))), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.88 and v.gpu_hours_wasted == 6.0
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.88 and v.gpu_hours_wasted == 6.0
     assert v.summary.endswith("6 of 6 GPU(s) idle (0 % in every sample) — n1/gpu0, n1/gpu1, n1/gpu2, "
                               "n1/gpu3 and 2 more")  # fmt: skip
     assert len(v.evidence["signals"]["idle_gpus"]) == 6
@@ -113,7 +117,7 @@ def test_a_gpu_without_samples_is_missing_not_idle() -> None:
     waste is the one idle GPU's half."""
     silent = gpu(gpu="n1/gpu1", samples=0, util_samples=0, util_mean=None, zero_share=None, idle=False)
     v = idle_allocation.rule(job(idle_gpu(0), silent), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.85
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.85
     assert v.gpu_hours_wasted == 1.0
     assert v.evidence["missing"] == ["util_gpu"]
     assert v.evidence["notes"] == ["no utilization samples for n1/gpu1"]

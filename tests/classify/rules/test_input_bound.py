@@ -16,12 +16,14 @@ H200_STARVED = {"util_mean": 0.02, "idle_fraction_mean": 0.87, "burst_util": 0.1
 
 def test_saturated_cpus_with_visible_bursts() -> None:
     v = input_bound.rule(window(util_mean=0.4, idle_fraction_mean=0.55, burst_util=0.9, cpu_ratio=0.95), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.INPUT_BOUND and v.confidence == 0.85
+    assert (
+        isinstance(v, Verdict) and v.cause is Cause.INPUT_BOUND and v.evidence["confidence"]["base"] == 0.85
+    )
 
 
 def test_short_bursts_with_busy_cpus_are_the_loaders() -> None:
     v = input_bound.rule(window(**H200_STARVED, cpu_ratio=0.84), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.INPUT_BOUND and v.confidence == 0.6
+    assert isinstance(v, Verdict) and v.cause is Cause.INPUT_BOUND and v.evidence["confidence"]["base"] == 0.6
     assert "steps are too short to show" in v.summary
     assert any("0.2 s utilization sample" in note for note in v.evidence["notes"])
 

@@ -25,7 +25,11 @@ def fp32(**changes: object):
 
 def test_fp32_training_on_tensor_cores() -> None:
     v = no_mixed_precision.rule(fp32(gpu_count=2, gpu_hours=2.0), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.NO_MIXED_PRECISION and v.confidence == 0.85
+    assert (
+        isinstance(v, Verdict)
+        and v.cause is Cause.NO_MIXED_PRECISION
+        and v.evidence["confidence"]["base"] == 0.85
+    )
     assert v.gpu_hours_wasted == 1.0  # half of the two GPU-hours
     assert v.summary == "job j1: SMs busy (80%) but tensor cores idle (0%) — no mixed precision"
     signals = v.evidence["signals"]
@@ -39,13 +43,13 @@ def test_fp32_training_on_tensor_cores() -> None:
 
 def test_busy_sms_with_little_fp32_is_a_weaker_claim() -> None:
     v = no_mixed_precision.rule(fp32(fp32_active=0.1), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.75
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.75
 
 
 @pytest.mark.parametrize(("fp32_active", "confidence"), [(FP32_HEAVY, 0.85), (FP32_HEAVY - 0.01, 0.75)])
 def test_the_fp32_share_that_raises_confidence(fp32_active: float, confidence: float) -> None:
     v = no_mixed_precision.rule(fp32(fp32_active=fp32_active), T)
-    assert isinstance(v, Verdict) and v.confidence == confidence
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == confidence
 
 
 def test_mixed_precision_is_healthy() -> None:
@@ -128,4 +132,32 @@ def test_fp64_busier_than_fp32_is_needed() -> None:
 
 def test_fp64_not_measured_leaves_the_claim_as_it_was() -> None:
     v = no_mixed_precision.rule(fp32(fp64_active=None), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.85
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.85
+
+
+def test_a_code_that_runs_no_deep_learning_framework_is_left_alone() -> None:
+    """The agent inspected the processes and found no framework: an FP32 CUDA code has no
+    tensor-core path to switch on."""
+    assert no_mixed_precision.rule(fp32(frameworks=()), T) is None
+
+
+def test_frameworks_not_inspected_keep_the_claim_and_say_so() -> None:
+    v = no_mixed_precision.rule(fp32(frameworks=None), T)
+    assert isinstance(v, Verdict) and "frameworks" in v.evidence["missing"]
+    assert "torch.autocast" in v.fix and not v.summary.endswith(")")
+
+
+@pytest.mark.parametrize(
+    ("frameworks", "named", "api"),
+    [
+        (("pytorch",), "(PyTorch)", "torch.autocast"),
+        (("jax",), "(JAX)", "jax_default_matmul_precision"),
+        (("tensorflow",), "(TensorFlow)", "set_global_policy('mixed_bfloat16')"),
+        (("jax", "pytorch"), "(JAX, PyTorch)", "torch.autocast"),  # both loaded: the default text
+    ],
+)
+def test_the_fix_names_the_frameworks_api(frameworks: tuple[str, ...], named: str, api: str) -> None:
+    v = no_mixed_precision.rule(fp32(frameworks=frameworks), T)
+    assert isinstance(v, Verdict) and v.summary.endswith(f"no mixed precision {named}")
+    assert api in v.fix and v.evidence["signals"]["frameworks"] == list(frameworks)
+    assert "frameworks" not in v.evidence["missing"]

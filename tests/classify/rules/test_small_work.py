@@ -26,7 +26,7 @@ def small(**changes: object):
 
 def test_small_kernels_on_a_big_gpu() -> None:
     v = small_work.rule(small(), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.SMALL_WORK and v.confidence == 0.85
+    assert isinstance(v, Verdict) and v.cause is Cause.SMALL_WORK and v.evidence["confidence"]["base"] == 0.85
     assert v.gpu_hours_wasted == pytest.approx(0.8)  # 1 - SM activity of one GPU-hour
     assert v.summary == (
         "job j1: too little work per GPU — util 30%, SM active 20%, occupancy 10%, power 20% of limit, "
@@ -44,7 +44,7 @@ def test_small_kernels_on_a_big_gpu() -> None:
 
 def test_enough_occupancy_is_a_weaker_claim() -> None:
     v = small_work.rule(small(sm_occupancy=0.35), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.75
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.75
     assert "SM active 20%, power" in v.summary and "occupancy" not in v.summary
 
 
@@ -96,13 +96,13 @@ def test_the_thresholds(signal: str, value: float, fires: bool) -> None:
 )
 def test_the_occupancy_threshold(occupancy: float, confidence: float) -> None:
     v = small_work.rule(small(sm_occupancy=occupancy), T)
-    assert isinstance(v, Verdict) and v.confidence == confidence
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == confidence
 
 
 def test_without_gpm_it_is_judged_on_util_power_and_memory() -> None:
     no_gpm = small(has_gpm=False, sm_active=None, sm_occupancy=None, tensor_active=None)
     v = small_work.rule(no_gpm, T)
-    assert isinstance(v, Verdict) and v.cause is Cause.SMALL_WORK and v.confidence == 0.6
+    assert isinstance(v, Verdict) and v.cause is Cause.SMALL_WORK and v.evidence["confidence"]["base"] == 0.6
     assert v.gpu_hours_wasted == pytest.approx(0.7)  # 1 - NVML utilization
     assert "SM activity not measured" in v.summary and "power 20% of limit, memory 10%" in v.summary
     assert v.evidence["missing"] == ["sm_active", "sm_occupancy"]
@@ -116,13 +116,17 @@ def test_without_gpm_a_big_model_is_still_not_small_work() -> None:
 
 def test_without_occupancy_low_sm_activity_is_the_weaker_claim() -> None:
     v = small_work.rule(small(sm_occupancy=None), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.75 and v.evidence["missing"] == ["sm_occupancy"]
+    assert (
+        isinstance(v, Verdict)
+        and v.evidence["confidence"]["base"] == 0.75
+        and v.evidence["missing"] == ["sm_occupancy"]
+    )
 
 
 def test_without_the_per_poll_idle_fraction_it_still_fires() -> None:
     """No idle fraction: duty-cycling cannot be ruled in, the rest decides, and the gap is listed."""
     v = small_work.rule(small(idle_fraction_mean=None, burst_util=None), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.85
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.85
     assert v.evidence["missing"] == ["idle_fraction_mean"]
 
 
@@ -137,15 +141,30 @@ def test_without_power_memory_or_util_no_verdict(signal: str) -> None:
 )
 def test_small_memory_makes_the_claim_surer(memory: float, confidence: float) -> None:
     v = small_work.rule(small(memory_used_ratio_max=memory), T)
-    assert isinstance(v, Verdict) and v.confidence == pytest.approx(confidence)
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == pytest.approx(confidence)
 
 
 def test_a_preallocating_framework_does_not_hide_small_work() -> None:
     """JAX takes 75 % of the card at start: the SMs, utilization and power still tell."""
     v = small_work.rule(small(memory_used_ratio_max=0.75), T)
-    assert isinstance(v, Verdict) and v.confidence == pytest.approx(0.75)
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == pytest.approx(0.75)
     assert any("pre-allocate" in note for note in v.evidence["notes"])
     assert "memory 75%" in v.summary
+
+
+@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
+def test_a_known_preallocating_framework_costs_no_confidence(framework: str) -> None:
+    """The agent saw JAX (or TensorFlow) in the processes: full-looking memory is the framework's
+    reservation, so the claim keeps the confidence small memory would give."""
+    v = small_work.rule(small(memory_used_ratio_max=0.75, frameworks=(framework, "pytorch")), T)
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == pytest.approx(0.85)
+    assert v.evidence["signals"]["frameworks"] == [framework, "pytorch"]
+    assert any("says nothing of the work" in note for note in v.evidence["notes"])
+
+
+def test_pytorch_alone_does_not_explain_memory_away() -> None:
+    v = small_work.rule(small(memory_used_ratio_max=0.75, frameworks=("pytorch",)), T)
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == pytest.approx(0.75)
 
 
 @pytest.mark.parametrize(("util", "fires"), [(T.util_low_ratio - 0.01, False), (T.util_low_ratio, True)])
@@ -158,4 +177,4 @@ def test_without_gpm_small_memory_is_still_required() -> None:
     no_gpm = {"sm_active": None, "sm_occupancy": None, "tensor_active": None}
     assert small_work.rule(small(memory_used_ratio_max=0.75, **no_gpm), T) is None
     v = small_work.rule(small(**no_gpm), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.6
+    assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.6

@@ -21,14 +21,18 @@ def test_power_limiter_alone_is_not_throttling() -> None:
 def test_thermal_slowdown() -> None:
     hot = gpu(throttled_share=0.9, clock_limited_share=0.9, temperature_max_celsius=92.0)
     v = throttled.rule(window(gpus=(hot,)), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.THROTTLED and v.confidence == 0.8
+    assert isinstance(v, Verdict) and v.cause is Cause.THROTTLED and v.evidence["confidence"]["base"] == 0.8
     assert "thermal, up to 92 °C" in v.summary
 
 
 def test_hardware_slowdown_at_a_cool_temperature() -> None:
     slowed = gpu(throttled_share=0.8, clock_limited_share=0.8, power_ratio=0.5)
     v = throttled.rule(window(gpus=(slowed,)), T)
-    assert isinstance(v, Verdict) and v.confidence == 0.7 and "hardware slowdown" in v.summary
+    assert (
+        isinstance(v, Verdict)
+        and v.evidence["confidence"]["base"] == 0.7
+        and "hardware slowdown" in v.summary
+    )
     assert v.gpu_hours_wasted == 0.0  # the node's problem, not the job's waste
 
 
@@ -79,7 +83,7 @@ def _at_limit(limit: float | None, default: float | None, share: float = 0.95) -
 
 def test_a_site_power_cap_below_the_default_is_throttling() -> None:
     v = throttled.rule(window(gpus=(_at_limit(450.0, 700.0),)), T)
-    assert isinstance(v, Verdict) and v.cause is Cause.THROTTLED and v.confidence == 0.7
+    assert isinstance(v, Verdict) and v.cause is Cause.THROTTLED and v.evidence["confidence"]["base"] == 0.7
     assert "power capped at 450 W, 64% of the card's 700 W default" in v.summary
     assert "nvidia-smi -i <gpu> -pl" in v.fix and "cooling" not in v.fix
     assert v.evidence["signals"]["power_cap_ratio"] == {"n1/gpu0": pytest.approx(450 / 700)}

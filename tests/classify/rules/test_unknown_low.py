@@ -34,7 +34,7 @@ def outcomes(f: WindowFeatures) -> tuple[list[Verdict], list[Skipped]]:
 def test_low_util_with_no_cause_found() -> None:
     f = window(util_mean=0.1, util_p50=0.1, burst_util=0.1, sm_active=0.05)
     v = unknown_low.rule(f, T)
-    assert isinstance(v, Verdict) and v.cause is Cause.UNKNOWN_LOW and v.confidence == 0.5
+    assert isinstance(v, Verdict) and v.cause is Cause.UNKNOWN_LOW and v.evidence["confidence"]["base"] == 0.5
     assert v.gpu_hours_wasted == pytest.approx(0.95)  # 1 - SM activity
     assert v.summary == "job j1: GPU use low (util 10%, SM active 5%), cause unknown"
     checks = {c["signal"]: c["passed"] for c in v.evidence["checks"]}
@@ -49,7 +49,7 @@ def test_what_could_not_be_checked_is_listed() -> None:
     fired, skipped = outcomes(f)
     assert fired == [] and Cause.NO_MIXED_PRECISION in {s.cause for s in skipped}
     v = unknown_low.rule(f, T, skipped)
-    assert isinstance(v, Verdict) and v.cause is Cause.UNKNOWN_LOW and v.confidence == 0.5
+    assert isinstance(v, Verdict) and v.cause is Cause.UNKNOWN_LOW and v.evidence["confidence"]["base"] == 0.5
     assert v.gpu_hours_wasted == pytest.approx(0.9)  # 1 - NVML utilization, no SM activity
     assert v.evidence["missing"] == list(GPM_SIGNALS)  # sm_active first, from its own check
     assert v.summary == (
@@ -123,9 +123,11 @@ def test_the_duty_cycle_thresholds(changes: dict, fires: bool) -> None:
     assert isinstance(v, Verdict) is fires
     if fires:
         assert v.evidence["checks"][-2:] == [
-            {"signal": "gap_fraction", "op": ">=", "threshold": "duty_idle_fraction_ratio", "passed": True},
-            {"signal": "burst_util", "op": ">=", "threshold": "duty_burst_util_ratio", "passed": True},
-        ]
+            {"signal": "gap_fraction", "op": ">=", "threshold": "duty_idle_fraction_ratio", "passed": True,
+             "margin": 0.0},
+            {"signal": "burst_util", "op": ">=", "threshold": "duty_burst_util_ratio", "passed": True,
+             "margin": 0.0},
+        ]  # fmt: skip
 
 
 def test_without_gpm_busy_util_is_not_low() -> None:
@@ -147,7 +149,7 @@ def test_without_any_activity_signal_it_is_not_low() -> None:
 
 def test_healthy_fallback() -> None:
     v = unknown_low.healthy(window(), T)
-    assert v.cause is Cause.HEALTHY and v.confidence == 0.8 and v.gpu_hours_wasted == 0.0
+    assert v.cause is Cause.HEALTHY and v.evidence["confidence"]["base"] == 0.8 and v.gpu_hours_wasted == 0.0
     assert v.summary == "job j1: 1 GPU(s) used well (util 95%, SM active 80%)"
 
 
@@ -155,6 +157,6 @@ def test_healthy_fallback_without_gpm_is_less_sure() -> None:
     f = window(**{**A100_LOW, "util_mean": 0.95, "burst_util": 0.95})
     _, skipped = outcomes(f)
     v = unknown_low.healthy(f, T, skipped)
-    assert v.cause is Cause.HEALTHY and v.confidence == 0.6 and v.gpu_hours_wasted == 0.0
+    assert v.cause is Cause.HEALTHY and v.evidence["confidence"]["base"] == 0.6 and v.gpu_hours_wasted == 0.0
     assert v.evidence["missing"] == list(GPM_SIGNALS)
     assert any(note.startswith("no_mixed_precision not checked") for note in v.evidence["notes"])

@@ -18,7 +18,7 @@ _HEALTHY = WindowFeatures(
     sm_active=0.8, sm_occupancy=0.4, tensor_active=0.5, dram_active=0.3, fp32_active=0.1,
     fp16_active=0.0, fp64_active=0.0, memory_used_ratio_max=0.6, power_ratio=0.8, throttled_share=0.0,
     xid_samples=0,
-    xid_codes=(), pcie_bytes_per_s=1e9, nvlink_bytes_per_s=0.0, idle_gpus=(), faulty_gpus=(),
+    xid_codes=(), frameworks=None, pcie_bytes_per_s=1e9, nvlink_bytes_per_s=0.0, idle_gpus=(), faulty_gpus=(),
     cpu_used_cores=4.0,
     cpu_allocated_cores=8.0, cpu_ratio=0.5, cpu_ratio_max_node=0.5, threads_per_core=1,
     job_memory_used_max_bytes=None,
@@ -43,7 +43,7 @@ _BUSY_GPU = GpuFeatures(
     memory_total_bytes=141 * 2**30, memory_used_ratio=0.57, power_mean_watts=620.0,
     power_limit_watts=700.0, power_default_limit_watts=700.0, power_cap_ratio=1.0, power_ratio=0.89,
     temperature_max_celsius=62.0, throttled_samples=0, throttled_share=0.0, clock_limited_share=0.0,
-    power_capped_share=0.0, xid_samples=0, xid_codes=(), pcie_bytes_per_s=1e9,
+    power_capped_share=0.0, xid_samples=0, xid_codes=(), frameworks=None, pcie_bytes_per_s=1e9,
     nvlink_bytes_per_s=0.0, sm_clock_ratio=0.95, idle=False,
 )  # fmt: skip
 
