@@ -8,6 +8,7 @@ comparison, and the signals that were missing (so "no GPM on this card" is visib
 
 from __future__ import annotations
 
+import re
 import string
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -283,7 +284,7 @@ def make_verdict(
         "sm_part": "" if f.sm_active is None else f", SM active {pct(f.sm_active)}",
         **evidence.values,
     }
-    summary = string.Template(text.summary).safe_substitute(values)
+    summary = counted(string.Template(text.summary).safe_substitute(values))
     if f.kind == "segment":
         summary += f", {phase_since(f.start, f.end)}"
     data = evidence.as_dict()
@@ -312,6 +313,24 @@ def make_verdict(
         gpu_hours_wasted=round(f.gpu_hours * waste, 4),
         mean_util_ratio=f.util_mean,
     )
+
+
+_OF_GPUS = re.compile(r"\b(\d+) of (\d+) GPU\(s\)")
+_COUNTED = re.compile(r"\b(\d+) (GPU|node)\(s\)")
+
+
+def counted(text: str) -> str:
+    """Templates say ``GPU(s)``; a sentence says ``its GPU``, ``all 4 GPUs``, ``1 of 8 GPUs``,
+    ``1 node``."""
+
+    def of(m: re.Match[str]) -> str:
+        part, whole = int(m[1]), int(m[2])
+        if part == whole:
+            return "its GPU" if whole == 1 else f"all {whole} GPUs"
+        return f"{part} of {whole} GPU" + ("" if whole == 1 else "s")
+
+    text = _OF_GPUS.sub(of, text)
+    return _COUNTED.sub(lambda m: f"{m[1]} {m[2]}" + ("" if m[1] == "1" else "s"), text)
 
 
 def span_text(seconds: float) -> str:

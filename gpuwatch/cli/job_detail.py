@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwatch.clock import utcnow
+from gpuwatch.views.evaluations import WINDOW_NAMES
 from gpuwatch.views.evidence import evidence_sentences
 from gpuwatch.views.summary_text import summary_rows
 
@@ -152,7 +153,8 @@ def render_text(d: dict[str, Any]) -> str:
         lines.append(f"Verdicts (evaluated {_when(d['verdicts'][0]['evaluated_at'])} UTC):")
         for v in d["verdicts"]:
             lines.append(
-                f"  [{v['window_kind']}] {v['cause']}  confidence {v['confidence']:.2f}  "
+                f"  [{WINDOW_NAMES.get(v['window_kind'], v['window_kind'])}] {v['cause']}  "
+                f"confidence {v['confidence']:.2f}  "
                 f"GPU-h wasted {v['gpu_hours_wasted'] or 0:.2f} of {v['gpu_hours'] or 0:.2f}  "
                 f"mean util {_pct(v['mean_util_ratio'])}"
             )

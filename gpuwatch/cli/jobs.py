@@ -25,6 +25,7 @@ from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, render
 from gpuwatch.clock import utcnow
 from gpuwatch.views import (
     SORTS,
+    WINDOW_NAMES,
     JobFilters,
     JobSummary,
     LowUtilFilters,
@@ -173,7 +174,8 @@ def duration_text(seconds: int | None) -> str | None:
 
 
 def for_people(row: dict[str, Any]) -> dict[str, Any]:
-    """A row formatted for a table: percent, ``1h02m``, two-decimal GPU-hours; JSON/CSV keep raw values."""
+    """A row formatted for a table: percent, ``1h02m``, two-decimal GPU-hours, the window's name
+    ("latest phase"); JSON/CSV keep raw values."""
     out = dict(row)
     if "duration_s" in row:
         out["duration_s"] = duration_text(row["duration_s"])
@@ -182,6 +184,8 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     for key in ("gpu_hours", "gpu_hours_wasted", "confidence"):
         if row.get(key) is not None:
             out[key] = f"{row[key]:.2f}"
+    if row.get("window_kind") is not None:
+        out["window_kind"] = WINDOW_NAMES.get(row["window_kind"], row["window_kind"])
     return out
 
 

@@ -22,6 +22,7 @@ from gpuwatch.config import Settings
 from gpuwatch.config.web import WebAuth, WebConfig
 from gpuwatch.views import (
     GPU_METRICS,
+    WINDOW_NAMES,
     JobFilters,
     JobView,
     LowUtilFilters,
@@ -110,7 +111,8 @@ def _jobs_table(rows: list[LowUtilJob]) -> str:
             f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
             f"<td>{link(GroupBy.USER, r.user)}</td>"
             f"<td>{_fmt(r.name)}</td><td>{_fmt(','.join(r.nodes) or None)}</td>"
-            f"<td class=cause>{_fmt(r.cause)}</td><td>{_fmt(r.window_kind)}</td>"
+            f"<td class=cause>{_fmt(r.cause)}</td>"
+            f"<td>{_fmt(WINDOW_NAMES.get(r.window_kind, r.window_kind))}</td>"
             f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{_pct(r.mean_util_ratio)}</td>"
             f"{_hours(r.gpu_hours_wasted)}<td>{_fmt(r.evidence_text)}</td></tr>"
         )
@@ -359,7 +361,8 @@ def _verdicts(rows: tuple[VerdictRow, ...]) -> str:
         sentences = "".join(f"<li>{escape(s)}</li>" for s in evidence_sentences(evidence))
         out.append(
             f"<div class=verdict><p><span class=cause>{escape(v.cause)}</span> "
-            f"({escape(v.window_kind)} window {v.window_start:%H:%M}-{v.window_end:%H:%M}, "
+            f"({escape(WINDOW_NAMES.get(v.window_kind, v.window_kind))}, "
+            f"{v.window_start:%H:%M}-{v.window_end:%H:%M} UTC, "
             f"confidence {v.confidence:.2f}, GPU-h wasted {v.gpu_hours_wasted or 0:.2f}): "
             f"{escape(v.summary)}</p>"
             + (f"<p class=fix>Fix: {escape(v.fix)}</p>" if v.fix else "")

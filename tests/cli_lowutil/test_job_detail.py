@@ -28,7 +28,7 @@ def test_text_has_cause_evidence_fix_and_timeline(classified) -> None:
     result = run("--db", url, "job", jid, "--at", AT)
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "idle_allocation" in out and "4 of 4 GPU(s) idle" in out
+    assert "idle_allocation" in out and "all 4 GPUs idle" in out
     assert "      - GPUs allocated: 4." in out  # the evidence, in sentences
     assert "      - Highest GPU utilization over the whole job: 0%." in out
     assert TEXTS[Cause.IDLE_ALLOCATION].fix in out

@@ -44,7 +44,7 @@ def test_listing_contents(classified) -> None:
     idle = got[job_of(built, "idle-all-4-h200")]
     assert idle.gpus == 4 and idle.user == "alice" and idle.account == "lab"
     assert idle.window_kind == "job" and idle.mean_util_ratio < 0.02
-    assert idle.summary.startswith(f"job {idle.job_id}: 4 of 4 GPU(s) idle")
+    assert idle.summary.startswith(f"job {idle.job_id}: all 4 GPUs idle")
     assert 0.9 <= idle.gpu_hours_wasted <= idle.gpu_hours <= 1.1  # 4 GPUs x ~15 min
     assert idle.duration_s == 30 * 60  # a running job: start .. now (NOW is T0 + 30 min)
 

@@ -43,7 +43,7 @@ def test_heavy_nvlink_with_idle_sms() -> None:
     )
     assert v.gpu_hours_wasted == pytest.approx(1.6)  # 1 - SM activity of two GPU-hours
     assert v.summary == (
-        "job j1: 2 GPU(s) on 1 node(s) bound by communication — NVLink 150.0 GB/s per GPU, SM activity 20%"
+        "job j1: 2 GPUs on 1 node bound by communication — NVLink 150.0 GB/s per GPU, SM activity 20%"
     )
     signals = v.evidence["signals"]
     assert signals["gpu_count"] == 2 and signals["node_count"] == 1
@@ -57,7 +57,7 @@ def test_heavy_network_across_nodes() -> None:
     v = communication_bound.rule(network_bound(), T)
     assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.85
     assert v.gpu_hours_wasted == pytest.approx(5.6)
-    assert "8 GPU(s) on 2 node(s)" in v.summary and "network 5.0 GB/s per node" in v.summary
+    assert "8 GPUs on 2 nodes" in v.summary and "network 5.0 GB/s per node" in v.summary
     assert "NVLink" not in v.summary
     signals = v.evidence["signals"]
     assert signals["network_bytes_per_s"] == 5e9

@@ -42,7 +42,7 @@ def test_every_gpu_idle() -> None:
         and v.evidence["confidence"]["base"] == 0.88
     )
     assert v.gpu_hours == 2.0 and v.gpu_hours_wasted == 2.0
-    assert v.summary == "job j1: 2 of 2 GPU(s) idle (0 % in every sample) — n1/gpu0, n1/gpu1"
+    assert v.summary == "job j1: all 2 GPUs idle (0 % in every sample) — n1/gpu0, n1/gpu1"
     signals = v.evidence["signals"]
     assert signals["idle_gpus"] == ["n1/gpu0", "n1/gpu1"]
     assert signals["zero_share"] == {"n1/gpu0": 1.0, "n1/gpu1": 1.0}
@@ -56,7 +56,7 @@ def test_one_idle_gpu_of_four_wastes_a_quarter() -> None:
     v = idle_allocation.rule(job(gpu(gpu="n1/gpu0"), gpu(gpu="n1/gpu1"), gpu(gpu="n1/gpu2"), idle_gpu(3)), T)
     assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.85
     assert v.gpu_hours == 4.0 and v.gpu_hours_wasted == 1.0
-    assert v.summary == "job j1: 1 of 4 GPU(s) idle (0 % in every sample) — n1/gpu3"
+    assert v.summary == "job j1: 1 of 4 GPUs idle (0 % in every sample) — n1/gpu3"
     # only the idle GPU's numbers are evidence
     assert v.evidence["signals"]["zero_share"] == {"n1/gpu3": 1.0}
     assert v.evidence["signals"]["idle_gpu_memory_used_bytes"] == {"n1/gpu3": 600 * 2**20}
@@ -65,7 +65,7 @@ def test_one_idle_gpu_of_four_wastes_a_quarter() -> None:
 def test_a_long_list_of_idle_gpus_is_shortened() -> None:
     v = idle_allocation.rule(job(*(idle_gpu(i) for i in range(6))), T)
     assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.88 and v.gpu_hours_wasted == 6.0
-    assert v.summary.endswith("6 of 6 GPU(s) idle (0 % in every sample) — n1/gpu0, n1/gpu1, n1/gpu2, "
+    assert v.summary.endswith("all 6 GPUs idle (0 % in every sample) — n1/gpu0, n1/gpu1, n1/gpu2, "
                               "n1/gpu3 and 2 more")  # fmt: skip
     assert len(v.evidence["signals"]["idle_gpus"]) == 6
 

@@ -110,6 +110,6 @@ def test_without_the_default_limit_a_cap_is_not_judged() -> None:
 def test_a_slowdown_and_a_cap_name_the_slowdown() -> None:
     slowed = gpu(gpu="n1/gpu1", throttled_share=0.8, clock_limited_share=0.8)
     v = throttled.rule(window(gpu_count=2, gpus=(_at_limit(450.0, 700.0), slowed)), T)
-    assert isinstance(v, Verdict) and "hardware slowdown" in v.summary and "2 of 2 GPU(s)" in v.summary
+    assert isinstance(v, Verdict) and "hardware slowdown" in v.summary and "all 2 GPUs" in v.summary
     assert "cooling" in v.fix
     assert v.evidence["signals"]["throttled_share"] == {"n1/gpu0": 0.95, "n1/gpu1": 0.8}

@@ -150,7 +150,7 @@ def test_without_any_activity_signal_it_is_not_low() -> None:
 def test_healthy_fallback() -> None:
     v = unknown_low.healthy(window(), T)
     assert v.cause is Cause.HEALTHY and v.evidence["confidence"]["base"] == 0.8 and v.gpu_hours_wasted == 0.0
-    assert v.summary == "job j1: 1 GPU(s) used well (util 95%, SM active 80%)"
+    assert v.summary == "job j1: 1 GPU used well (util 95%, SM active 80%)"
 
 
 def test_healthy_fallback_without_gpm_is_less_sure() -> None:
