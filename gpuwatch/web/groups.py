@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from gpuwatch.views import GroupBy, JobSummary, ReportRow
 from gpuwatch.views.report import WeekRow
-from gpuwatch.web import svg
+from gpuwatch.web import charts
 
 #: the URL path of each kind of group page
 PATHS = {GroupBy.USER: "users", GroupBy.ACCOUNT: "accounts"}
@@ -62,17 +62,15 @@ def _trend(weeks: list[WeekRow]) -> str:
     if not weeks:
         return ""
     start, end = weeks[0].start, weeks[-1].end
-    share = [svg.Series("wasted share", [(w.end, w.wasted_share) for w in weeks])]
+    share = [charts.Series("wasted share", [(w.end, w.wasted_share) for w in weeks])]
     hours = [
-        svg.Series("GPU-hours held", [(w.end, w.gpu_hours) for w in weeks]),
-        svg.Series("wasted", [(w.end, w.gpu_hours_wasted) for w in weeks]),
+        charts.Series("GPU-hours held", [(w.end, w.gpu_hours) for w in weeks]),
+        charts.Series("wasted", [(w.end, w.gpu_hours_wasted) for w in weeks]),
     ]
     return (
         "<div class=charts>"
-        + svg.line_chart("wasted share, week by week", share, start, end, y_max=1.0, width=405)
-        + svg.line_chart(
-            "GPU-hours, week by week", hours, start, end, y_format=lambda v: f"{v:.0f}", width=405
-        )
+        + charts.line_chart("wasted share, week by week", share, start, end, y_max=1.0, width=405)
+        + charts.line_chart("GPU-hours, week by week", hours, start, end, unit="count", width=405)
         + "</div>"
     )
 

@@ -1,7 +1,9 @@
 """The web view's routes: ``/`` overview, ``/jobs`` low-utilization list, ``/jobs/{id}`` one job.
 
-Read-only (GET only), server-rendered HTML with inline SVG; auth per ``[web]``
-(:mod:`gpuwatch.config.web`) as a router dependency, so every page is behind it.
+Read-only (GET only), server-rendered HTML: the heat map inline SVG, time series as data that
+uPlot draws in the browser (:mod:`gpuwatch.web.charts`; ``/static/`` serves it and nothing
+else); auth per ``[web]`` (:mod:`gpuwatch.config.web`) as a router dependency, so every page
+and asset is behind it.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import hmac
 import json
 from datetime import datetime, timedelta, timezone
 from html import escape
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse
 
 from gpuwatch.config import Settings
 from gpuwatch.config.web import WebAuth, WebConfig
@@ -36,7 +39,7 @@ from gpuwatch.views import (
 )
 from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
-from gpuwatch.web import svg
+from gpuwatch.web import charts, svg
 from gpuwatch.web.groups import group_body, link
 
 CSS = """
@@ -52,6 +55,9 @@ th{background:#eceff1}.sim{background:#fff3cd;border:1px solid #e0c060;padding:4
 .charts{display:flex;flex-wrap:wrap;gap:10px}.chart{background:#fff;border:1px solid #ddd}
 .chart .lbl{font-size:10px;fill:#555}.chart .title{font-size:12px;font-weight:600}
 .chart .plot{fill:#fff;stroke:#bbb}.chart .grid{stroke:#eee}.chart .axis{stroke:#999}
+figure.chart{margin:0;padding:6px}figure.chart figcaption{font-size:12px;font-weight:600}
+figure.chart .nodata{color:#777;font-size:11px;margin:2px 0}
+.u-legend{font-size:11px}.u-legend th,.u-legend td{border:0;background:none;padding:0 3px;font-weight:normal}
 .cause{font-weight:600}.fix{color:#1b5e20}pre{white-space:pre-wrap;font-size:11px;background:#f4f4f4;padding:6px}
 """
 
@@ -64,9 +70,9 @@ def _page(title: str, body: str, *, simulated: bool = False) -> HTMLResponse:
     )
     return HTMLResponse(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{escape(title)} — gpuwatch</title><style>{CSS}</style></head><body>"
+        f"<title>{escape(title)} — gpuwatch</title>{charts.page_head()}<style>{CSS}</style></head><body>"
         '<header><b>gpuwatch</b><a href="/">overview</a><a href="/jobs">low-utilization jobs</a></header>'
-        f"<main>{banner}{body}</main></body></html>"
+        f"<main>{banner}{body}</main>{charts.page_scripts()}</body></html>"
     )
 
 
@@ -78,13 +84,6 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     return escape(str(value))
-
-
-def _rate(v: float) -> str:
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if v >= scale:
-            return f"{v / scale:.0f} {unit}"
-    return f"{v:.0f} B/s"
 
 
 def _pct(value: float | None) -> str:
@@ -171,6 +170,8 @@ def make_auth(config: WebConfig):  # type: ignore[no-untyped-def]
 
 # ---------------------------------------------------------------------------- pages
 
+_MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
 
 def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
     """The web view for the daemon app (``app.include_router(build_web_router(settings, engine))``)."""
@@ -182,6 +183,17 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
 
     def now() -> datetime:
         return datetime.now(timezone.utc)
+
+    @router.get("/static/{name}")
+    def static_asset(name: str) -> FileResponse:
+        """The chart library and its driver (``gpuwatch/web/static``); nothing else is served."""
+        if name not in charts.ASSETS:
+            raise HTTPException(404, f"no such file: {name}")
+        return FileResponse(
+            charts.STATIC_DIR / name,
+            media_type=_MEDIA_TYPES[Path(name).suffix],
+            headers={"Cache-Control": "public, max-age=86400"},
+        )
 
     @router.get("/", response_class=HTMLResponse)
     def overview_page() -> HTMLResponse:
@@ -290,31 +302,38 @@ def _job_body(view: JobView) -> str:
     summary = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_rows(view))
     parts.append(f"<h2>Summary</h2><table class=summary>{summary}</table>")
     parts.append("<h2>Per GPU, over the whole run</h2>" + _gpu_table(view))
-    charts = view.charts
-    if charts is not None:
+    series_of = view.charts
+    one_node = len({ref.node for ref in view.gpu_refs}) == 1
+    if series_of is not None:
         parts.append("<h2>Per-GPU timelines (per-minute means)</h2><div class=charts>")
         for metric in GPU_METRICS:
-            series = sorted((ref.label, pts) for ref, pts in charts.gpu.get(metric, {}).items())
+            series = sorted(
+                (_short(ref.label, one_node), pts) for ref, pts in series_of.gpu.get(metric, {}).items()
+            )
             parts.append(
-                svg.line_chart(
+                charts.line_chart(
                     _METRIC_TITLES[metric],
-                    [svg.Series(label, pts) for label, pts in series],
-                    charts.start,
-                    charts.end,
+                    [charts.Series(label, pts) for label, pts in series],
+                    series_of.start,
+                    series_of.end,
                     y_max=1.0,
                     width=405,
                 )
             )
-        cpu = [svg.Series(k, v) for k, v in charts.cpu.items()]
-        parts.append(svg.line_chart("CPU", cpu, charts.start, charts.end, y_max=1.0, width=405))
-        net = [svg.Series(k, v) for k, v in charts.network.items()]
-        parts.append(
-            svg.line_chart("network (bytes/s)", net, charts.start, charts.end, y_format=_rate, width=405)
-        )
+        span = (series_of.start, series_of.end)
+        cpu = [charts.Series(k, v) for k, v in series_of.cpu.items()]
+        parts.append(charts.line_chart("CPU", cpu, *span, y_max=1.0, width=405))
+        net = [charts.Series(k, v) for k, v in series_of.network.items()]
+        parts.append(charts.line_chart("network (bytes/s)", net, *span, unit="bytes_per_s", width=405))
         parts.append("</div>")
     parts.append("<h2>Verdicts</h2>")
     parts.append(_verdicts(_one_per_window(view.evaluation.verdicts if view.evaluation else ())))
     return "".join(parts)
+
+
+def _short(label: str, one_node: bool) -> str:
+    """``gpu3`` for ``node07/gpu3`` when the job has one node: the legend fits its chart."""
+    return label.rsplit("/", 1)[-1] if one_node else label
 
 
 def _gpu_table(view: JobView) -> str:

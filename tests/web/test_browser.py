@@ -1,4 +1,5 @@
-"""Headless Chromium against a real daemon on 127.0.0.1: the pages render, the charts are drawn.
+"""Headless Chromium against a real daemon on 127.0.0.1: the pages render, the heat map is
+drawn, and the time-series charts are drawn by the vendored uPlot in the browser.
 
 Skips when ``chromium`` is missing, except with ``CI=true`` (``tests/web/install-chromium.sh``
 installs it). ``GPUWATCH_WRITE_SCREENSHOTS=1`` also writes ``docs/screenshot-*.png``.
@@ -15,7 +16,7 @@ import pytest
 
 from gpuwatch.config import load_settings
 from gpuwatch.daemon.server import BackgroundServer
-from gpuwatch.web import svg
+from gpuwatch.web import charts, svg
 from tests.demo_data import load_demo
 from tests.web.png import colour_counts, near
 
@@ -39,6 +40,18 @@ def _shot(url: str, out: Path, tmp: Path, height: int = 900) -> bytes:
     return out.read_bytes()
 
 
+def _dom(url: str, tmp: Path) -> str:
+    """The page's DOM after its scripts ran."""
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp / 'profile-dom'}", "--dump-dom", url,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+    assert "<html" in proc.stdout, f"no DOM (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
 def test_pages_render_in_chromium(sqlite_url, tmp_path):
     if CHROMIUM is None:
         if os.environ.get("CI", "").lower() == "true":
@@ -53,6 +66,7 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
             job = next(j for j, c in result.expected.items() if c == "communication_bound")  # 8 GPUs
             # tall enough for the summary above the charts
             job_png = _shot(f"{server.url}/jobs/{job}", tmp_path / "job.png", tmp_path, height=1600)
+            dom = _dom(f"{server.url}/jobs/{job}", tmp_path)
     finally:
         server.engine.dispose()
     heat = colour_counts(overview, (150, 150, 1270, 650))
@@ -60,8 +74,12 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
     assert near(heat, _hex(svg.heat_colour(0.0))) > 2000, heat.most_common(5)
     assert near(heat, _hex(svg.heat_colour(1.0)), tol=40) > 500, heat.most_common(5)
     lines = colour_counts(job_png, (0, 300, 1280, 1600))
-    drawn = [c for c in svg.PALETTE[:8] if near(lines, _hex(c), tol=30) > 50]
-    assert len(drawn) >= 6, (drawn, lines.most_common(8))  # one line per GPU, 8 GPUs
+    # charts.js ran: every chart became a uPlot canvas, with its 8 GPUs in the legend
+    assert dom.count('data-drawn="1"') == 7 and dom.count("<canvas") == 7, dom[-3000:]
+    assert dom.count('class="u-series') >= 5 * 9  # the time and 8 GPUs under each of the 5 GPU charts
+    # uPlot's lines, one per GPU of the 8: drawn in the browser from the page's data
+    drawn = [c for c in charts.PALETTE[:8] if near(lines, _hex(c), tol=30) > 50]
+    assert len(drawn) >= 6, (drawn, lines.most_common(8))
     if os.environ.get("GPUWATCH_WRITE_SCREENSHOTS") == "1":
         (DOCS / "screenshot-overview.png").write_bytes(overview)
         (DOCS / "screenshot-job.png").write_bytes(job_png)

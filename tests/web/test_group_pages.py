@@ -29,7 +29,9 @@ def test_user_and_account_pages_show_the_report_figures(demo) -> None:  # type: 
         rows = {r.group: r for r in usage_report(engine, GroupBy.USER, end - timedelta(days=7), end)}
         shown = float(re.search(r'<span data-value="([^"]+)">', html).group(1))
         assert shown == rows[idle_user].gpu_hours_wasted > 0
-        assert html.count("<svg") == 2 and "week by week" in html  # the trend: share and GPU-hours
+        # the trend: share and GPU-hours, week by week, as uPlot charts
+        assert html.count('<figure class="chart line"') == 2 and "week by week" in html
+        assert "/static/charts.js" in html
         assert f'href="/jobs/{idle_job}"' in html and 'href="/accounts/demo-lab"' in html
         account = client.get("/accounts/demo-lab")
         assert account.status_code == 200

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import datetime, timedelta, timezone
+from html import unescape
 
+import pytest
 from fastapi.testclient import TestClient
 
 from gpuwatch.daemon.app import create_app
-from gpuwatch.web import svg
+from gpuwatch.web import charts, svg
 
 
 def test_demo_shows_every_cause_and_the_pages_render(demo):
@@ -32,8 +36,15 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
         for jid, cause in result.expected.items():
             job = client.get(f"/jobs/{jid}")
             assert job.status_code == 200, jid
-            assert job.text.count("<svg") == 7  # util, SM, tensor, memory, power, CPU, network
-            assert "<polyline" in job.text and cause in job.text
+            figures = _charts(job.text)  # util, SM, tensor, memory, power, CPU, network
+            assert len(figures) == 7 and cause in job.text
+            util = figures[0]
+            assert util["series"] and all(
+                s["label"].rsplit("/", 1)[-1].startswith("gpu") for s in util["series"]
+            )
+            assert all(len(s["values"]) == len(util["x"]) for s in util["series"])
+            assert any(v is not None for s in util["series"] for v in s["values"]), jid
+            assert figures[-1]["unit"] == "bytes_per_s" and figures[0]["y_max"] == 1.0
             if cause != "healthy":
                 assert "Fix:" in job.text
                 # the evidence in sentences (views/evidence.py), as the alerts and the CLI say it
@@ -48,17 +59,58 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
         assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
         assert "<h2>No job nope&lt;b&gt;</h2>" in missing.text and 'href="/jobs"' in missing.text
         assert client.get("/healthz").status_code == 200  # the daemon's own routes still there
+        for asset in charts.ASSETS:  # the chart library and its driver, and nothing else
+            got = client.get(f"/static/{asset}")
+            assert got.status_code == 200 and got.headers["content-type"].startswith(
+                ("text/javascript", "text/css")
+            )
+            assert f'/static/{asset}"' in html
+        assert client.get("/static/uPlot.LICENSE").status_code == 404
+        assert client.get("/static/..%2Froutes.py").status_code == 404
+
+
+def _charts(html: str) -> list[dict]:
+    """The data of each chart figure of a page, as charts.js reads it."""
+    return [
+        json.loads(unescape(m))
+        for m in re.findall(r'<figure class="chart line"[^>]* data-chart="([^"]*)"', html)
+    ]
 
 
 def test_heat_colours_and_line_gaps():
     assert svg.heat_colour(None) == svg.NO_DATA
     assert svg.heat_colour(0.0) == "#d73027" and svg.heat_colour(1.0) == "#1a9850"
-    from datetime import datetime, timedelta, timezone
-
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     pts = [(t0 + timedelta(minutes=i), None if i == 5 else i / 10) for i in range(10)]
-    chart = svg.line_chart("x <y>", [svg.Series("gpu0", pts)], t0, t0 + timedelta(minutes=9), y_max=1.0)
-    assert chart.count("<polyline") == 2 and "x &lt;y&gt;" in chart
+    other = [(t0 + timedelta(minutes=i, seconds=30), 0.5) for i in range(2)]  # off the first one's grid
+    chart = charts.line_chart(
+        "x <y>",
+        [charts.Series("gpu0", pts), charts.Series("gpu1", other)],
+        t0,
+        t0 + timedelta(minutes=9),
+        y_max=1.0,
+    )
+    assert "<figcaption>x &lt;y&gt;</figcaption>" in chart and "no data" not in chart
+    (data,) = _charts(chart)
+    assert len(data["x"]) == 12 and data["x"] == sorted(data["x"])
+    gpu0, gpu1 = data["series"]
+    assert gpu0["values"][data["x"].index(int((t0 + timedelta(minutes=5)).timestamp()))] is None  # the gap
+    assert gpu0["values"][data["x"].index(int((t0 + timedelta(minutes=9)).timestamp()))] == 0.9
+    assert sum(v is not None for v in gpu1["values"]) == 2
+    assert (gpu0["colour"], gpu1["colour"]) == charts.PALETTE[:2]
+    assert (data["start"], data["end"], data["unit"]) == (
+        int(t0.timestamp()),
+        int(t0.timestamp()) + 540,
+        "pct",
+    )
+
+
+def test_a_chart_without_values_says_so_and_units_are_checked():
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    empty = charts.line_chart("CPU", [charts.Series("n1", [(t0, None)])], t0, t0 + timedelta(minutes=1))
+    assert '<p class="nodata">no data</p>' in empty
+    with pytest.raises(ValueError, match="unit"):
+        charts.line_chart("x", [], t0, t0, unit="furlongs")
 
 
 def test_job_view_has_exactly_the_jobs_gpus(demo):
