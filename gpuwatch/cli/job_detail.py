@@ -2,8 +2,8 @@
 
 Renders :func:`gpuwatch.views.job_view` (the web view's job page renders the same): the job,
 per-GPU means over its run, the latest evaluation's verdicts (healthy included) and a
-timeline. ``--plot FILE.png`` draws the timeline as a picture with the stdlib PNG writer of
-:mod:`gpuwatch.cli.plot` (matplotlib is not a dependency).
+timeline. ``--plot FILE.png`` draws the timeline as a chart with matplotlib
+(:mod:`gpuwatch.cli.plot`, the optional extra ``plot``).
 """
 
 from __future__ import annotations
@@ -175,6 +175,25 @@ def render_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _plot(d: dict[str, Any], path: Path) -> None:
+    """``--plot``: the timeline as a PNG, titled with the job and its verdict."""
+    from gpuwatch.cli.plot import PlotUnavailable, utilization_figure, write_png
+
+    timeline = d["timeline"]
+    shown = d.get("verdict") or {}
+    title = f"job {d['job']['job_id']}: GPU utilization"
+    if shown.get("cause"):
+        title += f" — {shown['cause']} ({WINDOW_NAMES.get(shown['window_kind'], shown['window_kind'])})"
+    try:
+        figure = utilization_figure(title, timeline["start"], timeline["column_s"], timeline["series"])
+        write_png(figure, path)
+    except PlotUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a folder that does not exist, no permission, a full disk
+        raise click.ClickException(f"cannot write --plot {path}: {exc.strerror or exc}") from None
+    click.echo(f"wrote {path} ({len(timeline['series'])} GPU(s))", err=True)
+
+
 @click.command("job")
 @click.argument("job_id")
 @click.option(
@@ -207,17 +226,7 @@ def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, 
     if d is None:
         raise click.ClickException(f"job {job_id} is not known (no Slurm row, attribution or verdict)")
     if plot is not None:
-        from gpuwatch.cli.plot import COLOUR_NAMES, write_chart
-
-        series = list((d["timeline"] or {}).get("series", {}).items())
-        try:
-            write_chart(plot, [values for _, values in series])
-        except OSError as exc:  # a folder that does not exist, no permission, a full disk
-            raise click.ClickException(f"cannot write --plot {plot}: {exc.strerror or exc}") from None
-        legend = ", ".join(
-            f"{label}={COLOUR_NAMES[i % len(COLOUR_NAMES)]}" for i, (label, _) in enumerate(series)
-        )
-        click.echo(f"wrote {plot} ({legend or 'no GPU data'})", err=True)
+        _plot(d, plot)
     if fmt == "json":
         click.echo(json.dumps(d, indent=2, default=_plain))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from gpuwatch.classify.verdict import TEXTS, Cause
 from gpuwatch.cli.job_detail import BLOCKS, spark
 from gpuwatch.cli.main import cli
-from gpuwatch.cli.plot import line_chart
+from gpuwatch.cli.plot import utilization_figure
 from tests.classify import corpus
 from tests.cli_lowutil.conftest import job_of
 
@@ -67,19 +68,59 @@ def test_timeline_downsampled_to_columns(classified) -> None:
 def test_png_plot(classified, tmp_path) -> None:
     url, built = classified
     png = tmp_path / "job.png"
-    result = CliRunner().invoke(cli, ["--db", url, "job", job_of(built, "input-cpu-saturated"), "--at", AT,
-                                      "--plot", str(png)])  # fmt: skip
+    jid = job_of(built, "input-cpu-saturated")
+    result = CliRunner().invoke(cli, ["--db", url, "job", jid, "--at", AT, "--plot", str(png)])
     assert result.exit_code == 0, result.output
+    assert f"wrote {png} (4 GPU(s))" in result.output
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     width, height = struct.unpack(">II", data[16:24])
-    assert (width, height) == (800, 300)
+    assert (width, height) == (1000, 420)
+
+
+def test_the_plot_has_axes_a_title_and_a_legend() -> None:
+    """What --plot draws: the job and its verdict in the title, UTC times and percent on the
+    axes with distinct tick labels, one legend entry per GPU, a gap where a GPU sent nothing."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    start = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+    series = {"c01n0:0": [0.9] * 30, "c01n0:1": [0.9] * 10 + [None] * 5 + [0.1] * 15}
+    figure = utilization_figure("job 9001: GPU utilization — input_bound (whole job)", start, 60.0, series)
+    FigureCanvasAgg(figure).draw()  # ticks are chosen when drawn
+    (axes,) = figure.axes
+    assert axes.get_title(loc="left").startswith("job 9001") and "input_bound" in axes.get_title(loc="left")
+    assert axes.get_xlabel() == "time (UTC)" and axes.get_ylabel() == "GPU utilization"
+    x_ticks = [t.get_text() for t in axes.get_xticklabels() if t.get_text()]
+    y_ticks = [t.get_text() for t in axes.get_yticklabels() if t.get_text()]
+    assert len(x_ticks) >= 3 and len(set(x_ticks)) == len(x_ticks) and "08:10" in x_ticks
+    assert "100%" in y_ticks and "0%" in y_ticks
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == list(series)
+    gap = axes.get_lines()[1].get_ydata()
+    assert sum(v != v for v in gap) == 5  # NaN: the line breaks
+
+
+def test_plot_without_matplotlib_is_one_line(classified, tmp_path, monkeypatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name.startswith("matplotlib"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    url, built = classified
+    png = tmp_path / "job.png"
+    result = CliRunner().invoke(cli, ["--db", url, "job", job_of(built, "input-cpu-saturated"), "--at", AT,
+                                      "--plot", str(png)])  # fmt: skip
+    assert result.exit_code == 1 and "pip install 'gpuwatch[plot]'" in result.output
+    assert "Traceback" not in result.output and not png.exists()
 
 
 def test_unknown_job_and_spark() -> None:
     assert spark([0.0, 0.5, 1.0, None]) == f"{BLOCKS[0]}{BLOCKS[4]}{BLOCKS[-1]} "
-    png = line_chart([[0.0, 1.0]], width=40, height=20)
-    assert struct.unpack(">II", png[16:24]) == (40, 20)
 
 
 def test_unknown_job(engine, db_url) -> None:
