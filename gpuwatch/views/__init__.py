@@ -13,6 +13,7 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 * :func:`waste_in_period` — the GPU-hours each job wasted in a period, per cause;
 * :func:`idle_jobs` — which running jobs have held only idle GPUs, and since when;
 * :func:`node_summaries` — which nodes report, with their GPUs and sample counts;
+* :func:`node_view` — one node: its GPUs' last hours, their faults, the jobs that held them;
 * :func:`usage_report` — GPU-hours held and wasted per user, account or partition;
 * :func:`evidence_sentences` — a verdict's evidence as sentences, for every surface.
 """
@@ -23,6 +24,7 @@ from gpuwatch.views.idle import IdleJob, idle_jobs
 from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
 from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
 from gpuwatch.views.lowutil import SORTS, LowUtilFilters, LowUtilJob, low_util_jobs
+from gpuwatch.views.node import NodeView, node_view
 from gpuwatch.views.nodes import NodeSummary, node_summaries
 from gpuwatch.views.overview import Overview, cluster_overview
 from gpuwatch.views.report import GroupBy, ReportRow, usage_report
@@ -46,6 +48,7 @@ __all__ = [
     "LowUtilFilters",
     "LowUtilJob",
     "NodeSummary",
+    "NodeView",
     "Overview",
     "ReportRow",
     "VerdictRow",
@@ -58,6 +61,7 @@ __all__ = [
     "latest_evaluations",
     "low_util_jobs",
     "node_summaries",
+    "node_view",
     "summary_rows",
     "usage_report",
     "waste_in_period",

@@ -1,4 +1,4 @@
-"""What the cluster is doing now: every GPU's last hour, who is busy, idle and wasting GPUs.
+"""What the cluster is doing now: every node's last hour, which GPUs are busy, idle and wasted.
 
 The web view's front page. The wasting jobs are :func:`gpuwatch.views.lowutil.low_util_jobs`
 of the jobs still holding their GPUs, so the page lists what every other surface lists.
@@ -24,8 +24,8 @@ class Overview:
     now: datetime
     start: datetime  # first minute of the heat map
     minutes: int
-    rows: list[str]  # "node/gpuN", sorted
-    #: (row, minute) -> mean utilization (0..1)
+    rows: list[str]  # node names, sorted: the heat map has a row per node (its page has a row per GPU)
+    #: (row, minute) -> mean utilization (0..1) of the node's GPUs that reported that minute
     cells: dict[tuple[int, int], float]
     gpus_reporting: int = 0
     gpus_busy: int = 0
@@ -53,10 +53,10 @@ def cluster_overview(
         ).all()
         jobs = low_util_jobs(conn, LowUtilFilters(running=True), now=now)
         dialect = conn.dialect
-    labels = sorted({(r[0], r[1]) for r in rows})
-    index = {key: i for i, key in enumerate(labels)}
-    cells: dict[tuple[int, int], float] = {}
-    latest: dict[int, tuple[datetime, float]] = {}
+    names = sorted({r[0] for r in rows})
+    index = {name: i for i, name in enumerate(names)}
+    sums: dict[tuple[int, int], list[float]] = {}
+    latest: dict[tuple[str, int], tuple[datetime, float]] = {}
     simulated = False
     as_utc = UtcDateTime()
     for name, gpu, minute, total, n, sim in rows:
@@ -64,17 +64,19 @@ def cluster_overview(
             continue
         util = float(total) / float(n)
         minute = as_utc.process_result_value(minute, dialect)
-        i, m = index[(name, gpu)], int((minute - start) / timedelta(minutes=1))
-        cells[(i, m)] = util
+        cell = sums.setdefault((index[name], int((minute - start) / timedelta(minutes=1))), [0.0, 0.0])
+        cell[0] += util
+        cell[1] += 1
         simulated = simulated or bool(sim)
-        if minute >= end - REPORTING and (i not in latest or latest[i][0] < minute):
-            latest[i] = (minute, util)
+        if minute >= end - REPORTING and ((name, gpu) not in latest or latest[(name, gpu)][0] < minute):
+            latest[(name, gpu)] = (minute, util)
+    cells = {key: total / count for key, (total, count) in sums.items()}
     busy = sum(1 for _, u in latest.values() if u > low_ratio)
     return Overview(
         now=now,
         start=start,
         minutes=minutes,
-        rows=[f"{name}/gpu{gpu}" for name, gpu in labels],
+        rows=names,
         cells=cells,
         gpus_reporting=len(latest),
         gpus_busy=busy,

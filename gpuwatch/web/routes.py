@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from html import escape
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -36,11 +36,13 @@ from gpuwatch.views import (
     job_view,
     jobs_query,
     low_util_jobs,
+    node_view,
 )
 from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
 from gpuwatch.web.groups import group_body, link
+from gpuwatch.web.node_page import node_body, node_link
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#fafafa}
@@ -58,6 +60,7 @@ th{background:#eceff1}.sim{background:#fff3cd;border:1px solid #e0c060;padding:4
 figure.chart{margin:0;padding:6px}figure.chart figcaption{font-size:12px;font-weight:600}
 figure.chart .nodata{color:#777;font-size:11px;margin:2px 0}
 .u-legend{font-size:11px}.u-legend th,.u-legend td{border:0;background:none;padding:0 3px;font-weight:normal}
+tr.faulted td{background:#fde0dc}
 .cause{font-weight:600}.fix{color:#1b5e20}pre{white-space:pre-wrap;font-size:11px;background:#f4f4f4;padding:6px}
 """
 
@@ -109,7 +112,7 @@ def _jobs_table(rows: list[LowUtilJob]) -> str:
         out.append(
             f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
             f"<td>{link(GroupBy.USER, r.user)}</td>"
-            f"<td>{_fmt(r.name)}</td><td>{_fmt(','.join(r.nodes) or None)}</td>"
+            f"<td>{_fmt(r.name)}</td><td>{','.join(node_link(n) for n in r.nodes) or '-'}</td>"
             f"<td class=cause>{_fmt(r.cause)}</td>"
             f"<td>{_fmt(WINDOW_NAMES.get(r.window_kind, r.window_kind))}</td>"
             f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{_pct(r.mean_util_ratio)}</td>"
@@ -209,14 +212,20 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
         )
         heat = (
             svg.heatmap(
-                ov.rows, ov.start, ov.minutes, ov.cells, title="GPU utilization per minute, last hour"
+                ov.rows,
+                ov.start,
+                ov.minutes,
+                ov.cells,
+                title="GPU utilization per node and minute, last hour",
+                links=[f"/nodes/{quote(name, safe='')}" for name in ov.rows],
             )
             if ov.rows
             else "<p>No GPU data in the last hour.</p>"
         )
         body = (
             f"<h2>Cluster now ({ov.now:%Y-%m-%d %H:%M} UTC)</h2><div class=cards>{cards}</div>"
-            f"<h2>GPU utilization per node/GPU, last hour</h2>{heat}"
+            "<h2>GPU utilization per node (the mean of its GPUs), last hour</h2>"
+            f"<p>A node's page shows each of its GPUs.</p>{heat}"
             f"<h2>Low-utilization jobs</h2>{_jobs_table(ov.jobs)}"
         )
         return _page("overview", body, simulated=ov.simulated)
@@ -262,6 +271,19 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
             return page
         return _page(f"{by.value} {name}", group_body(by, name, row, weeks, jobs, end))
 
+    @router.get("/nodes/{name}", response_class=HTMLResponse)
+    def node_page(name: str) -> HTMLResponse:
+        view = node_view(engine, name, now())
+        if view is None:
+            page = _page(
+                f"no node {name}",
+                f"<h2>No node {escape(name)}</h2><p>No agent has reported from a node of this name. "
+                'See the <a href="/">overview</a>.</p>',
+            )
+            page.status_code = 404
+            return page
+        return _page(f"node {name}", node_body(view), simulated=view.simulated)
+
     @router.get("/users/{name}", response_class=HTMLResponse)
     def user_page(name: str) -> HTMLResponse:
         return group_page(GroupBy.USER, name)
@@ -292,12 +314,16 @@ def _job_body(view: JobView) -> str:
         ("state", job.state),
         ("start", job.start_at),
         ("end", job.end_at),
-        ("GPUs", f"{len(view.gpu_refs)}: {_gpu_list(view.gpu_refs)}"),
+        ("GPUs", None),
         ("CPUs", job.cpus),
     ]
     parts = [f"<h2>Job {escape(job.job_id)}</h2><table><tr>"]
     parts += [f"<th>{k}</th>" for k, _ in facts] + ["</tr><tr>"]
-    linked = {"user": link(GroupBy.USER, job.user), "account": link(GroupBy.ACCOUNT, job.account)}
+    linked = {
+        "user": link(GroupBy.USER, job.user),
+        "account": link(GroupBy.ACCOUNT, job.account),
+        "GPUs": f"{len(view.gpu_refs)}: {_gpu_list(view.gpu_refs)}",
+    }
     parts += [f"<td>{linked.get(k) or _fmt(v)}</td>" for k, v in facts] + ["</tr></table>"]
     summary = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_rows(view))
     parts.append(f"<h2>Summary</h2><table class=summary>{summary}</table>")
@@ -355,10 +381,11 @@ def _gpu_table(view: JobView) -> str:
 
 
 def _gpu_list(gpus: Any) -> str:
+    """``node07 gpu0,1; node08 gpu0`` with each node linked to its page (HTML)."""
     by_node: dict[str, list[str]] = {}
     for g in gpus:
         by_node.setdefault(g.node, []).append(str(g.gpu_index))
-    return "; ".join(f"{node} gpu{','.join(ix)}" for node, ix in by_node.items()) or "-"
+    return "; ".join(f"{node_link(node)} gpu{','.join(ix)}" for node, ix in by_node.items()) or "-"
 
 
 def _one_per_window(rows: tuple[VerdictRow, ...]) -> tuple[VerdictRow, ...]:

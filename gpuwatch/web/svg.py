@@ -58,8 +58,10 @@ def heatmap(
     cell_h: int = 12,
     label_w: int = 150,
     title: str = "",
+    links: Sequence[str] | None = None,
 ) -> str:
-    """``values[(row, minute offset)]`` (0..1) as coloured cells; missing cells grey."""
+    """``values[(row, minute offset)]`` (0..1) as coloured cells; missing cells grey; each row's
+    label links to ``links[row]`` when given."""
     cell_w = (width - label_w - 10) / max(1, minutes)
     top, bottom = 8, 34
     height = top + cell_h * len(rows) + bottom
@@ -69,10 +71,11 @@ def heatmap(
     ]
     for i, label in enumerate(rows):
         y = top + i * cell_h
-        parts.append(
+        text = (
             f'<text x="{label_w - 6}" y="{y + cell_h - 2}" text-anchor="end" class="lbl">'
             f"{escape(label)}</text>"
         )
+        parts.append(f'<a href="{escape(links[i])}">{text}</a>' if links else text)
         for m in range(minutes):
             v = values.get((i, m))
             parts.append(

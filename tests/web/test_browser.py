@@ -8,6 +8,7 @@ installs it). ``GPUWATCH_WRITE_SCREENSHOTS=1`` also writes ``docs/screenshot-*.p
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -67,6 +68,8 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
             # tall enough for the summary above the charts
             job_png = _shot(f"{server.url}/jobs/{job}", tmp_path / "job.png", tmp_path, height=1600)
             dom = _dom(f"{server.url}/jobs/{job}", tmp_path)
+            node = re.search(r'<a href="(/nodes/[^"]+)">', dom).group(1)  # the job's node, linked
+            node_dom = _dom(f"{server.url}{node}", tmp_path)
     finally:
         server.engine.dispose()
     heat = colour_counts(overview, (150, 150, 1270, 650))
@@ -77,6 +80,9 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
     # charts.js ran: every chart became a uPlot canvas, with its 8 GPUs in the legend
     assert dom.count('data-drawn="1"') == 7 and dom.count("<canvas") == 7, dom[-3000:]
     assert dom.count('class="u-series') >= 5 * 9  # the time and 8 GPUs under each of the 5 GPU charts
+    # the node page: its GPUs' utilization drawn the same way, 8 GPUs in the legend
+    assert node_dom.count('data-drawn="1"') == 1 and node_dom.count("<canvas") == 1
+    assert node_dom.count('class="u-series') == 9
     # uPlot's lines, one per GPU of the 8: drawn in the browser from the page's data
     drawn = [c for c in charts.PALETTE[:8] if near(lines, _hex(c), tol=30) > 50]
     assert len(drawn) >= 6, (drawn, lines.most_common(8))

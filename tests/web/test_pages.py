@@ -55,6 +55,22 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
             # a cause both windows found is shown once (the whole-job window's)
             causes = re.findall(r"<span class=cause>([a-z_]+)</span>", job.text)
             assert len(causes) == len(set(causes)), (jid, causes)
+        # the heat map has a row per node, each linked to the node's page
+        node_names = re.findall(r'<a href="/nodes/([^"]+)"><text', html)
+        assert node_names and len(node_names) == len(set(node_names))  # one row per node
+        assert set(re.findall(r'<td><a href="/nodes/([^"]+)">', html)) <= set(node_names)  # the jobs' nodes
+        eight = next(j for j, c in result.expected.items() if c == "communication_bound")  # 8 GPUs, one node
+        job_html = client.get(f"/jobs/{eight}").text
+        (node,) = re.findall(r'<a href="/nodes/([^"]+)">', job_html.split("<h2>Summary")[0])
+        assert node in node_names
+        node_page = client.get(f"/nodes/{node}")
+        assert node_page.status_code == 200 and f"<h2>Node {node}</h2>" in node_page.text
+        assert node_page.text.count("<tr><td>gpu") == 8  # its GPUs
+        assert f'href="/jobs/{eight}"' in node_page.text and "communication_bound" in node_page.text
+        (util,) = _charts(node_page.text)
+        assert [s["label"] for s in util["series"]] == [f"gpu{i}" for i in range(8)]
+        unknown = client.get("/nodes/nope<b>")
+        assert unknown.status_code == 404 and "<h2>No node nope&lt;b&gt;</h2>" in unknown.text
         missing = client.get("/jobs/nope<b>")
         assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
         assert "<h2>No job nope&lt;b&gt;</h2>" in missing.text and 'href="/jobs"' in missing.text

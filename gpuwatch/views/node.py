@@ -1,0 +1,211 @@
+"""One node: its GPUs over the last hours, the jobs that held them, their faults, a timeline.
+
+The web view's node page, reached from the overview's heat map (one row per node) and from
+every job that ran there. Read from the per-minute rollups, like the job view; the jobs'
+causes are their evaluations' shown verdicts (:mod:`gpuwatch.views.evaluations`), so the page
+names the same cause as every other surface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from gpuwatch.classify.xid import describe, owner_of
+from gpuwatch.sql.rollups import xid_codes
+from gpuwatch.sql.schema import gpu_minutes, gpus, job_gpus, nodes, slurm_jobs
+from gpuwatch.views.evaluations import latest_evaluations
+
+#: the span a node page shows by default
+NODE_HOURS = 6
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    """One GPU of the node over the span."""
+
+    index: int
+    model: str | None
+    minutes: int
+    util_mean: float | None
+    sm_active_mean: float | None
+    memory_used_max_bytes: int | None
+    memory_total_bytes: int | None
+    power_mean_watts: float | None
+    xid_codes: tuple[int, ...]
+    lost_samples: int
+
+    @property
+    def fault(self) -> str | None:
+        """``XID 79 (GPU has fallen off the bus); admin`` or ``lost 12 samples``; None when fine."""
+        parts = []
+        if self.xid_codes:
+            parts.append(f"{describe(self.xid_codes)}; {owner_of(self.xid_codes).value}")
+        if self.lost_samples:
+            parts.append(f"lost {self.lost_samples} sample(s)")
+        return "; ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """A job that held GPUs of the node during the span."""
+
+    job_id: str
+    user: str | None
+    account: str | None
+    state: str | None
+    start_at: datetime | None
+    end_at: datetime | None
+    gpu_indices: tuple[int, ...]
+    cause: str | None  # the evaluation's shown verdict; None: nothing wasted, or not evaluated
+    gpu_hours_wasted: float | None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    last_seen_at: datetime | None
+    agent_version: str | None
+    start: datetime
+    end: datetime
+    gpus: tuple[NodeGpu, ...]
+    jobs: tuple[NodeJob, ...]
+    #: GPU index -> per-minute mean utilization over the span (None: no data that minute)
+    util: dict[int, list[tuple[datetime, float | None]]]
+    simulated: bool
+
+
+def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOURS) -> NodeView | None:
+    """The node called ``name`` over the ``hours`` before ``now``; None for a node never seen."""
+    end = now.replace(second=0, microsecond=0)
+    start = end - timedelta(hours=hours)
+    with engine.connect() as conn:
+        node = conn.execute(sa.select(nodes).where(nodes.c.name == name)).mappings().first()
+        if node is None:
+            return None
+        g = gpu_minutes.c
+        in_span = (g.node_id == node["id"], g.minute >= start, g.minute < end)
+        minute_rows = conn.execute(
+            sa.select(g.gpu_index, g.minute, g.util_gpu_ratio_sum, g.util_gpu_ratio_n, g.simulated)
+            .where(*in_span)
+            .order_by(g.gpu_index, g.minute)
+        ).all()
+        totals = conn.execute(
+            sa.select(
+                g.gpu_index,
+                sa.func.count().label("minutes"),
+                sa.func.sum(g.util_gpu_ratio_sum).label("util_sum"),
+                sa.func.sum(g.util_gpu_ratio_n).label("util_n"),
+                sa.func.sum(g.sm_active_ratio_sum).label("sm_sum"),
+                sa.func.sum(g.sm_active_ratio_n).label("sm_n"),
+                sa.func.max(g.memory_used_bytes_max).label("memory_max"),
+                sa.func.max(g.memory_total_bytes).label("memory_total"),
+                sa.func.sum(g.power_watts_sum).label("power_sum"),
+                sa.func.sum(g.power_watts_n).label("power_n"),
+                sa.func.sum(g.lost_samples).label("lost"),
+            )
+            .where(*in_span)
+            .group_by(g.gpu_index)
+        ).all()
+        xids = _xid_codes(conn, node["id"], start, end)
+        models = _models(conn, node["id"])
+        jobs = _jobs(conn, name, start, end)
+        util: dict[int, list[tuple[datetime, float | None]]] = {}
+        simulated = False
+        for index, minute, total, n, sim in minute_rows:
+            util.setdefault(int(index), []).append((minute, _mean(total, n)))
+            simulated = simulated or bool(sim)
+    per_gpu = tuple(
+        NodeGpu(
+            index=int(r.gpu_index),
+            model=models.get(int(r.gpu_index)),
+            minutes=int(r.minutes),
+            util_mean=_mean(r.util_sum, r.util_n),
+            sm_active_mean=_mean(r.sm_sum, r.sm_n),
+            memory_used_max_bytes=None if r.memory_max is None else int(r.memory_max),
+            memory_total_bytes=None if r.memory_total is None else int(r.memory_total),
+            power_mean_watts=_mean(r.power_sum, r.power_n),
+            xid_codes=xids.get(int(r.gpu_index), ()),
+            lost_samples=int(r.lost or 0),
+        )
+        for r in sorted(totals, key=lambda r: r.gpu_index)
+    )
+    return NodeView(
+        name=name,
+        last_seen_at=node["last_seen_at"],
+        agent_version=node["agent_version"],
+        start=start,
+        end=end,
+        gpus=per_gpu,
+        jobs=jobs,
+        util=util,
+        simulated=simulated,
+    )
+
+
+def _mean(total: float | None, n: int | None) -> float | None:
+    return float(total) / float(n) if n and total is not None else None
+
+
+def _xid_codes(
+    conn: sa.Connection, node_id: int, start: datetime, end: datetime
+) -> dict[int, tuple[int, ...]]:
+    """GPU index -> the distinct XID codes of its minutes in the span."""
+    g = gpu_minutes.c
+    rows = conn.execute(
+        sa.select(g.gpu_index, g.xid_codes).where(
+            g.node_id == node_id, g.minute >= start, g.minute < end, g.xid_codes.is_not(None)
+        )
+    ).all()
+    out: dict[int, set[int]] = {}
+    for index, text in rows:
+        out.setdefault(int(index), set()).update(xid_codes(text))
+    return {index: tuple(sorted(codes)) for index, codes in out.items()}
+
+
+def _models(conn: sa.Connection, node_id: int) -> dict[int, str]:
+    """GPU index -> its model name, as the agent last registered it (``gpus``)."""
+    rows = conn.execute(sa.select(gpus.c.gpu_index, gpus.c.name).where(gpus.c.node_id == node_id)).all()
+    return {int(index): name for index, name in rows if name}
+
+
+def _jobs(conn: sa.Connection, name: str, start: datetime, end: datetime) -> tuple[NodeJob, ...]:
+    """Jobs that held GPUs of the node during the span, newest first, with their shown verdict."""
+    j, jg = slurm_jobs.c, job_gpus.c
+    rows = conn.execute(
+        sa.select(j.job_id, j.user_name, j.account, j.state, j.start_at, j.end_at, jg.gpu_index)
+        .join(job_gpus, jg.job_id == j.job_id)
+        .where(
+            jg.node == name,
+            j.start_at.is_not(None),
+            j.start_at < end,
+            sa.or_(j.end_at.is_(None), j.end_at >= start),
+        )
+    ).all()
+    held: dict[str, list[int]] = {}
+    facts: dict[str, sa.Row] = {}
+    for r in rows:
+        held.setdefault(r.job_id, []).append(int(r.gpu_index))
+        facts[r.job_id] = r
+    evaluations = latest_evaluations(conn, job_ids=sorted(held)) if held else {}
+    out = []
+    for job_id, indices in held.items():
+        r = facts[job_id]
+        found = evaluations.get(job_id)
+        shown = found.shown if found is not None else None
+        out.append(
+            NodeJob(
+                job_id=job_id,
+                user=r.user_name,
+                account=r.account,
+                state=r.state,
+                start_at=r.start_at,
+                end_at=r.end_at,
+                gpu_indices=tuple(sorted(indices)),
+                cause=None if shown is None else shown.cause,
+                gpu_hours_wasted=None if shown is None else shown.gpu_hours_wasted,
+            )
+        )
+    return tuple(sorted(out, key=lambda job: (job.start_at is None, job.start_at), reverse=True))

@@ -1,0 +1,100 @@
+"""The page of one node: its GPUs over the last hours (faults marked), a utilization chart per
+GPU, and the jobs that held them with the cause every surface names.
+
+The figures are :func:`gpuwatch.views.node_view`'s; the overview's heat map (one row per node)
+and every job table link here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from urllib.parse import quote
+
+from gpuwatch.views import GroupBy, NodeView
+from gpuwatch.web import charts
+from gpuwatch.web.groups import link
+
+
+def node_link(name: str | None) -> str:
+    """A node as a link to its page; '-' for none."""
+    if not name:
+        return "-"
+    return f'<a href="/nodes/{quote(name, safe="")}">{escape(name)}</a>'
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f}"
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
+
+
+def _gpus(view: NodeView) -> str:
+    if not view.gpus:
+        return "<p>No GPU data in this span.</p>"
+    rows = [
+        "<table class=gpus><tr><th>GPU</th><th>model</th><th>minutes</th><th>util</th><th>SM active</th>"
+        "<th>memory max (GiB)</th><th>memory (GiB)</th><th>power mean (W)</th><th>faults</th></tr>"
+    ]
+    for g in view.gpus:
+        fault = g.fault
+        rows.append(
+            f"<tr{' class=faulted' if fault else ''}><td>gpu{g.index}</td><td>{escape(g.model or '-')}</td>"
+            f"<td>{g.minutes}</td><td>{_pct(g.util_mean)}</td><td>{_pct(g.sm_active_mean)}</td>"
+            f"<td>{_gib(g.memory_used_max_bytes)}</td><td>{_gib(g.memory_total_bytes)}</td>"
+            f"<td>{'-' if g.power_mean_watts is None else f'{g.power_mean_watts:.0f}'}</td>"
+            f"<td>{escape(fault or '-')}</td></tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _jobs(view: NodeView) -> str:
+    if not view.jobs:
+        return "<p>No Slurm job held this node's GPUs in this span.</p>"
+    rows = [
+        "<table class=jobs><tr><th>job</th><th>user</th><th>account</th><th>state</th><th>start</th>"
+        "<th>end</th><th>GPUs here</th><th>cause</th><th>GPU-h wasted</th></tr>"
+    ]
+    for j in view.jobs:
+        jid = escape(j.job_id)
+        wasted = "-" if j.gpu_hours_wasted is None else f"{j.gpu_hours_wasted:.2f}"
+        rows.append(
+            f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
+            f"<td>{link(GroupBy.USER, j.user)}</td><td>{link(GroupBy.ACCOUNT, j.account)}</td>"
+            f"<td>{escape(j.state or '-')}</td><td>{_when(j.start_at)}</td><td>{_when(j.end_at)}</td>"
+            f"<td>{','.join(f'gpu{i}' for i in j.gpu_indices)}</td>"
+            f"<td class=cause>{escape(j.cause or '-')}</td><td>{wasted}</td></tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def node_body(view: NodeView) -> str:
+    hours = round((view.end - view.start).total_seconds() / 3600)
+    series = [charts.Series(f"gpu{index}", points) for index, points in sorted(view.util.items())]
+    faulted = sum(1 for g in view.gpus if g.fault)
+    return (
+        f"<h2>Node {escape(view.name)}</h2><table><tr><th>last seen</th><th>agent</th><th>GPUs</th>"
+        f"<th>faulted</th></tr><tr><td>{_when(view.last_seen_at)}</td>"
+        f"<td>{escape(view.agent_version or '-')}</td><td>{len(view.gpus)}</td><td>{faulted}</td>"
+        "</tr></table>"
+        f"<h2>GPUs, last {hours} h</h2>{_gpus(view)}"
+        "<div class=charts>"
+        + charts.line_chart(
+            f"GPU utilization, last {hours} h (per-minute means)",
+            series,
+            view.start,
+            view.end,
+            y_max=1.0,
+            width=820,
+            height=240,
+        )
+        + f"</div><h2>Jobs on this node, last {hours} h</h2>{_jobs(view)}"
+    )
