@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.buckets import epoch_seconds
 from gpuwatch.sql.schema import gpu_minutes, nodes
-from gpuwatch.sql.types import UtcDateTime
 from gpuwatch.views.lowutil import LowUtilFilters, LowUtilJob, low_util_jobs
 
 #: a GPU counts as reporting when it has a rolled-up minute this recent
@@ -39,49 +39,62 @@ class Overview:
 def cluster_overview(
     engine: sa.Engine, now: datetime, *, low_ratio: float = 0.15, minutes: int = 60
 ) -> Overview:
-    """The last ``minutes`` of every GPU; who is busy (util above ``low_ratio``), idle, wasting GPUs."""
+    """The last ``minutes`` of every node; which GPUs are busy (util above ``low_ratio``), idle,
+    wasted. Aggregated in SQL: a row per node and minute, and one count of the GPUs reporting,
+    so the cost grows with nodes x minutes, not with every GPU-minute read into Python."""
     end = now.replace(second=0, microsecond=0)
     start = end - timedelta(minutes=minutes)
     g = gpu_minutes.c
     with engine.connect() as conn:
-        rows = conn.execute(
+        offset = (epoch_seconds(conn, g.minute) - int(start.timestamp())) / 60
+        per_node = conn.execute(
             sa.select(
-                nodes.c.name, g.gpu_index, g.minute, g.util_gpu_ratio_sum, g.util_gpu_ratio_n, g.simulated
+                g.node_id,
+                offset.label("m"),
+                sa.func.sum(g.util_gpu_ratio_sum) / sa.func.sum(g.util_gpu_ratio_n),
+                sa.func.max(sa.case((g.simulated, 1), else_=0)),
             )
-            .join(nodes, nodes.c.id == g.node_id)
-            .where(g.minute >= start, g.minute < end)
+            .where(g.minute >= start, g.minute < end, g.util_gpu_ratio_n > 0)
+            .group_by(g.node_id, g.minute)
         ).all()
+        names_of = dict(conn.execute(sa.select(nodes.c.id, nodes.c.name)).all())
+        reporting, busy = _reporting(conn, end, low_ratio)
         jobs = low_util_jobs(conn, LowUtilFilters(running=True), now=now)
-        dialect = conn.dialect
-    names = sorted({r[0] for r in rows})
+    names = sorted({names_of[r[0]] for r in per_node})
     index = {name: i for i, name in enumerate(names)}
-    sums: dict[tuple[int, int], list[float]] = {}
-    latest: dict[tuple[str, int], tuple[datetime, float]] = {}
-    simulated = False
-    as_utc = UtcDateTime()
-    for name, gpu, minute, total, n, sim in rows:
-        if not n or total is None:
-            continue
-        util = float(total) / float(n)
-        minute = as_utc.process_result_value(minute, dialect)
-        cell = sums.setdefault((index[name], int((minute - start) / timedelta(minutes=1))), [0.0, 0.0])
-        cell[0] += util
-        cell[1] += 1
-        simulated = simulated or bool(sim)
-        if minute >= end - REPORTING and ((name, gpu) not in latest or latest[(name, gpu)][0] < minute):
-            latest[(name, gpu)] = (minute, util)
-    cells = {key: total / count for key, (total, count) in sums.items()}
-    busy = sum(1 for _, u in latest.values() if u > low_ratio)
+    row_of = {node_id: index[name] for node_id, name in names_of.items() if name in index}
+    cells = {(row_of[node_id], int(m)): float(util) for node_id, m, util, _ in per_node if util is not None}
+    simulated = any(sim for *_, sim in per_node)
     return Overview(
         now=now,
         start=start,
         minutes=minutes,
         rows=names,
         cells=cells,
-        gpus_reporting=len(latest),
+        gpus_reporting=reporting,
         gpus_busy=busy,
-        gpus_idle=len(latest) - busy,
+        gpus_idle=reporting - busy,
         gpus_wasted=sum(int(j.gpus or 0) for j in jobs),
         simulated=simulated,
         jobs=jobs,
     )
+
+
+def _reporting(conn: sa.Connection, end: datetime, low_ratio: float) -> tuple[int, int]:
+    """(GPUs with a rolled-up minute in the last :data:`REPORTING`, of those busy at their
+    latest minute), counted in SQL."""
+    g = gpu_minutes.c
+    latest = (
+        sa.select(g.node_id, g.gpu_index, sa.func.max(g.minute).label("minute"))
+        .where(g.minute >= end - REPORTING, g.minute < end, g.util_gpu_ratio_n > 0)
+        .group_by(g.node_id, g.gpu_index)
+        .subquery()
+    )
+    util = g.util_gpu_ratio_sum / g.util_gpu_ratio_n
+    same = (g.node_id == latest.c.node_id, g.gpu_index == latest.c.gpu_index, g.minute == latest.c.minute)
+    count, busy = conn.execute(
+        sa.select(sa.func.count(), sa.func.sum(sa.case((util > low_ratio, 1), else_=0))).select_from(
+            gpu_minutes.join(latest, sa.and_(*same))
+        )
+    ).one()
+    return int(count or 0), int(busy or 0)

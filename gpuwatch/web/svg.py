@@ -7,6 +7,9 @@ screenshot test can look for them: the heat map runs red (idle) → amber → gr
 
 from __future__ import annotations
 
+import base64
+import struct
+import zlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from html import escape
@@ -55,40 +58,55 @@ def heatmap(
     values: dict[tuple[int, int], float],
     *,
     width: int = 1180,
-    cell_h: int = 12,
+    cell_h: int | None = None,
     label_w: int = 150,
     title: str = "",
     links: Sequence[str] | None = None,
 ) -> str:
-    """``values[(row, minute offset)]`` (0..1) as coloured cells; missing cells grey; each row's
-    label links to ``links[row]`` when given."""
-    cell_w = (width - label_w - 10) / max(1, minutes)
+    """``values[(row, minute offset)]`` (0..1) as coloured cells; missing cells grey; each row
+    links to ``links[row]`` when given.
+
+    The cells are one PNG (a pixel per row and minute, stretched without smoothing), so the
+    page grows with the rows, not with rows x minutes: 1,000 nodes x 60 minutes is a few tens
+    of kB, where a ``<rect>`` per cell was megabytes. Rows are 12 px tall up to 60 rows, then
+    thinner (at least 3 px); labels are drawn where rows are tall enough to read, and every
+    row has its name and mean in a tooltip."""
+    n = len(rows)
+    if cell_h is None:
+        cell_h = 12 if n <= 60 else max(3, 720 // max(n, 1))
+    plot_w = width - label_w - 10
     top, bottom = 8, 34
-    height = top + cell_h * len(rows) + bottom
+    height = top + cell_h * n + bottom
+    image = _cells_png(n, minutes, values)
     parts = [
         f'<svg class="chart heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+        f'<image x="{label_w}" y="{top}" width="{plot_w}" height="{cell_h * n}" preserveAspectRatio="none" '
+        f'style="image-rendering:pixelated" href="data:image/png;base64,{base64.b64encode(image).decode()}"'
+        "/>",
     ]
+    sums = [[0.0, 0] for _ in rows]
+    for (r, _), v in values.items():
+        sums[r][0] += v
+        sums[r][1] += 1
     for i, label in enumerate(rows):
         y = top + i * cell_h
-        text = (
-            f'<text x="{label_w - 6}" y="{y + cell_h - 2}" text-anchor="end" class="lbl">'
-            f"{escape(label)}</text>"
+        total, count = sums[i]
+        mean = f"{100 * total / count:.0f}%" if count else "no data"
+        hit = (
+            f'<rect x="0" y="{y}" width="{label_w + plot_w}" height="{cell_h}" fill="transparent">'
+            f"<title>{escape(label)}: mean {mean} over the span</title></rect>"
         )
-        parts.append(f'<a href="{escape(links[i])}">{text}</a>' if links else text)
-        for m in range(minutes):
-            v = values.get((i, m))
-            parts.append(
-                f'<rect x="{label_w + m * cell_w:.1f}" y="{y}" width="{cell_w + 0.3:.1f}" '
-                f'height="{cell_h - 1}" '
-                f'fill="{heat_colour(v)}"><title>{escape(label)} '
-                f"{(start + timedelta(minutes=m)):%H:%M}: {'no data' if v is None else f'{100 * v:.0f}%'}"
-                "</title></rect>"
+        if cell_h >= 9:
+            hit += (
+                f'<text x="{label_w - 6}" y="{y + cell_h - 2}" text-anchor="end" class="lbl">'
+                f"{escape(label)}</text>"
             )
-    base = top + cell_h * len(rows)
+        parts.append(f'<a href="{escape(links[i])}">{hit}</a>' if links else hit)
+    base = top + cell_h * n
     end = start + timedelta(minutes=minutes)
     for t in _ticks(start, end):
-        x = label_w + (t - start) / timedelta(minutes=1) * cell_w
+        x = label_w + (t - start) / timedelta(minutes=1) * plot_w / max(1, minutes)
         parts.append(f'<line x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 4}" class="axis"/>')
         parts.append(f'<text x="{x:.1f}" y="{base + 16}" text-anchor="middle" class="lbl">{t:%H:%M}</text>')
     # legend
@@ -101,3 +119,29 @@ def heatmap(
     parts.append(f'<text x="{lx + 160}" y="{base + 29}" class="lbl">100%</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+#: the heat map's colour of each whole percent, as RGB bytes (a pixel is one lookup)
+_PIXELS = tuple(bytes.fromhex(heat_colour(k / 100)[1:]) for k in range(101))
+
+
+def _cells_png(rows: int, minutes: int, values: dict[tuple[int, int], float]) -> bytes:
+    """A ``minutes`` x ``rows`` RGB PNG, a pixel per cell in :func:`heat_colour` (to the percent)."""
+    no_data = bytes.fromhex(NO_DATA[1:])
+    grid = [[no_data] * minutes for _ in range(rows)]
+    for (r, m), v in values.items():
+        if 0 <= m < minutes:
+            grid[r][m] = _PIXELS[round(100 * min(1.0, max(0.0, v)))]
+    lines = [b"\x00" + b"".join(row) for row in grid]  # each row: filter type "none", then pixels
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", max(1, minutes), max(1, rows), 8, 2, 0, 0, 0)  # 8-bit RGB
+    raw = b"".join(lines) if rows and minutes else b"\x00" + no_data
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from datetime import datetime, timedelta, timezone
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from gpuwatch.daemon.app import create_app
 from gpuwatch.web import charts, svg
+from tests.web.png import read_png
 
 
 def test_demo_shows_every_cause_and_the_pages_render(demo):
@@ -24,7 +26,16 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         html = page.text
         assert "Simulated data" in html and 'class="chart heatmap"' in html
-        assert html.count("<rect") > 12 * 10  # cells of the heat map
+        # the heat map's cells: one PNG, a pixel per node and minute (red idle .. green busy)
+        png = base64.b64decode(re.search(r'href="data:image/png;base64,([^"]+)"', html).group(1))
+        width, height, bpp, pixels = read_png(png)
+        rows = re.findall(r'<a href="/nodes/([^"]+)"><rect', html)
+        assert (width, height) == (60, len(rows)) and bpp == 3
+        idle_row = pixels[rows.index("demo-node01")]  # its 4 GPUs idle all along (job 990001)
+        last = tuple(idle_row[3 * (width - 1) : 3 * width])
+        assert last == tuple(bytes.fromhex(svg.heat_colour(0.0)[1:]))
+        coloured = {tuple(r[i : i + 3]) for r in pixels for i in range(0, 3 * width, 3)}
+        assert tuple(bytes.fromhex(svg.NO_DATA[1:])) in coloured and len(coloured) > 5
         for cause in expected.values():
             assert cause in html
         assert re.search(r"class=n>(\d+)</div>GPUs reporting", html).group(1) == str(
@@ -56,7 +67,7 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
             causes = re.findall(r"<span class=cause>([a-z_]+)</span>", job.text)
             assert len(causes) == len(set(causes)), (jid, causes)
         # the heat map has a row per node, each linked to the node's page
-        node_names = re.findall(r'<a href="/nodes/([^"]+)"><text', html)
+        node_names = re.findall(r'<a href="/nodes/([^"]+)"><rect', html)
         assert node_names and len(node_names) == len(set(node_names))  # one row per node
         assert set(re.findall(r'<td><a href="/nodes/([^"]+)">', html)) <= set(node_names)  # the jobs' nodes
         eight = next(j for j, c in result.expected.items() if c == "communication_bound")  # 8 GPUs, one node

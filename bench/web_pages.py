@@ -1,0 +1,146 @@
+"""Seconds and bytes of each web page at cluster scale (PostgreSQL): overview, jobs, job, node, user.
+
+    .venv/bin/python bench/web_pages.py [--nodes 1000] [--gpus 8] [--hours 2] [--repeat 3]
+
+Makes a throwaway database (as ``bench/ingest.py``: 127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and
+fills it in SQL (``generate_series``): ``nodes`` nodes, each running one ``gpus``-GPU job that
+started ``hours`` ago, a ``gpu_minutes`` row per GPU and minute (a third of the jobs idle, the
+rest busy), a ``job_minutes`` row per job and minute, ``gpus`` rows, and one evaluation per job
+(whole-job and recent windows; the idle jobs flagged ``idle_allocation``); 200 users. Then
+serves the daemon's web view in-process (FastAPI's TestClient: routing, the read model's
+queries and the HTML, not the network) and prints each page's median time over ``repeat``
+requests after one warm-up, and its size. The issue's goal: each page under 300 ms and 500 KB
+at 1,000 nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ingest import drop_db, fresh_db
+from bench.report_time import timed
+from gpuwatch.clock import utcnow
+from gpuwatch.sql.nodes import create_token
+from gpuwatch.sql.rollups import floor_minute
+
+FILL = [
+    """INSERT INTO gpus (node_id, gpu_index, uuid, name, first_seen_at, last_seen_at)
+       SELECT n.id, g, 'GPU-' || n.id || '-' || g, 'NVIDIA H100 80GB HBM3', :start, :end
+       FROM nodes n, generate_series(0, :gpus - 1) g WHERE n.name LIKE 'bench%'""",
+    """UPDATE nodes SET last_seen_at = :end, agent_version = 'bench' WHERE name LIKE 'bench%'""",
+    """INSERT INTO slurm_jobs (job_id, source, name, user_name, account, partition, state, start_at, end_at,
+                               gpus, cpus, memory_bytes, first_seen_at, updated_at)
+       SELECT n.name || '-job', 'bench', 'train', 'u' || (n.id % 200), 'a' || (n.id % 20), 'gpu',
+              'RUNNING', :start, NULL, :gpus, 64, 512 * 2^30, :start, :end
+       FROM nodes n WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO job_gpus (job_id, node, gpu_index)
+       SELECT n.name || '-job', n.name, g FROM nodes n, generate_series(0, :gpus - 1) g
+       WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO gpu_minutes (node_id, gpu_index, minute, samples, lost_samples, util_gpu_ratio_sum,
+                                util_gpu_ratio_n, sm_active_ratio_sum, sm_active_ratio_n, power_watts_sum,
+                                power_watts_n, memory_used_bytes_max, memory_total_bytes, energy_joules,
+                                energy_power_samples)
+       SELECT n.id, g, m, 6, 0, CASE WHEN n.id % 3 = 0 THEN 0 ELSE 6 * (0.7 + 0.3 * random()) END, 6,
+              CASE WHEN n.id % 3 = 0 THEN 0 ELSE 6 * 0.6 END, 6, 6 * 400, 6, 40 * 2^30, 80 * 2^30,
+              24000, 0
+       FROM nodes n, generate_series(0, :gpus - 1) g,
+            generate_series(:start, :end - interval '1 minute', interval '1 minute') m
+       WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO job_minutes (node_id, job_id, minute, samples, cpu_used_cores_sum, cpu_used_cores_n,
+                                cpu_allocated_cores, memory_used_bytes_max, memory_limit_bytes)
+       SELECT n.id, n.name || '-job', m, 6, 6 * 32, 6, 64, 100 * 2^30, 512 * 2^30
+       FROM nodes n, generate_series(:start, :end - interval '1 minute', interval '1 minute') m
+       WHERE n.name LIKE 'bench%'""",
+    """INSERT INTO verdicts (job_id, evaluated_at, window_kind, window_start, window_end, cause, confidence,
+                             gpus, gpu_hours, gpu_hours_wasted, mean_util_ratio, summary, fix, evidence,
+                             rules_version)
+       SELECT n.name || '-job', :end, w.kind, CASE w.kind WHEN 'job' THEN :start
+                                               ELSE :end - interval '10 minutes' END, :end,
+              CASE WHEN n.id % 3 = 0 THEN 'idle_allocation' ELSE 'healthy' END, 0.88, :gpus,
+              CASE w.kind WHEN 'job' THEN :gpus * :hours ELSE :gpus / 6.0 END,
+              CASE WHEN n.id % 3 = 0 THEN (CASE w.kind WHEN 'job' THEN :gpus * :hours ELSE :gpus / 6.0 END)
+                   ELSE 0 END,
+              CASE WHEN n.id % 3 = 0 THEN 0 ELSE 0.85 END,
+              'job ' || n.name || '-job: all ' || :gpus || ' GPUs idle (0 % in every sample)',
+              'Release GPUs the job does not use', '{"signals": {"gpu_count": 8}}', 'bench'
+       FROM nodes n, (VALUES ('job'), ('recent')) w(kind) WHERE n.name LIKE 'bench%'""",
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", metavar="PATH", help="print the costliest calls of one request of PATH")
+    args = ap.parse_args()
+    from fastapi.testclient import TestClient
+
+    from gpuwatch.config import load_settings
+    from gpuwatch.daemon.app import create_app
+
+    name, url, engine = fresh_db()
+    try:
+        for n in range(args.nodes):
+            create_token(engine, f"bench{n:04d}")
+        end = floor_minute(utcnow())
+        start = end - timedelta(hours=args.hours)
+        params = {"start": start, "end": end, "gpus": args.gpus, "hours": args.hours}
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            for statement in FILL:
+                conn.execute(sa.text(statement), params)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE"))
+            minutes = conn.execute(sa.text("SELECT count(*) FROM gpu_minutes")).scalar_one()
+        print(
+            f"filled in {time.perf_counter() - t0:.0f} s: {args.nodes} nodes x {args.gpus} GPUs, "
+            f"{minutes:,} GPU-minutes"
+        )
+        settings = load_settings(database={"url": url})
+        idle_job = "bench0002-job"  # node ids start at 1, and every third node's job is idle
+        pages = {
+            "/ (overview)": "/",
+            "/jobs": "/jobs",
+            f"/jobs/{idle_job}": f"/jobs/{idle_job}",
+            "/nodes/(one)": f"/nodes/bench{args.nodes // 2:04d}",
+            "/users/u7": "/users/u7",
+        }
+        with TestClient(create_app(settings, engine)) as client:
+            for label, path in pages.items():
+                size = 0
+
+                def get(path: str = path) -> None:
+                    nonlocal size
+                    page = client.get(path)
+                    if page.status_code != 200:
+                        raise SystemExit(f"{path}: HTTP {page.status_code}")
+                    size = len(page.content)
+
+                med = timed(get, args.repeat)
+                verdict = "ok" if med < 0.3 and size < 500_000 else "over the goal"
+                print(f"{label:<24} median {1000 * med:7.0f} ms  {size / 1024:8.0f} KiB  ({verdict})")
+            if args.profile:
+                import cProfile
+                import pstats
+
+                profiler = cProfile.Profile()
+                profiler.runcall(client.get, args.profile)
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(15)
+    finally:
+        engine.dispose()
+        drop_db(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
