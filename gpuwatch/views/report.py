@@ -129,12 +129,15 @@ def usage_report(
     end: datetime,
     co2_kg_per_kwh: float | None = None,
     prices: Prices | None = None,
+    group: str | None = None,
 ) -> list[ReportRow]:
-    """Every group with a GPU job running inside ``[start, end)``, most wasted GPU-hours first."""
+    """Every group with a GPU job running inside ``[start, end)``, most wasted GPU-hours first;
+    only ``group``'s row when given, read from that group's jobs alone (a user's page)."""
     prices = prices or Prices()
-    held = _allocated(engine, by, start, end)
-    period = jobs_in_period(engine, start, end)
-    wasted = _wasted_by_job(engine, start, end)
+    held = _allocated(engine, by, start, end, group)
+    jobs = None if group is None else sorted(held)
+    period = jobs_in_period(engine, start, end, job_ids=jobs) if jobs != [] else {}
+    wasted = _wasted_by_job(engine, start, end, jobs)
     groups: dict[str, _Group] = {}
     for job_id, h in held.items():
         g = groups.setdefault(h.group, _Group())
@@ -153,7 +156,7 @@ def usage_report(
         g.wasted += hours_wasted
     # the default period is the last week: its sums are the trend's last week already
     known = {(start, end): (held, wasted)}
-    last_week, week_before = _weekly_shares(engine, by, end, known)
+    last_week, week_before = _weekly_shares(engine, by, end, known, group)
     out = [
         _row(group, g, co2_kg_per_kwh, last_week.get(group), week_before.get(group))
         for group, g in groups.items()
@@ -253,11 +256,16 @@ def _share(part: float, whole: float) -> float | None:
     return round(part / whole, 4) if whole > 0 else None
 
 
-def _wasted_by_job(engine: sa.Engine, start: datetime, end: datetime) -> dict[str, tuple[str, float]]:
+def _wasted_by_job(
+    engine: sa.Engine, start: datetime, end: datetime, job_ids: list[str] | None = None
+) -> dict[str, tuple[str, float]]:
     """job id -> (the cause its waste is credited to, GPU-hours): its largest cause; two causes
-    of one job (idle and CPU-only, say) describe the same GPU-hours, as in the digests."""
+    of one job (idle and CPU-only, say) describe the same GPU-hours, as in the digests. Only
+    ``job_ids`` when given."""
     causes: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for w in waste_in_period(engine, start, end):
+    if job_ids == []:
+        return {}
+    for w in waste_in_period(engine, start, end, job_ids):
         causes[w.job_id][w.cause] += w.gpu_hours_wasted
     out = {}
     for job_id, by_cause in causes.items():
@@ -271,16 +279,18 @@ def _weekly_shares(
     by: GroupBy,
     end: datetime,
     known: dict[tuple[datetime, datetime], tuple[dict[str, _Held], dict[str, tuple[str, float]]]],
+    group: str | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Each group's wasted share in the 7 days before ``end`` and in the 7 days before those;
-    ``known``: periods whose held and wasted GPU-hours are read already."""
+    """Each group's (or ``group``'s) wasted share in the 7 days before ``end`` and in the 7 days
+    before those; ``known``: periods whose held and wasted GPU-hours are read already."""
     weeks = []
     for k in (1, 2):
         w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
         if (w_start, w_end) in known:
             held, wasted = known[(w_start, w_end)]
         else:
-            held, wasted = _allocated(engine, by, w_start, w_end), _wasted_by_job(engine, w_start, w_end)
+            held = _allocated(engine, by, w_start, w_end, group)
+            wasted = _wasted_by_job(engine, w_start, w_end, None if group is None else sorted(held))
         hours: dict[str, float] = defaultdict(float)
         lost: dict[str, float] = defaultdict(float)
         for job_id, h in held.items():
@@ -358,9 +368,10 @@ def weekly_history(
     out = []
     for k in range(weeks, 0, -1):
         w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
-        wasted = _wasted_by_job(engine, w_start, w_end)
+        held = _allocated(engine, by, w_start, w_end, group)
+        wasted = _wasted_by_job(engine, w_start, w_end, sorted(held))
         hours = lost = 0.0
-        for job_id, h in _allocated(engine, by, w_start, w_end, group).items():
+        for job_id, h in held.items():
             hours += h.gpu_hours
             lost += min(wasted.get(job_id, (None, 0.0))[1], h.gpu_hours)
         out.append(WeekRow(w_start, w_end, round(hours, 4), round(lost, 4), _share(lost, hours)))

@@ -9,6 +9,7 @@ window :func:`gpuwatch.views.low_util_jobs` shows too — else the largest
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -30,13 +31,29 @@ class JobWaste:
     fix: str | None
 
 
-def waste_in_period(engine: sa.Engine, start: datetime, end: datetime) -> list[JobWaste]:
-    """One row per (job, cause) with waste in verdicts evaluated in ``[start, end)``.
+def waste_in_period(
+    engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
+) -> list[JobWaste]:
+    """One row per (job, cause) with waste in verdicts evaluated in ``[start, end)``; only of
+    ``job_ids`` when given (one user's page reads its own jobs' verdicts, not everyone's).
 
     The choice is made in SQL (two grouped passes over the period's verdicts), so what comes
     back is a row per (job, cause), not a row per evaluation."""
+    if job_ids is None:
+        return _waste(engine, start, end, ())
+    out: list[JobWaste] = []
+    ids = sorted(set(job_ids))
+    for i in range(0, len(ids), CHUNK):
+        out += _waste(engine, start, end, (verdicts.c.job_id.in_(ids[i : i + CHUNK]),))
+    return out
+
+
+def _waste(
+    engine: sa.Engine, start: datetime, end: datetime, only: tuple[sa.ColumnElement, ...]
+) -> list[JobWaste]:
     v = verdicts.c
     wasted = (v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0)
+    wasted += only
     whole = v.window_kind == "job"
     latest = (
         sa.select(v.job_id, v.cause, sa.func.max(v.evaluated_at).label("pick"))

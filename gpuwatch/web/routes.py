@@ -256,7 +256,7 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
         start = end - timedelta(days=7)
         report = settings.report
         prices = Prices(gpu_hour=report.gpu_hour_price, billing_hour=report.billing_hour_price)
-        rows = usage_report(engine, by, start, end, report.grid_co2_kg_per_kwh, prices)
+        rows = usage_report(engine, by, start, end, report.grid_co2_kg_per_kwh, prices, group=name)
         row = next((r for r in rows if r.group == name), None)
         weeks = weekly_history(engine, by, name, end)
         who = {"user": name} if by is GroupBy.USER else {"account": name}

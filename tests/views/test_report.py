@@ -259,3 +259,19 @@ def test_efficiency_cost_and_trend_hand_computed(filled) -> None:  # type: ignor
     assert (again.jobs_advised_memory, again.jobs_advised_time) == (1, 1)
     running = {r.group: r for r in usage_report(filled, GroupBy.USER, T0, start + timedelta(hours=5))}
     assert running["alice"].jobs_advised_memory == 0  # job 1 had not ended yet: no advice counted
+
+
+def test_one_groups_row_read_from_its_own_jobs_equals_the_full_reports(filled) -> None:  # type: ignore[no-untyped-def]
+    """A user's page asks for one row (``group=``): the same figures as that user's row of the
+    whole report, the trend included, and nothing for a group without jobs."""
+    from gpuwatch.views.report import Prices
+
+    prices = Prices(2.0, 0.5)
+    for by in (GroupBy.USER, GroupBy.ACCOUNT):
+        full = usage_report(filled, by, *WEEK, co2_kg_per_kwh=0.3, prices=prices)
+        assert full
+        for row in full:
+            assert usage_report(filled, by, *WEEK, co2_kg_per_kwh=0.3, prices=prices, group=row.group) == [
+                row
+            ]
+    assert usage_report(filled, GroupBy.USER, *WEEK, group="nobody") == []
