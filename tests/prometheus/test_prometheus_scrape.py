@@ -173,5 +173,8 @@ def test_dcgm_compatibility_rules_evaluate(prometheus: str) -> None:
     )
     fb = wait_for(prometheus, 'DCGM_FI_DEV_FB_USED{gpu="0"}')
     assert float(fb[0]["value"][1]) == pytest.approx(100 * 1024)  # MiB, as dcgm-exporter
+    free = wait_for(prometheus, 'DCGM_FI_DEV_FB_FREE{gpu="0"}')  # total - reserved - used, MiB
+    assert float(free[0]["value"][1]) == pytest.approx(143_771 - 600 - 100 * 1024)
+    assert free[0]["metric"]["UUID"] == labels["UUID"]
     clock = wait_for(prometheus, 'DCGM_FI_DEV_SM_CLOCK{gpu="0"}')
     assert float(clock[0]["value"][1]) == pytest.approx(1980.0)  # MHz
