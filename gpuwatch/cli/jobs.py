@@ -13,7 +13,6 @@ something new, add its key to :data:`HEADERS` and :data:`JOB_KEYS`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,8 @@ import click
 
 from gpuwatch.classify.verdict import Cause
 from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, render
-from gpuwatch.clock import utcnow
+from gpuwatch.clock import parse_span, utcnow
+from gpuwatch.slurm.model import states_in
 from gpuwatch.views import (
     SORTS,
     WINDOW_NAMES,
@@ -81,34 +81,21 @@ def columns(keys: Sequence[str]) -> list[Column]:
 COLUMNS = columns(JOB_KEYS)
 LOW_UTIL_COLUMNS = columns(LOW_UTIL_KEYS)
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
-
 
 def parse_since(text: str) -> timedelta:
     """``90s``, ``30m``, ``2h``, ``7d``, ``1w`` -> a timedelta (click error otherwise)."""
-    m = _SINCE.match(text)
-    if not m:
-        raise click.BadParameter(f"{text!r}: use a number and a unit s/m/h/d/w, e.g. 2h or 7d")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+    try:
+        return parse_span(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def parse_states(text: str | None) -> tuple[str, ...]:
     """``RUNNING,PD`` -> ``("RUNNING", "PENDING")``; a word Slurm does not know is refused."""
-    from gpuwatch.slurm.model import JOB_STATES, normalize_state
-
-    states = []
-    for word in (w.strip() for w in (text or "").split(",")):
-        if not word:
-            continue
-        state = normalize_state(word)
-        if state not in JOB_STATES:
-            raise click.BadParameter(
-                f"{word!r} is not a Slurm job state (e.g. RUNNING, PENDING, COMPLETED or R, PD, CD)",
-                param_hint="--state",
-            )
-        states.append(state)
-    return tuple(states)
+    try:
+        return states_in(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--state") from None
 
 
 def filters_from_options(options: dict[str, Any], now: datetime) -> JobFilters:

@@ -80,6 +80,22 @@ def normalize_state(raw: str | Iterable[str] | None) -> str | None:
     return found[0]
 
 
+def states_in(text: str | None) -> tuple[str, ...]:
+    """``RUNNING,PD`` -> ``("RUNNING", "PENDING")`` for a filter someone typed; ValueError naming
+    a word Slurm does not know (the CLI's ``--state`` and the web view's ``?state=``)."""
+    states = []
+    for word in (w.strip() for w in (text or "").split(",")):
+        if not word:
+            continue
+        state = normalize_state(word)
+        if state not in JOB_STATES:
+            raise ValueError(
+                f"{word!r} is not a Slurm job state (e.g. RUNNING, PENDING, COMPLETED or R, PD, CD)"
+            )
+        states.append(state)
+    return tuple(states)
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     """One Slurm job (for an array: one task) as one of Slurm's commands described it.

@@ -28,7 +28,6 @@ from gpuwatch.views import (
     WINDOW_NAMES,
     JobFilters,
     JobView,
-    LowUtilFilters,
     LowUtilJob,
     VerdictRow,
     cluster_overview,
@@ -42,6 +41,7 @@ from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
 from gpuwatch.web.groups import group_body, link
+from gpuwatch.web.job_filters import BadFilter, filter_form, job_query
 from gpuwatch.web.node_page import node_body, node_link
 
 CSS = """
@@ -61,7 +61,9 @@ figure.chart{margin:0;padding:6px}figure.chart figcaption{font-size:12px;font-we
 figure.chart .nodata{color:#777;font-size:11px;margin:2px 0}
 .u-legend{font-size:11px}.u-legend th,.u-legend td{border:0;background:none;padding:0 3px;font-weight:normal}
 tr.faulted td{background:#fde0dc}
-.cause{font-weight:600}.fix{color:#1b5e20}pre{white-space:pre-wrap;font-size:11px;background:#f4f4f4;padding:6px}
+.cause{font-weight:600}.error{color:#b71c1c;font-weight:600}
+form.filters{margin:6px 0 10px}form.filters label{margin-right:6px}
+.fix{color:#1b5e20}pre{white-space:pre-wrap;font-size:11px;background:#f4f4f4;padding:6px}
 """
 
 
@@ -231,11 +233,24 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
         return _page("overview", body, simulated=ov.simulated)
 
     @router.get("/jobs", response_class=HTMLResponse)
-    def jobs_page() -> HTMLResponse:
-        rows = low_util_jobs(engine, LowUtilFilters(), now=now())
-        return _page(
-            "low-utilization jobs", f"<h2>Low-utilization jobs (latest verdicts)</h2>{_jobs_table(rows)}"
-        )
+    def jobs_page(request: Request) -> HTMLResponse:
+        params = dict(request.query_params)
+        head = f"<h2>Low-utilization jobs (latest verdicts)</h2>{filter_form(params)}"
+        try:
+            query = job_query(params, now())
+        except BadFilter as exc:
+            page = _page("low-utilization jobs", f"{head}<p class=error>{escape(str(exc))}</p>")
+            page.status_code = 400
+            return page
+        rows = low_util_jobs(engine, query.filters, now=now())
+        shown = rows[: query.limit]
+        more = ""
+        if len(rows) > len(shown):
+            more = (
+                f"<p>{len(rows) - len(shown)} more job(s) not shown: add <code>limit={len(rows)}</code> "
+                "(at most 5000) or narrow the filters.</p>"
+            )
+        return _page("low-utilization jobs", f"{head}{_jobs_table(shown)}{more}")
 
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(job_id: str) -> HTMLResponse:
