@@ -36,8 +36,8 @@ def utilization_figure(
     width_px: int = 1000,
     height_px: int = 420,
 ) -> Figure:
-    """The chart: ``series`` (label -> values 0..1, None = no data), value ``i`` at
-    ``start + i * step_s`` (the middle of its column)."""
+    """The chart: ``series`` (label -> values 0..1, None = no data), value ``i`` drawn at the
+    middle of its column, ``start + (i + 0.5) * step_s``."""
     try:
         from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
         from matplotlib.figure import Figure

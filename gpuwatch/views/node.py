@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.classify.xid import describe, owner_of
-from gpuwatch.sql.rollups import xid_codes
+from gpuwatch.sql.rollups import join_distinct, xid_codes
 from gpuwatch.sql.schema import gpu_minutes, gpus, job_gpus, nodes, slurm_jobs
 from gpuwatch.views.evaluations import latest_evaluations
 
@@ -105,11 +105,11 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
                 sa.func.sum(g.power_watts_sum).label("power_sum"),
                 sa.func.sum(g.power_watts_n).label("power_n"),
                 sa.func.sum(g.lost_samples).label("lost"),
+                join_distinct(conn, g.xid_codes).label("xid_text"),
             )
             .where(*in_span)
             .group_by(g.gpu_index)
         ).all()
-        xids = _xid_codes(conn, node["id"], start, end)
         models = _models(conn, node["id"])
         jobs = _jobs(conn, name, start, end)
         util: dict[int, list[tuple[datetime, float | None]]] = {}
@@ -127,7 +127,7 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
             memory_used_max_bytes=None if r.memory_max is None else int(r.memory_max),
             memory_total_bytes=None if r.memory_total is None else int(r.memory_total),
             power_mean_watts=_mean(r.power_sum, r.power_n),
-            xid_codes=xids.get(int(r.gpu_index), ()),
+            xid_codes=xid_codes(r.xid_text),
             lost_samples=int(r.lost or 0),
         )
         for r in sorted(totals, key=lambda r: r.gpu_index)
@@ -147,22 +147,6 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
 
 def _mean(total: float | None, n: int | None) -> float | None:
     return float(total) / float(n) if n and total is not None else None
-
-
-def _xid_codes(
-    conn: sa.Connection, node_id: int, start: datetime, end: datetime
-) -> dict[int, tuple[int, ...]]:
-    """GPU index -> the distinct XID codes of its minutes in the span."""
-    g = gpu_minutes.c
-    rows = conn.execute(
-        sa.select(g.gpu_index, g.xid_codes).where(
-            g.node_id == node_id, g.minute >= start, g.minute < end, g.xid_codes.is_not(None)
-        )
-    ).all()
-    out: dict[int, set[int]] = {}
-    for index, text in rows:
-        out.setdefault(int(index), set()).update(xid_codes(text))
-    return {index: tuple(sorted(codes)) for index, codes in out.items()}
 
 
 def _models(conn: sa.Connection, node_id: int) -> dict[int, str]:

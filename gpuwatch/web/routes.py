@@ -41,7 +41,7 @@ from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
 from gpuwatch.web.groups import group_body, link
-from gpuwatch.web.job_filters import BadFilter, filter_form, job_query
+from gpuwatch.web.job_filters import MAX_ROWS, BadFilter, filter_form, job_query
 from gpuwatch.web.node_page import node_body, node_link
 
 CSS = """
@@ -236,19 +236,21 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
     def jobs_page(request: Request) -> HTMLResponse:
         params = dict(request.query_params)
         head = f"<h2>Low-utilization jobs (latest verdicts)</h2>{filter_form(params)}"
+        at = now()
         try:
-            query = job_query(params, now())
+            query = job_query(params, at)
         except BadFilter as exc:
             page = _page("low-utilization jobs", f"{head}<p class=error>{escape(str(exc))}</p>")
             page.status_code = 400
             return page
-        rows = low_util_jobs(engine, query.filters, now=now())
+        rows = low_util_jobs(engine, query.filters, now=at)
         shown = rows[: query.limit]
         more = ""
         if len(rows) > len(shown):
             more = (
-                f"<p>{len(rows) - len(shown)} more job(s) not shown: add <code>limit={len(rows)}</code> "
-                "(at most 5000) or narrow the filters.</p>"
+                f"<p>{len(rows) - len(shown)} more job(s) not shown: add "
+                f"<code>limit={min(len(rows), MAX_ROWS)}</code> (at most {MAX_ROWS}) or narrow the "
+                "filters.</p>"
             )
         return _page("low-utilization jobs", f"{head}{_jobs_table(shown)}{more}")
 
