@@ -5,8 +5,9 @@
 Makes a throwaway database (as ``bench/ingest.py``: 127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and
 fills it in SQL (``generate_series``): ``nodes`` nodes, each running one ``gpus``-GPU job that
 started ``hours`` ago, a ``gpu_minutes`` row per GPU and minute (a third of the jobs idle, the
-rest busy), a ``job_minutes`` row per job and minute, ``gpus`` rows, and one evaluation per job
-(whole-job and recent windows; the idle jobs flagged ``idle_allocation``); 200 users. Then
+rest busy) and their sums per node-minute in ``node_minutes``, a ``job_minutes`` row per job
+and minute, ``gpus`` rows, and one evaluation per job (whole-job and recent windows; the idle
+jobs flagged ``idle_allocation``); 200 users. Then
 serves the daemon's web view in-process (FastAPI's TestClient: routing, the read model's
 queries and the HTML, not the network) and prints each page's median time over ``repeat``
 requests after one warm-up, and its size; then the overview's parts called directly (its read
@@ -55,6 +56,12 @@ FILL = [
        FROM nodes n, generate_series(0, :gpus - 1) g,
             generate_series(:start, :end - interval '1 minute', interval '1 minute') m
        WHERE n.name LIKE 'bench%'""",
+    # what the rollup pass sums per node-minute from the GPU-minutes (sql/rollups.py)
+    """INSERT INTO node_minutes (node_id, minute, gpu_util_ratio_sum, gpu_util_ratio_n, gpus_reporting,
+                                 gpu_simulated)
+       SELECT node_id, minute, sum(util_gpu_ratio_sum), sum(util_gpu_ratio_n),
+              sum(CASE WHEN util_gpu_ratio_n > 0 THEN 1 ELSE 0 END), bool_or(simulated)
+       FROM gpu_minutes GROUP BY node_id, minute""",
     """INSERT INTO job_minutes (node_id, job_id, minute, samples, cpu_used_cores_sum, cpu_used_cores_n,
                                 cpu_allocated_cores, memory_used_bytes_max, memory_limit_bytes)
        SELECT n.id, n.name || '-job', m, 6, 6 * 32, 6, 64, 100 * 2^30, 512 * 2^30

@@ -1,7 +1,8 @@
 """Per-minute rollups: what the classifier, the CLI and the web view read.
 
 Raw samples (every 10 s per GPU) are summed per (node, GPU, minute) into ``gpu_minutes``,
-per (node, job, minute) into ``job_minutes`` and per (node, minute) into ``node_minutes``.
+per (node, job, minute) into ``job_minutes`` and per (node, minute) into ``node_minutes`` (the
+host's CPU, memory and network, and its GPUs' minutes summed, for views of every node at once).
 Each metric keeps a sum and a count of samples that had it (GPM fields are absent on some
 cards), so any window's mean is ``sum(sum) / sum(n)`` over its minutes, and utilization
 keeps an 11-bin histogram (bin 0 = exactly 0 %, bin k = (10(k-1), 10k] %) so windows get
@@ -218,24 +219,30 @@ def _job_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
     return query.group_by(j.node_id, j.job_id, sa.text("3"))
 
 
-def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> list[dict]:
-    """node_minutes rows, merged in Python from four small grouped queries (one row per
-    node-minute, so this is cheap, and it avoids a FULL OUTER JOIN that SQLite < 3.39 lacks)."""
-    rows: dict[tuple[int, Any], dict] = defaultdict(dict)
+#: node_minutes columns whose value for a node-minute with no such samples is not NULL
+_NODE_DEFAULTS = {"gpus_reporting": 0, "gpu_simulated": False}
 
-    def grouped(table: sa.Table, *cols: sa.ColumnElement) -> None:
-        bucket = minute_bucket(conn, table.c.ts)
-        query = sa.select(table.c.node_id, bucket.label("minute"), *cols).where(
-            table.c.ts >= start, table.c.ts < end
-        )
+
+def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> list[dict]:
+    """node_minutes rows, merged in Python from small grouped queries (one row per node-minute,
+    so this is cheap, and it avoids a FULL OUTER JOIN that SQLite < 3.39 lacks). The GPU columns
+    are summed from the ``gpu_minutes`` rows of the same range, so those are rolled first."""
+    rows: dict[tuple[int, datetime], dict] = defaultdict(dict)
+
+    def merge(query: sa.Select, node: sa.ColumnElement) -> None:
         if node_id is not None:
-            query = query.where(table.c.node_id == node_id)
-        for r in conn.execute(query.group_by(table.c.node_id, sa.text("2"))).mappings():
-            rows[(r["node_id"], r["minute"])].update(
+            query = query.where(node == node_id)
+        for r in conn.execute(query.group_by(node, sa.text("2"))).mappings():
+            rows[(r["node_id"], as_utc(conn, r["minute"]))].update(
                 {k: v for k, v in r.items() if k not in ("node_id", "minute")}
             )
 
-    c, m = cpu_samples.c, memory_samples.c
+    def grouped(table: sa.Table, *cols: sa.ColumnElement) -> None:
+        bucket = minute_bucket(conn, table.c.ts).label("minute")
+        query = sa.select(table.c.node_id, bucket, *cols).where(table.c.ts >= start, table.c.ts < end)
+        merge(query, table.c.node_id)
+
+    c, m, g = cpu_samples.c, memory_samples.c, gpu_minutes.c
     grouped(
         cpu_samples,
         sa.func.sum(c.busy_ratio).label("busy_ratio_sum"),
@@ -261,12 +268,25 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
             sa.func.sum(t.rx_bytes_per_s + t.tx_bytes_per_s).label(f"{name}_sum"),
             sa.func.count(sa.distinct(t.ts)).label(f"{name}_n"),
         )
+    merge(
+        sa.select(
+            g.node_id,
+            g.minute,
+            sa.func.sum(g.util_gpu_ratio_sum).label("gpu_util_ratio_sum"),
+            sa.func.sum(g.util_gpu_ratio_n).label("gpu_util_ratio_n"),
+            _sum_if(g.util_gpu_ratio_n > 0).label("gpus_reporting"),
+            (sa.func.max(sa.case((g.simulated, 1), else_=0)) > 0).label("gpu_simulated"),
+        ).where(g.minute >= start, g.minute < end),
+        g.node_id,
+    )
     out = []
     for (nid, minute), values in rows.items():
-        row = {"node_id": nid, "minute": as_utc(conn, minute)}
+        row = {"node_id": nid, "minute": minute}
         for col in node_minutes.c:
             if col.name not in row:
-                row[col.name] = values.get(col.name, 0 if col.name.endswith("_n") else None)
+                default = _NODE_DEFAULTS.get(col.name, 0 if col.name.endswith("_n") else None)
+                row[col.name] = values.get(col.name, default)
+        row["gpu_simulated"] = bool(row["gpu_simulated"])
         out.append(row)
     return out
 

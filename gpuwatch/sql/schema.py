@@ -459,6 +459,11 @@ node_minutes = sa.Table(
     _i("total_bytes"),
     # logical CPUs per physical core (SMT): job CPU use is judged against physical cores
     sa.Column("threads_per_core", sa.SmallInteger, nullable=True),
+    # the node's GPUs that minute, summed from gpu_minutes: the overview's heat map reads a row
+    # per node-minute instead of a row per GPU-minute
+    *_rollup_sums("gpu_util_ratio"),
+    sa.Column("gpus_reporting", sa.SmallInteger, nullable=False, server_default="0"),
+    sa.Column("gpu_simulated", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 sa.Index("ix_node_minutes_minute", node_minutes.c.minute)
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.sql.buckets import epoch_seconds
-from gpuwatch.sql.schema import gpu_minutes, nodes
+from gpuwatch.sql.schema import gpu_minutes, node_minutes, nodes
 from gpuwatch.views.lowutil import LowUtilFilters, LowUtilJob, low_util_jobs
 
 #: a GPU counts as reporting when it has a rolled-up minute this recent
@@ -40,22 +40,17 @@ def cluster_overview(
     engine: sa.Engine, now: datetime, *, low_ratio: float = 0.15, minutes: int = 60
 ) -> Overview:
     """The last ``minutes`` of every node; which GPUs are busy (util above ``low_ratio``), idle,
-    wasted. Aggregated in SQL: a row per node and minute, and one count of the GPUs reporting,
-    so the cost grows with nodes x minutes, not with every GPU-minute read into Python."""
+    wasted. Read from ``node_minutes`` (the rollup sums each node's GPUs per minute), so the
+    cost grows with nodes x minutes, not with every GPU-minute."""
     end = now.replace(second=0, microsecond=0)
     start = end - timedelta(minutes=minutes)
-    g = gpu_minutes.c
+    n = node_minutes.c
     with engine.connect() as conn:
-        offset = (epoch_seconds(conn, g.minute) - int(start.timestamp())) / 60
+        offset = (epoch_seconds(conn, n.minute) - int(start.timestamp())) // 60  # an SQL integer
         per_node = conn.execute(
-            sa.select(
-                g.node_id,
-                offset.label("m"),
-                sa.func.sum(g.util_gpu_ratio_sum) / sa.func.sum(g.util_gpu_ratio_n),
-                sa.func.max(sa.case((g.simulated, 1), else_=0)),
+            sa.select(n.node_id, offset, n.gpu_util_ratio_sum / n.gpu_util_ratio_n, n.gpu_simulated).where(
+                n.minute >= start, n.minute < end, n.gpu_util_ratio_n > 0
             )
-            .where(g.minute >= start, g.minute < end, g.util_gpu_ratio_n > 0)
-            .group_by(g.node_id, g.minute)
         ).all()
         names_of = dict(conn.execute(sa.select(nodes.c.id, nodes.c.name)).all())
         reporting, busy = _reporting(conn, end, low_ratio)
@@ -82,19 +77,21 @@ def cluster_overview(
 
 def _reporting(conn: sa.Connection, end: datetime, low_ratio: float) -> tuple[int, int]:
     """(GPUs with a rolled-up minute in the last :data:`REPORTING`, of those busy at their
-    latest minute), counted in SQL."""
+    latest minute), counted in SQL. Both sides of the join name the span, so the planner reads
+    the span's minutes through the minute index instead of every GPU-minute kept."""
     g = gpu_minutes.c
+    in_span = (g.minute >= end - REPORTING, g.minute < end, g.util_gpu_ratio_n > 0)
     latest = (
         sa.select(g.node_id, g.gpu_index, sa.func.max(g.minute).label("minute"))
-        .where(g.minute >= end - REPORTING, g.minute < end, g.util_gpu_ratio_n > 0)
+        .where(*in_span)
         .group_by(g.node_id, g.gpu_index)
         .subquery()
     )
     util = g.util_gpu_ratio_sum / g.util_gpu_ratio_n
     same = (g.node_id == latest.c.node_id, g.gpu_index == latest.c.gpu_index, g.minute == latest.c.minute)
     count, busy = conn.execute(
-        sa.select(sa.func.count(), sa.func.sum(sa.case((util > low_ratio, 1), else_=0))).select_from(
-            gpu_minutes.join(latest, sa.and_(*same))
-        )
+        sa.select(sa.func.count(), sa.func.sum(sa.case((util > low_ratio, 1), else_=0)))
+        .select_from(gpu_minutes.join(latest, sa.and_(*same)))
+        .where(*in_span)
     ).one()
     return int(count or 0), int(busy or 0)

@@ -128,20 +128,23 @@ _PIXELS = tuple(bytes.fromhex(heat_colour(k / 100)[1:]) for k in range(101))
 def _cells_png(rows: int, minutes: int, values: dict[tuple[int, int], float]) -> bytes:
     """A ``minutes`` x ``rows`` RGB PNG, a pixel per cell in :func:`heat_colour` (to the percent)."""
     no_data = bytes.fromhex(NO_DATA[1:])
-    grid = [[no_data] * minutes for _ in range(rows)]
+    stride = 1 + 3 * minutes  # each row: filter type "none", then its pixels
+    raw = bytearray((b"\x00" + no_data * minutes) * rows)
     for (r, m), v in values.items():
         if 0 <= m < minutes:
-            grid[r][m] = _PIXELS[round(100 * min(1.0, max(0.0, v)))]
-    lines = [b"\x00" + b"".join(row) for row in grid]  # each row: filter type "none", then pixels
+            percent = 0 if v <= 0 else 100 if v >= 1 else int(100 * v + 0.5)
+            at = r * stride + 1 + 3 * m
+            raw[at : at + 3] = _PIXELS[percent]
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", max(1, minutes), max(1, rows), 8, 2, 0, 0, 0)  # 8-bit RGB
-    raw = b"".join(lines) if rows and minutes else b"\x00" + no_data
+    if not (rows and minutes):
+        raw = bytearray(b"\x00" + no_data)
     return (
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IDAT", zlib.compress(bytes(raw)))
         + chunk(b"IEND", b"")
     )

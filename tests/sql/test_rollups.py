@@ -303,3 +303,29 @@ def test_energy_from_the_counter_with_a_reset_a_gap_and_a_lost_gpu(engine):
     assert got[(0, 1)] == (3000.0 + power_j + power_j, 2)  # 12:01:00 rise; :10 reset; :50 after 40 s
     assert got[(1, 0)] == (6 * 200.0 * 10, 6) and got[(1, 1)] == (3 * 200.0 * 10, 3)
     assert got[(2, 0)] == (None, 0)
+
+
+def test_node_minutes_sum_the_nodes_gpus(engine):
+    """The overview reads each node's GPUs per minute from node_minutes: the sums of its GPUs'
+    minutes, how many reported, simulated or not; a late GPU's minute re-rolls them."""
+    node_id = _node(engine)
+    store, rollup = BatchStore(engine), Rollup(engine)
+    store.store(node_id, _minute_batch("node001", M0, [0.5] * 6))
+    lost = wire.GpuSample(ts=M0 + timedelta(minutes=1), gpu_index=0, state="lost", simulated=True)
+    store.store(node_id, wire.Batch(node="node001", agent_version="t", samples=[lost]))
+    rollup.run_once(now=M0 + timedelta(minutes=10))
+    late = _minute_batch("node001", M0, [1.0] * 6)
+    late = late.model_copy(
+        update={"samples": [s.model_copy(update={"gpu_index": 1}) for s in late.samples if s.kind == "gpu"]}
+    )
+    store.store(node_id, late)
+    rollup.run_once(now=M0 + timedelta(minutes=11))
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(node_minutes).order_by(node_minutes.c.minute)).mappings().all()
+    first, second = rows
+    assert first["minute"] == M0 and first["gpus_reporting"] == 2 and bool(first["gpu_simulated"])
+    assert first["gpu_util_ratio_sum"] == 9.0 and first["gpu_util_ratio_n"] == 12
+    assert first["busy_ratio_n"] == 6  # the host's columns still there
+    # a minute of a lost GPU only: a node-minute row, no GPU reporting, no host data
+    assert second["gpus_reporting"] == 0 and second["gpu_util_ratio_n"] == 0
+    assert second["gpu_util_ratio_sum"] is None and second["busy_ratio_n"] == 0
