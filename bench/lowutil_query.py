@@ -52,7 +52,9 @@ from gpuwatch.sql.schema import nodes
 from gpuwatch.views import LowUtilFilters, low_util_jobs
 
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-NOW = datetime(2026, 3, 9, 0, 0, tzinfo=timezone.utc)
+#: the generated history ends at the current hour, so commands that read "the last 7 days" from
+#: the real clock (bench/lowutil_command.py) see it
+NOW = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
 CAUSES = ["idle_allocation", "input_bound", "small_work", "no_mixed_precision", "cpu_only", "unknown_low"]
 
 NAIVE = """

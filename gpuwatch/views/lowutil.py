@@ -127,7 +127,7 @@ def low_util_jobs(
     f = filters or LowUtilFilters()
     key = _sort_key(f.sort)  # a bad sort fails before the query
     j = slurm_jobs.c
-    base = latest_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids)
+    base = latest_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids, waste_only=True)
     query = base.add_columns(*(j[c].label(f"job_{c}") for c in _JOB_COLUMNS)).outerjoin(
         slurm_jobs, j.job_id == base.selected_columns.job_id
     )

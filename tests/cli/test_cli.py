@@ -170,3 +170,36 @@ def test_a_command_no_section_names_is_still_listed():
     finally:
         cli.commands.pop("extra-tool")
     assert "Other:\n  extra-tool  A command added by a plugin." in out
+
+
+def test_each_command_names_the_module_that_adds_it():
+    """``gpuwatch jobs`` imports the module behind ``jobs`` only: the map from command to
+    module must name every command the modules add, and the right module for each."""
+    import importlib
+
+    import click
+
+    from gpuwatch.cli.main import SUBCOMMAND_MODULES
+
+    every = click.Group()
+    for name, module in SUBCOMMAND_MODULES.items():
+        alone = click.Group()
+        importlib.import_module(module).register(alone)
+        assert name in alone.commands, (name, module)
+        importlib.import_module(module).register(every)
+    assert set(every.commands) == set(SUBCOMMAND_MODULES)
+
+
+def test_a_command_imports_its_own_module_only(sqlite_url):
+    """In a fresh interpreter, ``gpuwatch jobs --low-util`` loads neither the demo nor the
+    workload nor Alembic (each a part of every command's start when it did)."""
+    assert _run("--db", sqlite_url, "db", "upgrade").exit_code == 0
+    probe = (
+        "import sys\n"
+        "from gpuwatch.cli.main import cli\n"
+        f"cli(['--db', {sqlite_url!r}, 'jobs', '--low-util'], standalone_mode=False)\n"
+        "print(sorted(m for m in ('gpuwatch.cli.demo', 'gpuwatch.workload.cli', 'alembic',\n"
+        "                         'gpuwatch.cli.jobs') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "no jobs match" in out and out.strip().splitlines()[-1] == "['gpuwatch.cli.jobs']"

@@ -46,3 +46,21 @@ def test_every_wire_field_has_a_column():
         assert fields == set(table.c.keys()) - {"node_id"}, kind
     assert set(PROCESS_FIELDS) == set(wire.GpuProcess.model_fields)
     assert set(ELEMENT_FIELDS) | {"node_id", "ts", "ts_last"} == set(gpu_process_packs.c.keys())
+
+
+def test_the_head_read_from_the_files_is_alembics(db_url):
+    """Commands check the schema without importing Alembic: the head read from the migration
+    files and the revision read from alembic_version are what Alembic itself says."""
+    from alembic.script import ScriptDirectory
+
+    engine = create_engine(db_url)
+    try:
+        head = ScriptDirectory.from_config(migrate.alembic_config(engine)).get_current_head()
+        assert migrate.head_revision() == head
+        assert migrate.current_revision(engine) is None and not migrate.is_up_to_date(engine)
+        migrate.upgrade(engine, "0015")
+        assert migrate.current_revision(engine) == "0015" and not migrate.is_up_to_date(engine)
+        migrate.upgrade(engine)
+        assert migrate.current_revision(engine) == head and migrate.is_up_to_date(engine)
+    finally:
+        engine.dispose()
