@@ -504,16 +504,25 @@ verdicts = sa.Table(
 sa.Index("ix_verdicts_job_evaluated", verdicts.c.job_id, verdicts.c.evaluated_at)
 sa.Index("ix_verdicts_evaluated_cause", verdicts.c.evaluated_at, verdicts.c.cause)
 
-#: each job's newest evaluation time, kept by triggers on ``verdicts`` (migration 0010): the
-#: listing and the job page find a job's latest verdicts by this and the (job, time) index,
-#: without a pass over the verdict history
+#: each job's newest evaluation time, and whether it found waste, kept by triggers on
+#: ``verdicts`` (migrations 0010, 0017): the listing and the job page find a job's latest
+#: verdicts by this and the (job, time) index, without a pass over the verdict history, and a
+#: listing of waste reads the wasting jobs' rows only
 newest_evaluations = sa.Table(
     "newest_evaluations",
     metadata,
     sa.Column("job_id", sa.String(64), primary_key=True),
     sa.Column("evaluated_at", UtcDateTime, nullable=False),
+    # a verdict of that evaluation names a cause other than healthy
+    sa.Column("waste", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 sa.Index("ix_newest_evaluations_evaluated", newest_evaluations.c.evaluated_at)
+sa.Index(
+    "ix_newest_evaluations_waste",
+    newest_evaluations.c.evaluated_at,
+    postgresql_where=newest_evaluations.c.waste,
+    sqlite_where=newest_evaluations.c.waste,
+)
 
 # --------------------------------------------------------------------------- alerts
 #: every notice ever decided: the alert worker's persistent queue (``gpuwatch/alerts/outbox.py``).

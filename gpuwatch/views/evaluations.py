@@ -114,7 +114,8 @@ def latest_select(
     """The verdict rows of each job's newest evaluation (callers add joins and filters): found by
     ``newest_evaluations`` (kept by triggers on ``verdicts``) and the (job, time) index, not by a
     pass over the verdict history. ``waste_only``: only the evaluations holding a waste verdict
-    (most jobs are healthy: a listing of waste need not read, parse and drop their rows)."""
+    (``newest_evaluations.waste``; most jobs are healthy: a listing of waste reads none of their
+    rows)."""
     v, newest = verdicts.c, newest_evaluations.c
     latest = sa.select(newest.job_id, newest.evaluated_at.label("at"))
     if evaluated_since is not None:
@@ -122,9 +123,7 @@ def latest_select(
     if job_ids is not None:
         latest = latest.where(newest.job_id.in_(list(job_ids)))
     if waste_only:
-        w = verdicts.alias("waste").c
-        same = (w.job_id == newest.job_id, w.evaluated_at == newest.evaluated_at, w.cause != HEALTHY)
-        latest = latest.where(sa.exists().where(*same))
+        latest = latest.where(newest.waste)
     sub = latest.subquery("latest")
     return sa.select(verdicts).join(sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at))
 

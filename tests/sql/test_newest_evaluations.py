@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.schema import newest_evaluations, verdicts
+from gpuwatch.sql.types import UtcDateTime
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -62,5 +63,65 @@ def test_the_migration_fills_it_from_stored_verdicts(db_url) -> None:  # type: i
         with engine.begin() as conn:  # and the triggers run from then on
             conn.execute(verdicts.insert(), [_verdict("b", T0 + timedelta(hours=2))])
         assert _newest(engine)["b"] == T0 + timedelta(hours=2)
+    finally:
+        engine.dispose()
+
+
+def _waste(engine) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(newest_evaluations.c.job_id, newest_evaluations.c.waste)).all()
+    return {job: bool(waste) for job, waste in rows}
+
+
+def test_waste_follows_the_newest_evaluation(engine) -> None:  # type: ignore[no-untyped-def]
+    """The listing of waste reads ``waste``: true when a verdict of the job's newest evaluation
+    names a cause, whatever order the rows come in and whichever rows are deleted."""
+    t1, t2, t3 = T0, T0 + timedelta(minutes=2), T0 + timedelta(minutes=4)
+    with engine.begin() as conn:
+        conn.execute(verdicts.insert(), [_verdict("a", t1, "healthy"), _verdict("b", t1, "input_bound")])
+    assert _waste(engine) == {"a": False, "b": True}
+    with engine.begin() as conn:  # a second window of the same evaluation finds waste
+        conn.execute(verdicts.insert(), [_verdict("a", t1, "idle_allocation"), _verdict("b", t1, "healthy")])
+    assert _waste(engine) == {"a": True, "b": True}
+    with engine.begin() as conn:  # a newer evaluation, healthy: no longer waste
+        conn.execute(verdicts.insert(), [_verdict("a", t2, "healthy")])
+    assert _waste(engine)["a"] is False
+    with engine.begin() as conn:  # an older evaluation stored late changes nothing
+        conn.execute(verdicts.insert(), [_verdict("a", T0 - timedelta(minutes=5), "small_work")])
+    assert _waste(engine)["a"] is False
+    with engine.begin() as conn:
+        conn.execute(verdicts.insert(), [_verdict("a", t3, "small_work")])
+    assert _waste(engine)["a"] is True
+    with engine.begin() as conn:  # the newest evaluation deleted: the one before decides again
+        conn.execute(verdicts.delete().where(verdicts.c.evaluated_at == t3))
+    assert _waste(engine)["a"] is False and _newest(engine)["a"] == t2
+    with engine.begin() as conn:
+        conn.execute(verdicts.delete().where(verdicts.c.evaluated_at == t2))
+    assert _waste(engine)["a"] is True and _newest(engine)["a"] == t1
+
+
+def test_the_migration_fills_waste_from_stored_verdicts(db_url) -> None:  # type: ignore[no-untyped-def]
+    engine = create_engine(db_url)
+    try:
+        migrate.upgrade(engine, "0016")
+        times = ("evaluated_at", "window_start", "window_end")
+        old = sa.table(  # verdicts as revision 0016 has them, the columns these rows set
+            "verdicts",
+            *(sa.column(c, UtcDateTime) if c in times else sa.column(c) for c in _verdict("x", T0)),
+        )
+        rows = [_verdict("a", T0, "idle_allocation"), _verdict("a", T0 + timedelta(hours=1)),
+                _verdict("b", T0), _verdict("b", T0, "input_bound")]  # fmt: skip
+        with engine.begin() as conn:
+            conn.execute(old.insert(), [{**r, "evidence": "{}"} for r in rows])
+        migrate.upgrade(engine)
+        assert _waste(engine) == {"a": False, "b": True}
+        migrate.downgrade(engine, "0016")  # and back: the triggers keep the time alone again
+        with engine.begin() as conn:
+            conn.execute(old.insert(), [{**_verdict("c", T0), "evidence": "{}"}])
+        with engine.connect() as conn:
+            assert (
+                conn.execute(sa.text("SELECT job_id FROM newest_evaluations WHERE job_id = 'c'")).scalar()
+                == "c"
+            )
     finally:
         engine.dispose()
