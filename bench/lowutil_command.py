@@ -1,7 +1,7 @@
 """Seconds of the command ``gpuwatch jobs --low-util --since 7d`` itself, process start to exit.
 
     .venv/bin/python bench/lowutil_command.py [--nodes 1000] [--days 7] [--eval-every-min 15]
-                                              [--runs 5] [--db URL]
+                                              [--runs 5] [--db URL] [--keep]
 
 Fills a throwaway PostgreSQL database as ``bench/lowutil_query.py --no-samples`` does (127.0.0.1:5432
 or $GPUWATCH_BENCH_PG): ``nodes`` nodes running back-to-back 8-GPU jobs of 2-12 h for ``days``
@@ -79,6 +79,7 @@ def main() -> int:
     ap.add_argument("--eval-every-min", type=float, default=15)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--db", help="time the command on this database instead of a generated one")
+    ap.add_argument("--keep", action="store_true", help="keep the generated database (its URL is printed)")
     args = ap.parse_args()
     names = []
     try:
@@ -91,6 +92,9 @@ def main() -> int:
             facts = fill(engine, args.nodes, args.days, timedelta(minutes=args.eval_every_min))
             url = engine.url.render_as_string(hide_password=False)
             engine.dispose()
+            if args.keep:
+                names.remove(name)
+                print(f"kept: {url}")
             print(
                 f"generated {args.nodes:,} nodes x 8 GPUs x {args.days:g} d "
                 f"in {time.perf_counter() - t0:.0f} s: {facts}"

@@ -9,9 +9,11 @@ which GPU-hours wasted every surface reports, is decided here once: :attr:`Evalu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,8 +49,16 @@ class VerdictRow:
     mean_util_ratio: float | None
     summary: str
     fix: str | None
-    evidence: dict[str, Any]
+    #: the evidence as read: JSON text, parsed on first use (a listing of thousands of jobs
+    #: shows none of it), or the dict itself
+    stored_evidence: str | dict[str, Any] | None
     rules_version: str = ""
+
+    @cached_property
+    def evidence(self) -> dict[str, Any]:
+        raw = self.stored_evidence
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        return value if isinstance(value, dict) else {"value": value}
 
     @property
     def is_waste(self) -> bool:
@@ -77,9 +87,17 @@ class Evaluation:
     verdicts: tuple[VerdictRow, ...]
 
     def window(self, kind: str) -> tuple[VerdictRow, ...]:
-        return tuple(v for v in self.verdicts if v.window_kind == kind)
+        return self._windows.get(kind, ())
 
-    @property
+    @cached_property
+    def _windows(self) -> dict[str, tuple[VerdictRow, ...]]:
+        """The verdicts by window, grouped once (a listing asks each job for every window)."""
+        out: dict[str, list[VerdictRow]] = {}
+        for v in self.verdicts:
+            out.setdefault(v.window_kind, []).append(v)
+        return {kind: tuple(rows) for kind, rows in out.items()}
+
+    @cached_property
     def shown(self) -> VerdictRow | None:
         """The verdict a listing (and an alert) shows: the most actionable window's leading one.
 
@@ -125,12 +143,13 @@ def latest_select(
     if waste_only:
         latest = latest.where(newest.waste)
     sub = latest.subquery("latest")
-    return sa.select(verdicts).join(sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at))
+    # the evidence as JSON text: parsed when a surface shows it (VerdictRow.evidence)
+    columns = [sa.cast(c, sa.Text).label(c.name) if c.name == "evidence" else c for c in verdicts.c]
+    return sa.select(*columns).join(sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at))
 
 
 def verdict_of(r: Any) -> VerdictRow:
     """A :class:`VerdictRow` from a row mapping holding the ``verdicts`` columns."""
-    evidence = r["evidence"]
     return VerdictRow(
         verdict_id=r["id"],
         job_id=r["job_id"],
@@ -146,7 +165,7 @@ def verdict_of(r: Any) -> VerdictRow:
         mean_util_ratio=r["mean_util_ratio"],
         summary=r["summary"],
         fix=r["fix"],
-        evidence=evidence if isinstance(evidence, dict) else {"value": evidence},
+        stored_evidence=r["evidence"],
         rules_version=r["rules_version"],
     )
 

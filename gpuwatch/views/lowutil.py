@@ -12,6 +12,7 @@ samples — so its cost follows the number of jobs and verdict rows, not the sam
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -128,9 +129,9 @@ def low_util_jobs(
     key = _sort_key(f.sort)  # a bad sort fails before the query
     j = slurm_jobs.c
     base = latest_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids, waste_only=True)
-    query = base.add_columns(*(j[c].label(f"job_{c}") for c in _JOB_COLUMNS)).outerjoin(
-        slurm_jobs, j.job_id == base.selected_columns.job_id
-    )
+    # the nodes as JSON text, parsed once per job listed rather than once per verdict row
+    job_columns = [(sa.cast(j[c], sa.Text) if c == "nodes" else j[c]).label(f"job_{c}") for c in _JOB_COLUMNS]
+    query = base.add_columns(*job_columns).outerjoin(slurm_jobs, j.job_id == base.selected_columns.job_id)
     query = apply_job_filters(query, f)
     if f.running:
         query = query.where(sa.or_(j.state.is_(None), j.state.in_(HOLDING_STATES)))
@@ -157,7 +158,7 @@ def low_util_jobs(
                 account=r["job_account"],
                 partition=r["job_partition"],
                 state=state,
-                nodes=tuple(r["job_nodes"] or ()),
+                nodes=tuple(json.loads(r["job_nodes"] or "null") or ()),
                 start_at=start,
                 end_at=end,
                 duration_s=run_seconds(start, end, state, now),

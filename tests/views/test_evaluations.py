@@ -26,7 +26,7 @@ def _row(n: int, window: str, cause: str, confidence: float = 0.8) -> VerdictRow
         mean_util_ratio=0.1,
         summary="",
         fix=None,
-        evidence={},
+        stored_evidence={},
     )
 
 

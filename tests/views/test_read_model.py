@@ -29,7 +29,7 @@ def row(window: str, cause: str, confidence: float = 0.9, wasted: float = 1.0, j
         mean_util_ratio=0.1,
         summary=f"job {job}: {cause}",
         fix=None,
-        evidence={},
+        stored_evidence={},
     )
 
 
@@ -69,7 +69,11 @@ def test_a_job_known_only_from_its_verdicts(engine) -> None:
         conn.execute(
             verdicts.insert(),
             [
-                {**{k: v for k, v in vars(r).items() if k != "verdict_id"}, "rules_version": "t"}
+                {
+                    **{k: v for k, v in vars(r).items() if k not in ("verdict_id", "stored_evidence")},
+                    "evidence": r.evidence,
+                    "rules_version": "t",
+                }
                 for r in (row("job", "idle_allocation", job="77"), row("recent", "idle_allocation", job="77"))
             ],
         )
