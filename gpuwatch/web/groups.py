@@ -14,6 +14,7 @@ from urllib.parse import quote
 from gpuwatch.views import GroupBy, JobSummary, ReportRow
 from gpuwatch.views.report import WeekRow
 from gpuwatch.web import charts
+from gpuwatch.web.cells import num, pct
 
 #: the URL path of each kind of group page
 PATHS = {GroupBy.USER: "users", GroupBy.ACCOUNT: "accounts"}
@@ -26,32 +27,24 @@ def link(by: GroupBy, name: str | None) -> str:
     return f'<a href="/{PATHS[by]}/{quote(name, safe="")}">{escape(name)}</a>'
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def _figures(row: ReportRow | None) -> str:
     if row is None:
         return "<p>No GPU job of this group ran in the last 7 days.</p>"
     trend = "-"
     if row.wasted_share_week_before is not None and row.wasted_share_last_week is not None:
-        trend = f"{_pct(row.wasted_share_week_before)} &gt; {_pct(row.wasted_share_last_week)}"
+        trend = f"{pct(row.wasted_share_week_before)} &gt; {pct(row.wasted_share_last_week)}"
     cells = [
         ("jobs", str(row.jobs)),
         ("flagged", str(row.jobs_flagged)),
-        ("GPU-h", _num(row.gpu_hours)),
-        ("wasted GPU-h", f'<span data-value="{row.gpu_hours_wasted!r}">{_num(row.gpu_hours_wasted)}</span>'),
-        ("wasted", _pct(row.wasted_share)),
+        ("GPU-h", num(row.gpu_hours)),
+        ("wasted GPU-h", f'<span data-value="{row.gpu_hours_wasted!r}">{num(row.gpu_hours_wasted)}</span>'),
+        ("wasted", pct(row.wasted_share)),
         ("wasted, week before &gt; last", trend),
         ("top cause", escape(row.top_cause or "-")),
-        ("GPU eff", _pct(row.gpu_efficiency)),
-        ("CPU eff", _pct(row.cpu_efficiency)),
-        ("mem eff", _pct(row.memory_efficiency)),
-        ("kWh", _num(row.energy_kwh, 2)),
+        ("GPU eff", pct(row.gpu_efficiency)),
+        ("CPU eff", pct(row.cpu_efficiency)),
+        ("mem eff", pct(row.memory_efficiency)),
+        ("kWh", num(row.energy_kwh, 2)),
     ]
     head = "".join(f"<th>{k}</th>" for k, _ in cells)
     body = "".join(f"<td>{v}</td>" for _, v in cells)
@@ -91,7 +84,7 @@ def _jobs(rows: list[JobSummary], by: GroupBy) -> str:
         out.append(
             f'<tr><td><a href="/jobs/{href}">{jid}</a></td><td>{escape(r.name or "-")}</td>'
             f"<td>{link(other, whose)}</td><td>{escape(r.state or '-')}</td><td>{start}</td>"
-            f"<td>{r.gpus if r.gpus is not None else '-'}</td><td>{_pct(r.mean_util_ratio)}</td></tr>"
+            f"<td>{r.gpus if r.gpus is not None else '-'}</td><td>{pct(r.mean_util_ratio)}</td></tr>"
         )
     out.append("</table>")
     return "".join(out)

@@ -7,12 +7,12 @@ and every job table link here.
 
 from __future__ import annotations
 
-from datetime import datetime
 from html import escape
 from urllib.parse import quote
 
 from gpuwatch.views import GroupBy, NodeView
 from gpuwatch.web import charts
+from gpuwatch.web.cells import gib, pct, when
 from gpuwatch.web.groups import link
 
 
@@ -21,18 +21,6 @@ def node_link(name: str | None) -> str:
     if not name:
         return "-"
     return f'<a href="/nodes/{quote(name, safe="")}">{escape(name)}</a>'
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
-
-
-def _gib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**30:.1f}"
-
-
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
 
 
 def _gpus(view: NodeView) -> str:
@@ -46,8 +34,8 @@ def _gpus(view: NodeView) -> str:
         fault = g.fault
         rows.append(
             f"<tr{' class=faulted' if fault else ''}><td>gpu{g.index}</td><td>{escape(g.model or '-')}</td>"
-            f"<td>{g.minutes}</td><td>{_pct(g.util_mean)}</td><td>{_pct(g.sm_active_mean)}</td>"
-            f"<td>{_gib(g.memory_used_max_bytes)}</td><td>{_gib(g.memory_total_bytes)}</td>"
+            f"<td>{g.minutes}</td><td>{pct(g.util_mean)}</td><td>{pct(g.sm_active_mean)}</td>"
+            f"<td>{gib(g.memory_used_max_bytes)}</td><td>{gib(g.memory_total_bytes)}</td>"
             f"<td>{'-' if g.power_mean_watts is None else f'{g.power_mean_watts:.0f}'}</td>"
             f"<td>{escape(fault or '-')}</td></tr>"
         )
@@ -68,7 +56,7 @@ def _jobs(view: NodeView) -> str:
         rows.append(
             f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
             f"<td>{link(GroupBy.USER, j.user)}</td><td>{link(GroupBy.ACCOUNT, j.account)}</td>"
-            f"<td>{escape(j.state or '-')}</td><td>{_when(j.start_at)}</td><td>{_when(j.end_at)}</td>"
+            f"<td>{escape(j.state or '-')}</td><td>{when(j.start_at)}</td><td>{when(j.end_at)}</td>"
             f"<td>{','.join(f'gpu{i}' for i in j.gpu_indices)}</td>"
             f"<td class=cause>{escape(j.cause or '-')}</td><td>{wasted}</td></tr>"
         )
@@ -82,7 +70,7 @@ def node_body(view: NodeView) -> str:
     faulted = sum(1 for g in view.gpus if g.fault)
     return (
         f"<h2>Node {escape(view.name)}</h2><table><tr><th>last seen</th><th>agent</th><th>GPUs</th>"
-        f"<th>faulted</th></tr><tr><td>{_when(view.last_seen_at)}</td>"
+        f"<th>faulted</th></tr><tr><td>{when(view.last_seen_at)}</td>"
         f"<td>{escape(view.agent_version or '-')}</td><td>{len(view.gpus)}</td><td>{faulted}</td>"
         "</tr></table>"
         f"<h2>GPUs, last {hours} h</h2>{_gpus(view)}"

@@ -40,6 +40,7 @@ from gpuwatch.views import (
 from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
+from gpuwatch.web.cells import pct
 from gpuwatch.web.groups import group_body, link
 from gpuwatch.web.job_filters import MAX_ROWS, BadFilter, filter_form, job_query
 from gpuwatch.web.node_page import node_body, node_link
@@ -91,10 +92,6 @@ def _fmt(value: Any) -> str:
     return escape(str(value))
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
-
-
 def _hours(value: float | None) -> str:
     """GPU-hours as the CLI's tables show them, the exact stored value in ``data-value``."""
     if value is None:
@@ -117,7 +114,7 @@ def _jobs_table(rows: list[LowUtilJob]) -> str:
             f"<td>{_fmt(r.name)}</td><td>{','.join(node_link(n) for n in r.nodes) or '-'}</td>"
             f"<td class=cause>{_fmt(r.cause)}</td>"
             f"<td>{_fmt(WINDOW_NAMES.get(r.window_kind, r.window_kind))}</td>"
-            f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{_pct(r.mean_util_ratio)}</td>"
+            f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{pct(r.mean_util_ratio)}</td>"
             f"{_hours(r.gpu_hours_wasted)}<td>{_fmt(r.evidence_text)}</td></tr>"
         )
     out.append("</table>")
@@ -389,8 +386,8 @@ def _gpu_table(view: JobView) -> str:
     for g in view.gpus:
         memory = None if g.memory_used_bytes_max is None else g.memory_used_bytes_max / 2**30
         rows.append(
-            f"<tr><td>{_fmt(g.node)}</td><td>{g.gpu_index}</td><td>{_pct(g.util_gpu_mean)}</td>"
-            f"<td>{_pct(g.sm_active_mean)}</td><td>{_pct(g.tensor_active_mean)}</td>"
+            f"<tr><td>{_fmt(g.node)}</td><td>{g.gpu_index}</td><td>{pct(g.util_gpu_mean)}</td>"
+            f"<td>{pct(g.sm_active_mean)}</td><td>{pct(g.tensor_active_mean)}</td>"
             f"<td>{_fmt(memory)}</td><td>{_fmt(g.power_watts_mean)}</td></tr>"
         )
     rows.append("</table>")
