@@ -6,6 +6,7 @@ form that writes it.
 onto :class:`gpuwatch.views.LowUtilFilters` and read :func:`gpuwatch.views.low_util_jobs`, and
 spans and states are parsed by the same functions (:func:`gpuwatch.clock.parse_span`,
 :func:`gpuwatch.slurm.model.states_in`). A bad value is one line on the page, never a guess.
+``offset`` pages through a long listing ``limit`` rows at a time (:func:`pager`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
+from urllib.parse import urlencode
 
 from gpuwatch.classify.verdict import Cause
 from gpuwatch.clock import parse_span
@@ -36,11 +38,13 @@ class BadFilter(ValueError):
 class JobQuery:
     filters: LowUtilFilters
     limit: int
+    #: rows of the listing skipped before the page's first
+    offset: int = 0
 
 
 def job_query(params: Mapping[str, str], now: datetime) -> JobQuery:
     """The query string as filters; :class:`BadFilter` for a value that means nothing."""
-    value = {k: (params.get(k) or "").strip() for k in (*FIELDS, "sort", "limit", "running")}
+    value = {k: (params.get(k) or "").strip() for k in (*FIELDS, "sort", "limit", "offset", "running")}
     try:
         since = now - parse_span(value["since"]) if value["since"] else None
         states = states_in(value["state"])
@@ -56,6 +60,9 @@ def job_query(params: Mapping[str, str], now: datetime) -> JobQuery:
         if not value["limit"].isdigit() or not 1 <= int(value["limit"]) <= MAX_ROWS:
             raise BadFilter(f"limit {value['limit']!r} is not a number from 1 to {MAX_ROWS}")
         limit = int(value["limit"])
+    if value["offset"] and not value["offset"].isdigit():
+        raise BadFilter(f"offset {value['offset']!r} is not a number of rows (0 or more)")
+    offset = int(value["offset"] or 0)
     filters = LowUtilFilters(
         user=value["user"] or None,
         account=value["account"] or None,
@@ -67,7 +74,30 @@ def job_query(params: Mapping[str, str], now: datetime) -> JobQuery:
         running=value["running"] in ("1", "true", "on"),
         sort=sort,
     )
-    return JobQuery(filters, limit)
+    return JobQuery(filters, limit, offset)
+
+
+def pager(params: Mapping[str, str], offset: int, limit: int, shown: int, total: int) -> str:
+    """Where the page is in the listing, with links to the pages before and after it (the same
+    filters, another ``offset``); nothing when the page shows the whole listing."""
+    if offset == 0 and shown >= total:
+        return ""
+
+    def at(start: int, text: str) -> str:
+        query = urlencode({**{k: v for k, v in params.items() if v}, "offset": str(start)})
+        return f'<a href="/jobs?{escape(query, quote=True)}">{text}</a>'
+
+    parts = [f"Jobs {offset + 1 if shown else offset}&ndash;{offset + shown} of {total}."]
+    if offset > 0:
+        parts.append(at(max(0, offset - limit), f"previous {limit}"))
+    rest = total - offset - shown
+    if rest > 0:
+        parts.append(at(offset + shown, f"next {min(limit, rest)}"))
+        parts.append(
+            f"{rest} more job(s) not shown: page on, narrow the filters, or ask for up to {MAX_ROWS}"
+            " rows with <code>limit</code>."
+        )
+    return f"<p class=pager>{' '.join(parts)}</p>"
 
 
 def filter_form(params: Mapping[str, str]) -> str:

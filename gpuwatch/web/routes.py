@@ -42,7 +42,7 @@ from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
 from gpuwatch.web.cells import pct
 from gpuwatch.web.groups import group_body, link
-from gpuwatch.web.job_filters import MAX_ROWS, BadFilter, filter_form, job_query
+from gpuwatch.web.job_filters import BadFilter, filter_form, job_query, pager
 from gpuwatch.web.node_page import node_body, node_link
 
 CSS = """
@@ -241,15 +241,9 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
             page.status_code = 400
             return page
         rows = low_util_jobs(engine, query.filters, now=at)
-        shown = rows[: query.limit]
-        more = ""
-        if len(rows) > len(shown):
-            more = (
-                f"<p>{len(rows) - len(shown)} more job(s) not shown: add "
-                f"<code>limit={min(len(rows), MAX_ROWS)}</code> (at most {MAX_ROWS}) or narrow the "
-                "filters.</p>"
-            )
-        return _page("low-utilization jobs", f"{head}{_jobs_table(shown)}{more}")
+        shown = rows[query.offset : query.offset + query.limit]
+        nav = pager(params, query.offset, query.limit, len(shown), len(rows))
+        return _page("low-utilization jobs", f"{head}{_jobs_table(shown)}{nav}")
 
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(job_id: str) -> HTMLResponse:

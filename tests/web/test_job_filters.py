@@ -25,7 +25,8 @@ def test_the_query_string_as_filters() -> None:
     assert (f.user, f.node, f.states, f.cause, f.sort, f.running) == (
         "alice", None, ("RUNNING", "COMPLETED"), "idle_allocation", "duration", True,
     )  # fmt: skip
-    assert f.since == NOW - timedelta(days=7) and q.limit == 20
+    assert f.since == NOW - timedelta(days=7) and q.limit == 20 and q.offset == 0
+    assert job_query({"offset": "40"}, NOW).offset == 40
     default = job_query({}, NOW)
     assert default.limit == PAGE_ROWS and default.filters.sort == "wasted" and default.filters.since is None
 
@@ -39,6 +40,7 @@ def test_the_query_string_as_filters() -> None:
         ({"sort": "bogus"}, "sort 'bogus' is not one of"),
         ({"limit": "0"}, "is not a number from 1"),
         ({"limit": "ten"}, "is not a number from 1"),
+        ({"offset": "-5"}, "offset '-5' is not a number of rows"),
     ],
 )
 def test_a_bad_value_says_which(params: dict, says: str) -> None:
@@ -67,6 +69,19 @@ def test_the_page_filters_the_demos_jobs(demo) -> None:  # type: ignore[no-untyp
         first = _jobs(everything)[0]
         one = client.get("/jobs", params={"limit": "1"}).text
         assert _jobs(one) == [first] and f"{len(wasting) - 1} more job(s) not shown" in one
+        # paging: the same filters, two rows at a time, from the listing's third row on
+        listing = _jobs(everything)
+        page = client.get("/jobs", params={"limit": "2", "offset": "2", "sort": "wasted"}).text
+        assert _jobs(page) == listing[2:4]
+        assert f"Jobs 3&ndash;4 of {len(listing)}." in page
+        links = dict(
+            (text, href) for href, text in re.findall(r'<a href="(/jobs\?[^"]+)">([a-z]+ \d+)</a>', page)
+        )
+        assert links["previous 2"] == "/jobs?limit=2&amp;offset=0&amp;sort=wasted"
+        assert links[f"next {min(2, len(listing) - 4)}"] == "/jobs?limit=2&amp;offset=4&amp;sort=wasted"
+        last = client.get("/jobs", params={"limit": "2", "offset": str(len(listing) - 1)}).text
+        assert _jobs(last) == listing[-1:] and "next" not in last and "more job(s)" not in last
+        assert "Jobs" not in everything.split("</table>")[-1]  # the whole listing on one page: no pager
         by_duration = _jobs(client.get("/jobs", params={"sort": "duration"}).text)
         assert sorted(by_duration) == sorted(wasting)
         assert _jobs(client.get("/jobs", params={"user": "nobody"}).text) == []
