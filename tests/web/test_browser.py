@@ -70,6 +70,12 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
             dom = _dom(f"{server.url}/jobs/{job}", tmp_path)
             node = re.search(r'<a href="(/nodes/[^"]+)">', dom).group(1)  # the job's node, linked
             node_dom = _dom(f"{server.url}{node}", tmp_path)
+            user = re.search(r'<a href="(/users/[^"]+)">', dom).group(1)  # the job's user, linked
+            # every other page, as a user sees it (and as docs/ shows it)
+            pages = {
+                name: _shot(f"{server.url}{path}", tmp_path / f"{name}.png", tmp_path, height=height)
+                for name, path, height in (("jobs", "/jobs", 700), ("node", node, 1000), ("user", user, 1000))
+            }
     finally:
         server.engine.dispose()
     heat = colour_counts(overview, (150, 150, 1270, 650))
@@ -86,6 +92,13 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
     # uPlot's lines, one per GPU of the 8: drawn in the browser from the page's data
     drawn = [c for c in charts.PALETTE[:8] if near(lines, _hex(c), tol=30) > 50]
     assert len(drawn) >= 6, (drawn, lines.most_common(8))
+    # the jobs page: its table's text; the node and user pages: their charts drawn by uPlot
+    assert near(colour_counts(pages["jobs"], (0, 150, 1280, 700)), (0, 0, 0), tol=90) > 3000
+    node_lines = colour_counts(pages["node"])
+    assert len([c for c in charts.PALETTE[:8] if near(node_lines, _hex(c), tol=30) > 50]) >= 6
+    assert near(colour_counts(pages["user"]), _hex(charts.PALETTE[0]), tol=30) > 50
     if os.environ.get("GPUWATCH_WRITE_SCREENSHOTS") == "1":
         (DOCS / "screenshot-overview.png").write_bytes(overview)
         (DOCS / "screenshot-job.png").write_bytes(job_png)
+        for name, png in pages.items():
+            (DOCS / f"screenshot-{name}.png").write_bytes(png)
