@@ -71,10 +71,16 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
             node = re.search(r'<a href="(/nodes/[^"]+)">', dom).group(1)  # the job's node, linked
             node_dom = _dom(f"{server.url}{node}", tmp_path)
             user = re.search(r'<a href="(/users/[^"]+)">', dom).group(1)  # the job's user, linked
+            account = re.search(r'<a href="(/accounts/[^"]+)">', dom).group(1)  # and its account
             # every other page, as a user sees it (and as docs/ shows it)
             pages = {
                 name: _shot(f"{server.url}{path}", tmp_path / f"{name}.png", tmp_path, height=height)
-                for name, path, height in (("jobs", "/jobs", 700), ("node", node, 1000), ("user", user, 1000))
+                for name, path, height in (
+                    ("jobs", "/jobs", 700),
+                    ("node", node, 1000),
+                    ("user", user, 1000),
+                    ("account", account, 1000),
+                )
             }
     finally:
         server.engine.dispose()
@@ -96,7 +102,8 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
     assert near(colour_counts(pages["jobs"], (0, 150, 1280, 700)), (0, 0, 0), tol=90) > 3000
     node_lines = colour_counts(pages["node"])
     assert len([c for c in charts.PALETTE[:8] if near(node_lines, _hex(c), tol=30) > 50]) >= 6
-    assert near(colour_counts(pages["user"]), _hex(charts.PALETTE[0]), tol=30) > 50
+    for group in ("user", "account"):
+        assert near(colour_counts(pages[group]), _hex(charts.PALETTE[0]), tol=30) > 50, group
     if os.environ.get("GPUWATCH_WRITE_SCREENSHOTS") == "1":
         (DOCS / "screenshot-overview.png").write_bytes(overview)
         (DOCS / "screenshot-job.png").write_bytes(job_png)
