@@ -31,6 +31,7 @@ from gpuwatch.sql.job_hours import (
     host_sums,
     summed_until,
 )
+from gpuwatch.sql.jobs import CHUNK
 from gpuwatch.sql.schema import job_hours, job_minutes, slurm_jobs
 from gpuwatch.views.energy import JobEnergy, energy_of
 
@@ -58,17 +59,21 @@ _PEAKS = ("memory_used_bytes_max", "memory_limit_bytes")
 def jobs_in_period(
     engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
 ) -> dict[str, JobInPeriod]:
-    """Every job (or ``job_ids``) with GPU- or cgroup-minutes in ``[start, end)``."""
+    """Every job (or ``job_ids``) with GPU- or cgroup-minutes in ``[start, end)``. Many
+    ``job_ids`` are read :data:`~gpuwatch.sql.jobs.CHUNK` at a time (a user's month can hold more
+    jobs than one statement may bind: 32,766 on SQLite)."""
     totals: dict[str, dict[str, Any]] = {}
     with engine.connect() as conn:
         until = summed_until(conn)
         first, last = ceil_hour(start), min(floor_hour(end), until) if until is not None else None
-        if last is None or last <= first:
-            _add(totals, _minute_rows(conn, start, end, job_ids))
-        else:
-            _add(totals, _minute_rows(conn, start, first, job_ids))
-            _add(totals, _hour_rows(conn, first, last, job_ids))
-            _add(totals, _minute_rows(conn, last, end, job_ids))
+        ids = sorted(set(job_ids)) if job_ids is not None else None
+        for chunk in [None] if ids is None else [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]:
+            if last is None or last <= first:
+                _add(totals, _minute_rows(conn, start, end, chunk))
+            else:
+                _add(totals, _minute_rows(conn, start, first, chunk))
+                _add(totals, _hour_rows(conn, first, last, chunk))
+                _add(totals, _minute_rows(conn, last, end, chunk))
     return {job_id: _job(job_id, t) for job_id, t in totals.items()}
 
 

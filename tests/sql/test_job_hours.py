@@ -125,6 +125,23 @@ def test_a_period_reads_the_same_from_hours_as_from_minutes(engine, start, end) 
         assert h.energy.estimated_share == pytest.approx(m.energy.estimated_share)
 
 
+def test_many_job_ids_are_read_a_chunk_at_a_time(engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A group's jobs named in chunks (one statement binds a bounded number of ids) add up to
+    the same figures as every job read at once, hours and minutes alike."""
+    from gpuwatch.views import period
+
+    _fill(engine)
+    with engine.begin() as conn:
+        hours.sum_hours(conn, H10 - timedelta(hours=1), H10 + timedelta(hours=2))
+    _state(engine, H10 + timedelta(hours=2))
+    start, end = H10 + timedelta(minutes=5), H10 + timedelta(hours=2, minutes=50)
+    everything = jobs_in_period(engine, start, end)
+    monkeypatch.setattr(period, "CHUNK", 1)  # each job its own statement
+    chunked = jobs_in_period(engine, start, end, job_ids=["b", "a", "a", "nobody"])
+    assert chunked == everything and set(chunked) == {"a", "b"}
+    assert jobs_in_period(engine, start, end, job_ids=[]) == {}
+
+
 def test_the_rollup_pass_sums_settled_hours_and_resums_after_late_data(engine) -> None:  # type: ignore[no-untyped-def]
     """Raw samples through the store and the rollup pass: an hour is summed after it is complete
     and settled, not before; a late batch in a summed hour re-sums it."""
