@@ -80,7 +80,10 @@ def render(
     if fmt is OutputFormat.TABLE and not rows and empty:
         return empty
     if fmt is OutputFormat.JSON:
-        return json.dumps([{k: _plain(r.get(k)) for k, _ in columns} for r in rows], indent=2)
+        # an array with one row per line: as readable as indenting each key, greppable, and
+        # written by json's C encoder (indenting takes its pure-Python one, ~10x slower)
+        lines = ",\n".join(json.dumps({k: _plain(r.get(k)) for k, _ in columns}) for r in rows)
+        return f"[\n{lines}\n]" if rows else "[]"
     if fmt is OutputFormat.CSV:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
