@@ -75,6 +75,11 @@ def _gpu(
     return Entry("gpu", field, unit, type_, description, source, cards, prometheus, labels, dcgm, scale)
 
 
+def _mig_label(field: str, description: str, source: str) -> Entry:
+    """A label of the MIG devices gauge (not on the wire)."""
+    return Entry("mig", field, "-", "label", description, source, "MIG mode")
+
+
 def _host(
     kind: str,
     field: str | None,
@@ -550,24 +555,19 @@ CATALOG: tuple[Entry, ...] = (
         "gpuwatch_gpu_mig_devices",
         GPU_LABELS,
     ),
-    *(
-        Entry("mig", name, "-", "label", text, src, "MIG mode")
-        for name, text, src in (
-            ("gpu_index", "Parent GPU index, label `gpu`.", "nvmlDeviceGetMigDeviceHandleByIndex"),
-            ("parent_uuid", "Parent GPU UUID, label `uuid`.", "nvmlDeviceGetUUID(parent)"),
-            ("mig_index", "MIG slot, label `mig_index`.", "nvmlDeviceGetMigDeviceHandleByIndex"),
-            ("uuid", "MIG device UUID, label `mig_uuid`.", "nvmlDeviceGetUUID(MIG handle)"),
-            (
-                "gpu_instance_id",
-                "GPU instance, label `gpu_i_id` (dcgm-exporter: `GPU_I_ID`).",
-                "nvmlDeviceGetGpuInstanceId",
-            ),
-            (
-                "compute_instance_id",
-                "Compute instance, label `gpu_ci_id` (dcgm-exporter: `GPU_CI_ID`).",
-                "nvmlDeviceGetComputeInstanceId",
-            ),
-        )
+    _mig_label("gpu_index", "Parent GPU index, label `gpu`.", "nvmlDeviceGetMigDeviceHandleByIndex"),
+    _mig_label("parent_uuid", "Parent GPU UUID, label `uuid`.", "nvmlDeviceGetUUID(parent)"),
+    _mig_label("mig_index", "MIG slot, label `mig_index`.", "nvmlDeviceGetMigDeviceHandleByIndex"),
+    _mig_label("uuid", "MIG device UUID, label `mig_uuid`.", "nvmlDeviceGetUUID(MIG handle)"),
+    _mig_label(
+        "gpu_instance_id",
+        "GPU instance, label `gpu_i_id` (dcgm-exporter: `GPU_I_ID`).",
+        "nvmlDeviceGetGpuInstanceId",
+    ),
+    _mig_label(
+        "compute_instance_id",
+        "Compute instance, label `gpu_ci_id` (dcgm-exporter: `GPU_CI_ID`).",
+        "nvmlDeviceGetComputeInstanceId",
     ),
     *(
         Entry(

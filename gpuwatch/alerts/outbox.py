@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -70,22 +70,9 @@ class Notice:
     gpu_hours_wasted: float | None = None
 
     def row(self, now: datetime) -> dict[str, Any]:
-        return {
-            "dedup_key": self.dedup_key,
-            "kind": self.kind,
-            "channel": self.channel,
-            "recipient": self.recipient,
-            "recipient_kind": self.recipient_kind,
-            "job_id": self.job_id,
-            "cause": self.cause,
-            "user_name": self.user_name,
-            "account": self.account,
-            "verdict_id": self.verdict_id,
-            "window_start": self.window_start,
-            "window_end": self.window_end,
-            "gpu_hours_wasted": self.gpu_hours_wasted,
-            "subject": self.subject,
-            "payload": self.payload,
+        """The ``alert_outbox`` row that stores this notice, pending from ``now``."""
+        stored = {f.name: getattr(self, f.name) for f in fields(Notice)}
+        return stored | {
             "status": PENDING,
             "created_at": now,
             "not_before": max(now, self.not_before),
@@ -93,41 +80,26 @@ class Notice:
         }
 
 
-@dataclass
-class OutboxRow:
-    """A stored notice as the worker and the CLI see it."""
+@dataclass(frozen=True, kw_only=True)
+class OutboxRow(Notice):
+    """A stored notice as the worker and the CLI see it: the notice plus its delivery state."""
 
     id: int
-    dedup_key: str
-    kind: str
-    channel: str
-    recipient: str
-    recipient_kind: str
-    subject: str
-    payload: dict[str, Any]
     status: str
     created_at: datetime
-    not_before: datetime
     attempts: int
-    job_id: str | None = None
-    cause: str | None = None
-    user_name: str | None = None
-    account: str | None = None
     lease_owner: str | None = None
     lease_until: datetime | None = None
     handoff_at: datetime | None = None
     sent_at: datetime | None = None
     last_error: str | None = None
-    gpu_hours_wasted: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, m: Any) -> OutboxRow:
-        names = set(cls.__dataclass_fields__) - {"extra"}
-        return cls(**{k: m[k] for k in names})
+        return cls(**{k: m[k] for k in cls.__dataclass_fields__})
 
     def as_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in {"payload", "extra"}}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "payload"}
 
 
 def _insert_ignore(conn: sa.Connection, rows: list[dict[str, Any]]) -> int:
@@ -237,9 +209,7 @@ def claim(engine: sa.Engine, row: OutboxRow, worker: str, now: datetime, lease_s
             .values(outbox_id=row.id, attempt=row.attempts + 1, worker=worker, started_at=now)
             .returning(alert_attempts.c.id)
         ).scalar_one()
-    claimed = OutboxRow(
-        **{**row.__dict__, "status": SENDING, "attempts": row.attempts + 1, "lease_owner": worker}
-    )
+    claimed = replace(row, status=SENDING, attempts=row.attempts + 1, lease_owner=worker)
     return Claim(claimed, attempt_id, in_doubt)
 
 
