@@ -123,7 +123,7 @@ def quiet_until(q: QuietHours | None, kind: RecipientKind, now: datetime) -> dat
 
 def wasting_jobs(engine: sa.Engine, since: datetime, now: datetime) -> dict[str, list[JobFacts]]:
     """Per job wasting GPUs by its evaluation since ``since``: its waste verdicts, the listed one first."""
-    found = low_util_jobs(engine, LowUtilFilters(evaluated_since=since), now=now)
+    found = low_util_jobs(engine, LowUtilFilters(evaluated_since=since), now=now, evidence=True)
     return {job.raw_job_id: [facts_of(job, v) for v in (job.verdict, *job.others)] for job in found}
 
 

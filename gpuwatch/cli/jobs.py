@@ -14,6 +14,7 @@ something new, add its key to :data:`HEADERS` and :data:`JOB_KEYS`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from gpuwatch.views import (
     LowUtilFilters,
     LowUtilJob,
     jobs_query,
-    low_util_jobs,
+    low_util_page,
 )
 
 if TYPE_CHECKING:  # gpuwatch.cli.main imports this module from its last lines: no import back
@@ -182,14 +183,23 @@ NO_JOBS = "no jobs match (widen --since, or drop a filter)"
 TABLE_PAGE = 50
 
 
+def cuts_table(fmt: OutputFormat, limit: int | None, everything: bool) -> bool:
+    """Whether the output is a table cut to :data:`TABLE_PAGE` rows (no --limit, no --all)."""
+    return fmt is OutputFormat.TABLE and limit is None and not everything
+
+
+def more_line(more: int) -> str:
+    """What a cut table says of the rows it left out ("" when none)."""
+    if more <= 0:
+        return ""
+    return f"{more} more job(s) not shown: --limit N for more, --all for every one, or --format json/csv"
+
+
 def page(rows: list[Any], fmt: OutputFormat, limit: int | None, everything: bool) -> tuple[list[Any], str]:
     """The rows to render and, for a table cut to :data:`TABLE_PAGE`, the line that says so."""
-    if fmt is not OutputFormat.TABLE or limit is not None or everything or len(rows) <= TABLE_PAGE:
+    if not cuts_table(fmt, limit, everything):
         return rows, ""
-    more = len(rows) - TABLE_PAGE
-    return rows[:TABLE_PAGE], (
-        f"{more} more job(s) not shown: --limit N for more, --all for every one, or --format json/csv"
-    )
+    return rows[:TABLE_PAGE], more_line(len(rows) - TABLE_PAGE)
 
 
 def render_jobs(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> str:
@@ -263,8 +273,10 @@ def jobs(ctx: Context, fmt: str, everything: bool, **options: Any) -> None:
     now = utcnow()
     output, limit = OutputFormat(fmt), options.get("limit")
     if options.get("low_util") or options.get("cause"):
-        found = low_util_jobs(engine, low_util_filters(options, now), now=now)
-        shown, more = page(found, output, limit, everything)
+        filters = low_util_filters(options, now)
+        cut = cuts_table(output, limit, everything)
+        found = low_util_page(engine, replace(filters, limit=TABLE_PAGE) if cut else filters, now=now)
+        shown, more = found.jobs, more_line(found.total - len(found.jobs)) if cut else ""
         title = f"Jobs with low GPU use (since {options['since']}, by {options['sort']})"
         click.echo(render_low_util(shown, output, title))
     else:

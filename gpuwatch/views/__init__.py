@@ -4,7 +4,8 @@ The CLI, the web view, the demo and the alert rules call these and only render w
 return; none of them queries tables. Two surfaces therefore cannot disagree about a job.
 
 * :func:`jobs_query` — which Slurm jobs ran, on which GPUs, how busy those were;
-* :func:`low_util_jobs` — which jobs waste their GPUs, why, and how many GPU-hours;
+* :func:`low_util_jobs` — which jobs waste their GPUs, why, and how many GPU-hours
+  (:func:`low_util_page`: a page of it and the count of all);
 * :func:`job_view` — what one job did: per-GPU means, a timeline, charts, its verdicts, what
   it used of what it asked for (``usage.py``) and what to request next time (``advice.py``);
 * :func:`summary_rows` — that job's seff-style summary as the rows every surface prints;
@@ -23,7 +24,14 @@ from gpuwatch.views.evidence import evidence_sentences
 from gpuwatch.views.idle import IdleJob, idle_jobs
 from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
 from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
-from gpuwatch.views.lowutil import SORTS, LowUtilFilters, LowUtilJob, low_util_jobs
+from gpuwatch.views.lowutil import (
+    SORTS,
+    LowUtilFilters,
+    LowUtilJob,
+    LowUtilPage,
+    low_util_jobs,
+    low_util_page,
+)
 from gpuwatch.views.node import NodeView, node_view
 from gpuwatch.views.nodes import NodeSummary, node_summaries
 from gpuwatch.views.overview import Overview, cluster_overview
@@ -47,6 +55,7 @@ __all__ = [
     "JobWaste",
     "LowUtilFilters",
     "LowUtilJob",
+    "LowUtilPage",
     "NodeSummary",
     "NodeView",
     "Overview",
@@ -60,6 +69,7 @@ __all__ = [
     "jobs_query",
     "latest_evaluations",
     "low_util_jobs",
+    "low_util_page",
     "node_summaries",
     "node_view",
     "summary_rows",

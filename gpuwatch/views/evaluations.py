@@ -119,11 +119,13 @@ class Evaluation:
     def waste(self) -> tuple[VerdictRow, ...]:
         """Every waste verdict, :attr:`shown` first, then the rest of its window, then the other."""
         lead = self.shown
-        if lead is None:
-            return ()
-        rest = [v for v in self.verdicts if v.is_waste and v is not lead]
+        return () if lead is None else (lead, *self.others(lead))
+
+    def others(self, lead: VerdictRow) -> tuple[VerdictRow, ...]:
+        """The waste verdicts besides ``lead``: the rest of its window first, then the others."""
+        rest = [v for v in self.verdicts if v.is_waste and v.verdict_id != lead.verdict_id]
         rest.sort(key=lambda v: (v.window_kind != lead.window_kind, _best_first(v)))
-        return (lead, *rest)
+        return tuple(rest)
 
 
 def latest_select(
@@ -148,6 +150,56 @@ def latest_select(
     return sa.select(*columns).join(sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at))
 
 
+def _window_rank_sql(kind: sa.ColumnElement[str]) -> sa.ColumnElement[int]:
+    return sa.case({k: i for i, k in enumerate(WINDOW_ORDER)}, value=kind, else_=len(WINDOW_ORDER))
+
+
+#: the verdict columns a listing reads: all but the evidence (it shows none)
+LISTED_COLUMNS = tuple(c.name for c in verdicts.c if c.name != "evidence")
+
+
+def shown_select(
+    *, evaluated_since: datetime | None = None, job_ids: Sequence[str] | None = None, cause: str | None = None
+) -> sa.Select[Any]:
+    """One row per job whose newest evaluation wastes GPUs: the verdict :attr:`Evaluation.shown`
+    picks, or with ``cause`` the one :meth:`Evaluation.of_cause` picks, chosen in SQL so that a
+    listing sorts, counts and pages in the database. :data:`LISTED_COLUMNS` of ``verdicts``.
+
+    The same rules as :class:`Evaluation` (a test holds the two equal): a window's lead is its
+    most confident verdict (then the first stored); the shown verdict is the first lead naming a
+    waste cause, specific causes before :data:`GENERIC`, then in :data:`WINDOW_ORDER`.
+    """
+    v, newest = verdicts.c, newest_evaluations.c
+    latest = sa.select(newest.job_id, newest.evaluated_at.label("at")).where(newest.waste)
+    if evaluated_since is not None:
+        latest = latest.where(newest.evaluated_at >= evaluated_since)
+    if job_ids is not None:
+        latest = latest.where(newest.job_id.in_(list(job_ids)))
+    sub = latest.subquery("latest")
+    rows = sa.select(*(v[name] for name in LISTED_COLUMNS)).join(
+        sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at)
+    )
+    if cause is not None:
+        chosen = rows.where(v.cause == cause).subquery("chosen")
+        c = chosen.c
+        order: tuple[Any, ...] = (_window_rank_sql(c.window_kind), c.confidence.desc(), c.id)
+    else:
+        lead = sa.func.row_number().over(
+            partition_by=(v.job_id, v.window_kind), order_by=(v.confidence.desc(), v.id)
+        )
+        leads = rows.add_columns(lead.label("lead")).where(v.window_kind.in_(WINDOW_ORDER)).subquery("leads")
+        chosen = (
+            sa.select(*(leads.c[name] for name in LISTED_COLUMNS))
+            .where(leads.c.lead == 1, leads.c.cause != HEALTHY)
+            .subquery("chosen")
+        )
+        c = chosen.c
+        order = (c.cause == GENERIC, _window_rank_sql(c.window_kind))
+    pick = sa.func.row_number().over(partition_by=c.job_id, order_by=order).label("pick")
+    picked = sa.select(*(c[name] for name in LISTED_COLUMNS), pick).subquery("picked")
+    return sa.select(*(picked.c[name] for name in LISTED_COLUMNS)).where(picked.c.pick == 1)
+
+
 def verdict_of(r: Any) -> VerdictRow:
     """A :class:`VerdictRow` from a row mapping holding the ``verdicts`` columns."""
     return VerdictRow(
@@ -165,7 +217,7 @@ def verdict_of(r: Any) -> VerdictRow:
         mean_util_ratio=r["mean_util_ratio"],
         summary=r["summary"],
         fix=r["fix"],
-        stored_evidence=r["evidence"],
+        stored_evidence=r.get("evidence"),
         rules_version=r["rules_version"],
     )
 

@@ -6,23 +6,33 @@ whole-job window's leading verdict, or the recent window's when the whole job lo
 Each row says which window it comes from (``window_kind``), and its GPU-hours wasted are that
 stored verdict's, so every surface reports the same number for the same job.
 
-It reads ``verdicts`` (the newest evaluation per job) joined to ``slurm_jobs`` — never
-samples — so its cost follows the number of jobs and verdict rows, not the samples behind them.
+It reads ``verdicts`` (the newest evaluation per job, found by ``newest_evaluations``) joined to
+``slurm_jobs`` — never samples. The shown verdict is picked, the listing sorted, counted and paged
+in SQL, so a page costs the rows it shows plus the database's pass over the wasting jobs' newest
+verdicts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.slurm.model import HOLDING_STATES
+from gpuwatch.slurm.model import HOLDING_STATES, TERMINAL_STATES
+from gpuwatch.sql.buckets import epoch_seconds
+from gpuwatch.sql.jobs import CHUNK
 from gpuwatch.sql.schema import slurm_jobs
-from gpuwatch.views.evaluations import VerdictRow, group_evaluations, latest_select, verdict_of
+from gpuwatch.views.evaluations import (
+    Evaluation,
+    VerdictRow,
+    group_evaluations,
+    latest_select,
+    shown_select,
+    verdict_of,
+)
 from gpuwatch.views.jobs import JobFilters, JobIdentity, apply_job_filters, display_id, run_seconds
 
 SORTS = ("wasted", "util", "duration", "start")
@@ -104,16 +114,26 @@ class LowUtilJob(JobIdentity):
         return self.summary[len(prefix) :] if self.summary.startswith(prefix) else self.summary
 
 
-def _sort_key(sort: str) -> Callable[[LowUtilJob], Any]:
-    big = float("inf")
+def _run_seconds_sql(conn: sa.Connection, now: datetime) -> sa.ColumnElement[Any]:
+    """:func:`run_seconds` in SQL (0 where the start is unknown), for sorting by duration."""
+    j = slurm_jobs.c
+    start, end, at = epoch_seconds(conn, j.start_at), epoch_seconds(conn, j.end_at), int(now.timestamp())
+    running = sa.or_(j.state.is_(None), j.state.not_in(sorted(TERMINAL_STATES)), j.end_at.is_(None))
+    stop = sa.case((running, at), (end > at, at), else_=end)
+    return sa.case((j.start_at.is_(None), 0), else_=stop - start)
+
+
+def _order(conn: sa.Connection, sort: str, shown: Any, now: datetime) -> tuple[Any, ...]:
+    """The listing's order in SQL; ties by job id."""
+    j = slurm_jobs.c
     if sort == "wasted":
-        return lambda r: (-(r.gpu_hours_wasted or 0.0), r.job_id)
+        return (sa.func.coalesce(shown.gpu_hours_wasted, 0.0).desc(), shown.job_id)
     if sort == "util":
-        return lambda r: (big if r.mean_util_ratio is None else r.mean_util_ratio, r.job_id)
+        return (shown.mean_util_ratio.is_(None), shown.mean_util_ratio, shown.job_id)
     if sort == "duration":
-        return lambda r: (-(r.duration_s or 0), r.job_id)
+        return (_run_seconds_sql(conn, now).desc(), shown.job_id)
     if sort == "start":
-        return lambda r: (-(r.start_at.timestamp() if r.start_at else -big), r.job_id)
+        return (j.start_at.is_(None), j.start_at.desc(), shown.job_id)
     raise ValueError(f"sort must be one of {SORTS}, not {sort!r}")
 
 
@@ -121,50 +141,99 @@ _JOB_COLUMNS = ("user_name", "account", "partition", "state", "start_at", "end_a
                 "array_job_id", "array_task_id", "name")  # fmt: skip
 
 
-def low_util_jobs(
-    engine: sa.Engine | sa.Connection, filters: LowUtilFilters | None = None, *, now: datetime
-) -> list[LowUtilJob]:
-    """The jobs wasting GPUs per their newest evaluation, sorted per ``filters.sort``."""
+@dataclass(frozen=True)
+class LowUtilPage:
+    """Some rows of the listing, and how many rows the whole listing has."""
+
+    jobs: list[LowUtilJob]
+    total: int
+
+
+def low_util_page(
+    engine: sa.Engine | sa.Connection,
+    filters: LowUtilFilters | None = None,
+    *,
+    now: datetime,
+    offset: int = 0,
+    evidence: bool = False,
+) -> LowUtilPage:
+    """The jobs wasting GPUs per their newest evaluation, sorted per ``filters.sort``: at most
+    ``filters.limit`` of them from ``offset``, and the count of all.
+
+    The shown verdict is picked, sorted, counted and paged in SQL (:func:`shown_select`), so a
+    page of 50 reads 50 rows. Listed verdicts carry no evidence and no ``others`` unless
+    ``evidence`` (the alert rules read both): then a second query reads the listed jobs'
+    evaluations.
+    """
     f = filters or LowUtilFilters()
-    key = _sort_key(f.sort)  # a bad sort fails before the query
+    if f.sort not in SORTS:  # a bad sort fails before the query
+        raise ValueError(f"sort must be one of {SORTS}, not {f.sort!r}")
+    if isinstance(engine, sa.Connection):
+        return _page(engine, f, now, offset, evidence)
+    with engine.connect() as conn:
+        return _page(conn, f, now, offset, evidence)
+
+
+def low_util_jobs(
+    engine: sa.Engine | sa.Connection,
+    filters: LowUtilFilters | None = None,
+    *,
+    now: datetime,
+    evidence: bool = False,
+) -> list[LowUtilJob]:
+    """The jobs wasting GPUs per their newest evaluation, sorted per ``filters.sort``, at most
+    ``filters.limit`` (:func:`low_util_page` from the first row)."""
+    return low_util_page(engine, filters, now=now, evidence=evidence).jobs
+
+
+def _page(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset: int, evidence: bool) -> LowUtilPage:
     j = slurm_jobs.c
-    base = latest_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids, waste_only=True)
-    # the nodes as JSON text, parsed once per job listed rather than once per verdict row
+    shown = shown_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids, cause=f.cause).subquery(
+        "shown"
+    )
+    # the nodes as JSON text, parsed once per job listed
     job_columns = [(sa.cast(j[c], sa.Text) if c == "nodes" else j[c]).label(f"job_{c}") for c in _JOB_COLUMNS]
-    query = base.add_columns(*job_columns).outerjoin(slurm_jobs, j.job_id == base.selected_columns.job_id)
-    query = apply_job_filters(query, f)
+    query = sa.select(*shown.c, *job_columns, sa.func.count().over().label("total"))
+    query = apply_job_filters(query.outerjoin(slurm_jobs, j.job_id == shown.c.job_id), f)
     if f.running:
         query = query.where(sa.or_(j.state.is_(None), j.state.in_(HOLDING_STATES)))
-    if isinstance(engine, sa.Connection):
-        rows = list(engine.execute(query).mappings())
+    query = query.order_by(*_order(conn, f.sort, shown.c, now)).offset(offset or None).limit(f.limit)
+    rows = conn.execute(query).mappings().all()
+    if rows:
+        total = rows[0]["total"]
     else:
-        with engine.connect() as conn:
-            rows = list(conn.execute(query).mappings())
-    facts = {r["job_id"]: r for r in rows}
-    out: list[LowUtilJob] = []
-    for job_id, evaluation in group_evaluations([verdict_of(r) for r in rows]).items():
-        waste = evaluation.waste
-        shown = evaluation.of_cause(f.cause) if f.cause is not None else evaluation.shown
-        if shown is None or not shown.is_waste:
-            continue
-        r = facts[job_id]
-        start, end, state = r["job_start_at"], r["job_end_at"], r["job_state"]
-        out.append(
-            LowUtilJob(
-                job_id=display_id(job_id, r["job_array_job_id"], r["job_array_task_id"]),
-                raw_job_id=job_id,
-                name=r["job_name"],
-                user=r["job_user_name"],
-                account=r["job_account"],
-                partition=r["job_partition"],
-                state=state,
-                nodes=tuple(json.loads(r["job_nodes"] or "null") or ()),
-                start_at=start,
-                end_at=end,
-                duration_s=run_seconds(start, end, state, now),
-                verdict=shown,
-                others=tuple(v for v in waste if v is not shown),
-            )
+        total = conn.execute(
+            sa.select(sa.func.count()).select_from(query.limit(None).offset(None).subquery())
         )
-    out.sort(key=key)
-    return out[: f.limit] if f.limit else out
+        total = int(total.scalar_one())
+    others: dict[str, Evaluation] = {}
+    if evidence:
+        ids = [r["job_id"] for r in rows]
+        for start in range(0, len(ids), CHUNK):
+            found = conn.execute(latest_select(job_ids=ids[start : start + CHUNK])).mappings()
+            others |= group_evaluations([verdict_of(r) for r in found])
+    return LowUtilPage([_job_of(r, now, others.get(r["job_id"])) for r in rows], total)
+
+
+def _job_of(r: Any, now: datetime, evaluation: Evaluation | None) -> LowUtilJob:
+    job_id, start, end, state = r["job_id"], r["job_start_at"], r["job_end_at"], r["job_state"]
+    verdict = verdict_of(r)
+    others: tuple[VerdictRow, ...] = ()
+    if evaluation is not None:
+        verdict = next((v for v in evaluation.verdicts if v.verdict_id == verdict.verdict_id), verdict)
+        others = evaluation.others(verdict)
+    return LowUtilJob(
+        job_id=display_id(job_id, r["job_array_job_id"], r["job_array_task_id"]),
+        raw_job_id=job_id,
+        name=r["job_name"],
+        user=r["job_user_name"],
+        account=r["job_account"],
+        partition=r["job_partition"],
+        state=state,
+        nodes=tuple(json.loads(r["job_nodes"] or "null") or ()),
+        start_at=start,
+        end_at=end,
+        duration_s=run_seconds(start, end, state, now),
+        verdict=verdict,
+        others=others,
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from html import escape
 from pathlib import Path
@@ -34,7 +35,7 @@ from gpuwatch.views import (
     evidence_sentences,
     job_view,
     jobs_query,
-    low_util_jobs,
+    low_util_page,
     node_view,
 )
 from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
@@ -240,9 +241,9 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
             page = _page("low-utilization jobs", f"{head}<p class=error>{escape(str(exc))}</p>")
             page.status_code = 400
             return page
-        rows = low_util_jobs(engine, query.filters, now=at)
-        shown = rows[query.offset : query.offset + query.limit]
-        nav = pager(params, query.offset, query.limit, len(shown), len(rows))
+        found = low_util_page(engine, replace(query.filters, limit=query.limit), now=at, offset=query.offset)
+        shown = found.jobs
+        nav = pager(params, query.offset, query.limit, len(shown), found.total)
         return _page("low-utilization jobs", f"{head}{_jobs_table(shown)}{nav}")
 
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
