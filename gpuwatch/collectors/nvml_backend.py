@@ -82,6 +82,7 @@ _MAX_POLLS = 3600
 #: (pynvml metric constant, GpuSample field, scale to the wire unit): percent -> ratio and
 #: MiB/s -> bytes/s. dcgm-exporter's DCGM_FI_PROF_* fields are the same counters.
 GPM_METRICS: tuple[tuple[str, str, float], ...] = (
+    ("NVML_GPM_METRIC_GRAPHICS_UTIL", "gr_engine_active_ratio", 0.01),
     ("NVML_GPM_METRIC_SM_UTIL", "sm_active_ratio", 0.01),
     ("NVML_GPM_METRIC_SM_OCCUPANCY", "sm_occupancy_ratio", 0.01),
     ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", "tensor_active_ratio", 0.01),

@@ -26,6 +26,16 @@ def open_backend(fake: FakeNvml) -> NvmlBackend:
     return NvmlBackend(nvml=fake, start_poller=False, clock=fake.clock)
 
 
+#: GpuSample fields only a MIG instance has, in the model's order
+MIG_INSTANCE_ONLY = [
+    "parent_gpu_index",
+    "parent_uuid",
+    "mig_gpu_instance_id",
+    "mig_compute_instance_id",
+    "card_fraction_ratio",
+]
+
+
 @pytest.fixture
 def h200() -> Iterator[tuple[FakeNvml, NvmlBackend]]:
     fake = FakeNvml(["H200"])
@@ -36,6 +46,7 @@ def h200() -> Iterator[tuple[FakeNvml, NvmlBackend]]:
     gpu.ecc_corrected = 3
     gpu.processes = [(4242, 99 * GIB), (4343, None)]
     gpu.gpm_rates = {
+        pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 95.0,
         pynvml.NVML_GPM_METRIC_SM_UTIL: 80.0,
         pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
         pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 50.0,
@@ -425,7 +436,9 @@ def test_h200_every_field_present(h200: tuple[FakeNvml, NvmlBackend]) -> None:
         fake.advance(5)
     s = backend.sample(NOW)[0]
     missing = [name for name in type(s).model_fields if getattr(s, name) is None]
-    assert missing == ["frameworks"]  # the GPU collector adds it from /proc, not the backend
+    # the GPU collector adds frameworks from /proc, not the backend; a whole GPU is no MIG instance
+    assert missing == [*MIG_INSTANCE_ONLY, "frameworks"]
+    assert s.gr_engine_active_ratio == pytest.approx(0.95)
     assert s.memory_clock_max_hz == 2619e6
     assert s.fp64_active_ratio == pytest.approx(0.05)
     assert s.xid_errors == []  # watched, nothing happened
@@ -460,6 +473,8 @@ def test_k80_fields_that_are_absent() -> None:
         "fp32_active_ratio",
         "fp16_active_ratio",
         "fp64_active_ratio",
+        "gr_engine_active_ratio",
+        *MIG_INSTANCE_ONLY,
         "frameworks",  # added by the GPU collector
     }
     assert fake.calls["nvmlDeviceGetFieldValues"] == 1  # every field NotSupported: not asked again
