@@ -39,6 +39,7 @@ GPM = "Hopper+ (GPM; others: absent)"
 ECC_ON = "cards with ECC enabled"
 NVLINK = "NVLink cards: GPM on Hopper+, field values before"
 MAXWELL = "Maxwell+"
+MIG = "MIG instances (A100, H100, H200 in MIG mode)"
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,43 @@ CATALOG: tuple[Entry, ...] = (
         "gauge",
         "Length of the interval the averages cover.",
         "agent monotonic clock",
+    ),
+    _gpu(
+        "parent_gpu_index",
+        None,
+        "-",
+        "wire",
+        "A MIG instance's card (NVML index); the instance's own index is 1000 + 10 x card + slot.",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+        MIG,
+    ),
+    _gpu("parent_uuid", None, "-", "wire", "A MIG instance's card UUID.", "nvmlDeviceGetUUID (card)", MIG),
+    _gpu(
+        "mig_gpu_instance_id",
+        None,
+        "-",
+        "wire",
+        "MIG GPU instance id (GPU_I_ID).",
+        "nvmlDeviceGetGpuInstanceId",
+        MIG,
+    ),
+    _gpu(
+        "mig_compute_instance_id",
+        None,
+        "-",
+        "wire",
+        "MIG compute instance id (GPU_CI_ID).",
+        "nvmlDeviceGetComputeInstanceId",
+        MIG,
+    ),
+    _gpu(
+        "card_fraction_ratio",
+        None,
+        "ratio",
+        "wire",
+        "Share of the card a MIG instance is (1/7 for a 1g slice); its GPU-hours count this much.",
+        "nvmlDeviceGetAttributes gpuInstanceSliceCount / nvmlDeviceGetMaxMigDeviceCount",
+        MIG,
     ),
     _gpu(
         "simulated",
@@ -390,6 +428,18 @@ CATALOG: tuple[Entry, ...] = (
         scale=1,
     ),
     # ---------------------------------------------------------------- GPM
+    _gpu(
+        "gr_engine_active_ratio",
+        "gpuwatch_gpu_gr_engine_active_ratio",
+        "ratio",
+        "gauge",
+        "Share of time the graphics/compute engine was active; a MIG instance's utilization "
+        "(NVML utilization is not supported there).",
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_GRAPHICS_UTIL / 100 (nvmlGpmMigSampleGet per MIG instance)",
+        GPM,
+        dcgm="DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        scale=1,
+    ),
     _gpu(
         "sm_active_ratio",
         "gpuwatch_gpu_sm_active_ratio",

@@ -12,6 +12,12 @@
 # cgroup device constraints. The GRES index is the position in gres.conf's File= list
 # (/dev/nvidia<minor>), which is not always the NVML index: the UUID file is the safe key.
 #
+# MIG: when CUDA_VISIBLE_DEVICES holds MIG device UUIDs (MIG-...; Slurm's NVML autodetect of
+# MIG GRES), the job holds MIG instances, not cards: one file per MIG UUID is written
+# (gpu_uuid=MIG-..., gpu_index empty) and no index file, since SLURM_JOB_GPUS then counts MIG
+# devices, not cards. The agent reports each MIG instance under its own index and places the
+# file by its UUID.
+#
 # Install: slurm.conf  Prolog=/etc/slurm/gpuwatch-prolog.sh  Epilog=/etc/slurm/gpuwatch-epilog.sh
 # (PrologFlags=Alloc runs it at allocation time, so idle allocated GPUs are seen at once).
 # Never fails the job: a non-zero prolog exit drains the node, and gpuwatch's bookkeeping is
@@ -24,9 +30,28 @@ gpuwatch_prolog() {
   local dir=$base/gpu
   local job=${SLURM_JOB_ID:-} gpus=${SLURM_JOB_GPUS:-}
   [[ $job =~ ^[0-9]+$ ]] || return 0   # not a job context
-  [[ -n $gpus ]] || return 0           # job without GPUs on this node
   local uid=${SLURM_JOB_UID:-} user=${SLURM_JOB_USER:-} step=${SLURM_STEP_ID:-}
   local now; printf -v now '%(%s)T' -1
+  local content
+
+  # MIG instances, named by the MIG UUIDs in CUDA_VISIBLE_DEVICES
+  local mig visible=${CUDA_VISIBLE_DEVICES:-}
+  local -a migs=()
+  IFS=',' read -r -a migs <<<"$visible"
+  local wrote_mig=0
+  for mig in "${migs[@]}"; do
+    mig=${mig//[[:space:]]/}
+    # MIG-<uuid> (driver R470+); the older MIG-GPU-<uuid>/<gi>/<ci> form is no file name: skipped
+    [[ $mig =~ ^MIG-[A-Za-z0-9-]+$ ]] || continue
+    if ((wrote_mig == 0)); then mkdir -p "$dir"; chmod 0755 "$base" "$dir" 2>/dev/null || true; fi
+    printf -v content 'job_id=%s\nuid=%s\nuser=%s\nstep=%s\ngpu_index=\ngpu_uuid=%s\nwritten_at=%s\n' \
+      "$job" "$uid" "$user" "$step" "$mig" "$now"
+    put "$dir" "$mig" "$content" "$job"
+    wrote_mig=1
+  done
+  ((wrote_mig == 0)) || return 0
+
+  [[ -n $gpus ]] || return 0           # job without GPUs on this node
 
   mkdir -p "$dir"
   chmod 0755 "$base" "$dir" 2>/dev/null || true
@@ -55,7 +80,7 @@ gpuwatch_prolog() {
     done < <(timeout 3 nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null || true)
   fi
 
-  local item lo hi i content
+  local item lo hi i
   local -a indices=() items=()
   IFS=',' read -r -a items <<<"$gpus"
   for item in "${items[@]}"; do        # "0,1" or ranges "0-3"

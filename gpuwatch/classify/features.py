@@ -23,7 +23,7 @@ features.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -255,6 +255,8 @@ class GpuFeatures(Activity):
     nvlink_bytes_per_s: float | None
     sm_clock_ratio: float | None  # mean SM clock / max SM clock over the window's samples
     idle: bool  # every (or idle_zero_share of) util sample at exactly 0 %
+    # a MIG instance's share of its card (1/7 for a 1g slice); None for a whole GPU (counts 1)
+    card_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +322,8 @@ class WindowFeatures(Activity):
     idle_edge_share: float | None = None
     #: the longest run of minutes from a GPU's first to its last minute with work in the window
     active_span_minutes: int | None = None
+    #: the job's MIG instances (:func:`mig_evidence`); None when it holds whole GPUs only
+    mig: dict[str, Any] | None = None
 
     @property
     def gap_fraction(self) -> float | None:
@@ -446,7 +450,9 @@ def _burst(util: float | None, idle_fraction: float | None) -> float | None:
     return _round(min(1.0, util / (1.0 - idle_fraction)))
 
 
-def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Thresholds) -> GpuFeatures:
+def _gpu_features(
+    ref: GpuRef, row: dict | None, model: str | None, card_fraction: float | None, t: Thresholds
+) -> GpuFeatures:
     row = row or {}
     bins = [int(row.get(f"bin{k}") or 0) for k in range(UTIL_BINS)]
     util_n = int(row.get("util_gpu_ratio_n") or 0)
@@ -501,7 +507,9 @@ def _gpu_features(ref: GpuRef, row: dict | None, model: str | None, t: Threshold
         pcie_bytes_per_s=_mean(row, "pcie_bytes_per_s"),
         nvlink_bytes_per_s=_mean(row, "nvlink_bytes_per_s"),
         sm_clock_ratio=_mean(row, "sm_clock_ratio"),
+        # util is None on a MIG instance without GPM: no samples, never "idle" for it
         idle=util_n > 0 and zero_share is not None and zero_share >= t.idle_zero_share,
+        card_fraction=card_fraction,
     )
 
 
@@ -556,11 +564,37 @@ def _avg(values: list[float | None]) -> float | None:
     return _round(math.fsum(present) / len(present)) if present else None
 
 
-def _models(conn: sa.Connection, scope: JobScope) -> dict[tuple[int, int], str | None]:
+def _models(conn: sa.Connection, scope: JobScope) -> dict[tuple[int, int], tuple[str | None, float | None]]:
+    """(node, GPU) -> (model name, share of the card: a MIG instance's fraction, None whole)."""
+    g = gpus.c
     rows = conn.execute(
-        sa.select(gpus.c.node_id, gpus.c.gpu_index, gpus.c.name).where(gpus.c.node_id.in_(scope.node_ids))
+        sa.select(g.node_id, g.gpu_index, g.name, g.card_fraction_ratio).where(g.node_id.in_(scope.node_ids))
     )
-    return {(r[0], r[1]): r[2] for r in rows}
+    return {(r[0], r[1]): (r[2], r[3]) for r in rows}
+
+
+def gpu_hours_of(per_gpu: Sequence[GpuFeatures]) -> float:
+    """GPU-hours held: each GPU's minutes, a MIG instance's weighted by its share of the card
+    (a 1g instance of an H100 held for an hour is 1/7 of a GPU-hour)."""
+    minutes = math.fsum(f.minutes * (1.0 if f.card_fraction is None else f.card_fraction) for f in per_gpu)
+    return _round(minutes / 60.0) or 0.0
+
+
+def mig_evidence(per_gpu: Sequence[GpuFeatures]) -> dict[str, Any] | None:
+    """What a verdict says of a job's MIG instances: NVML utilization is not supported on them,
+    so "utilization" is GPM graphics-engine activity (``gr_engine_active_ratio``), and
+    GPU-hours count each instance's share of its card."""
+    instances = [f for f in per_gpu if f.card_fraction is not None]
+    if not instances:
+        return None
+    return {
+        "instances": [f.gpu for f in instances],
+        "card_fraction": {f.gpu: round(f.card_fraction or 0.0, 4) for f in instances},
+        "cards": round(math.fsum(f.card_fraction or 0.0 for f in instances), 4),
+        "util_signal": "gr_engine_active",
+        "note": "MIG instance: utilization is GPM graphics-engine activity (NVML utilization is not "
+        "supported on MIG); GPU-hours count the instance's share of its card",
+    }
 
 
 def window_features(
@@ -581,10 +615,9 @@ def window_features(
     rows = _gpu_rows(conn, scope, start, end)
     models = _models(conn, scope)
     per_gpu = tuple(
-        _gpu_features(
-            ref, rows.get((ref.node_id, ref.gpu_index)), models.get((ref.node_id, ref.gpu_index)), thresholds
-        )
+        _gpu_features(ref, rows.get(key), *models.get(key, (None, None)), thresholds)
         for ref in scope.gpus
+        for key in [(ref.node_id, ref.gpu_index)]
     )
     all_rows = [rows[k] for k in sorted(rows)]
 
@@ -663,7 +696,8 @@ def window_features(
         models=model_names,
         has_gpm=any(f.sm_active is not None for f in per_gpu),
         tensor_cores=None if not tensor or None in tensor else all(tensor),
-        gpu_hours=_round(sum(f.minutes for f in per_gpu) / 60.0) or 0.0,
+        gpu_hours=gpu_hours_of(per_gpu),
+        mig=mig_evidence(per_gpu),
         samples=samples,
         lost_samples=int(tot("lost_samples") or 0),
         util_mean=util,

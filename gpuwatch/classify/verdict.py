@@ -297,6 +297,8 @@ def make_verdict(
     data["models"] = list(f.models)
     data["gpm"] = f.has_gpm
     data["window_missing"] = list(f.missing)
+    if f.mig is not None:  # MIG instances: which signal stood in for utilization, and the fractions
+        data["mig"] = f.mig
     waste = max(0.0, min(1.0, waste_share))
     return Verdict(
         job_id=f.job_id,

@@ -68,8 +68,9 @@ class GpuBackend(ABC):
     def mig_devices(self) -> list[MigDevice]:
         """MIG devices seen by the latest :meth:`sample`; none unless a GPU is in MIG mode.
 
-        Not on the wire (v1 has no MIG sample kind): the agent logs them and ``/metrics``
-        exposes them (``gpuwatch_gpu_mig_*``). Reading this never samples again.
+        Each is also one of that sample's :class:`GpuSample` s (what a job holds; see
+        ``nvml_backend``); this layout is what ``/metrics`` exposes as ``gpuwatch_gpu_mig_*``.
+        Reading this never samples again.
         """
         return []
 

@@ -34,11 +34,20 @@ NVLink rates come from GPM on Hopper and newer; on older cards (A100, V100) from
 of ``nvmlDeviceGetFieldValues``, as a delta over the field timestamps of two samples.
 
 MIG: a GPU in MIG mode (``nvmlDeviceGetMigMode``) has its MIG devices listed every sample
-(:meth:`NvmlBackend.mig_devices`: count, UUIDs, instance ids, memory, SM count); the wire has no
-MIG kind yet, so they are logged when the layout changes and exported on ``/metrics`` only.
+(:meth:`NvmlBackend.mig_devices`: count, UUIDs, instance ids, memory, SM count; logged when the
+layout changes), and each MIG device is a :class:`GpuSample` of its own after the cards'
+(:func:`mig_index`: 1000 + 10 x card index + slot), what a job holds: its ``MIG-`` UUID, its
+card (``parent_gpu_index``, ``parent_uuid``), GPU/compute instance ids, its share of the card
+(``card_fraction_ratio``: GPU-instance slices / the card's MIG slots), memory and compute
+processes read on the MIG handle, and GPM activity from ``nvmlGpmMigSampleGet`` (graphics
+engine, SM, tensor, DRAM...) where the card has GPM. ``util_gpu_ratio`` is None there:
+``nvmlDeviceGetUtilizationRates`` is not supported on MIG devices (nor on a card in MIG mode),
+and ``gr_engine_active_ratio`` is the signal that stands in for it. The card in MIG mode is
+still sampled (power, temperature, clocks, energy, ECC, XIDs) with its process list left out
+(None): its processes are its instances'.
 
-Not covered yet: per-MIG-device utilization and GPM (``nvmlGpmMigSampleGet``), per-process
-GPM, NVLink error counters, row remapping, vGPU. See ``docs/gpu.md``.
+Not covered yet: per-process GPM, NVLink error counters, row remapping, vGPU, MIG mode
+changes without a restart. See ``docs/gpu.md``.
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ _MAX_POLLS = 3600
 #: (pynvml metric constant, GpuSample field, scale to the wire unit): percent -> ratio and
 #: MiB/s -> bytes/s. dcgm-exporter's DCGM_FI_PROF_* fields are the same counters.
 GPM_METRICS: tuple[tuple[str, str, float], ...] = (
+    ("NVML_GPM_METRIC_GRAPHICS_UTIL", "gr_engine_active_ratio", 0.01),
     ("NVML_GPM_METRIC_SM_UTIL", "sm_active_ratio", 0.01),
     ("NVML_GPM_METRIC_SM_OCCUPANCY", "sm_occupancy_ratio", 0.01),
     ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", "tensor_active_ratio", 0.01),
@@ -94,6 +104,17 @@ GPM_METRICS: tuple[tuple[str, str, float], ...] = (
     ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bytes_per_s", float(_MIB)),
     ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_bytes_per_s", float(_MIB)),
 )
+#: a MIG device's wire gpu_index: MIG_INDEX_BASE + MIG_INDEX_STRIDE x card index + slot
+MIG_INDEX_BASE = 1000
+MIG_INDEX_STRIDE = 10
+
+
+def mig_index(card_index: int, slot: int) -> int:
+    """The ``gpu_index`` a MIG device is sent under: 1000 + 10 x card index + slot (a card has
+    at most 7 slots on A100/H100/H200), clear of every card's own NVML index."""
+    return MIG_INDEX_BASE + MIG_INDEX_STRIDE * card_index + slot
+
+
 #: per-process utilization, newest API first; both report "no samples" as an error value
 _PROCESS_UTIL_CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 _KNOWN_REASON_BITS = sum(bit for bit, _ in CLOCKS_EVENT_REASONS)
@@ -165,9 +186,13 @@ class _Device:
     gpm: _Gpm | None = None
     #: NVLink field name -> (timestamp us, cumulative KiB) of the previous sample
     nvlink_prev: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: nvmlGpmQueryDeviceSupport said yes (GPM MIG samples need it too)
+    gpm_supported: bool = False
     #: nvmlDeviceGetMaxMigDeviceCount when MIG mode is on, else None
     mig_slots: int | None = None
     mig_layout: tuple[tuple[int, str | None], ...] = ()
+    #: GPU instance id -> its two GPM MIG sample buffers
+    mig_gpm: dict[int, _Gpm] = field(default_factory=dict)
 
 
 class NvmlBackend(GpuBackend, DevicePoller):
@@ -301,13 +326,21 @@ class NvmlBackend(GpuBackend, DevicePoller):
         support = self._call(dev, "nvmlGpmQueryDeviceSupport")
         if support is None or not support.isSupportedDevice:
             return
+        dev.gpm_supported = True
+        dev.gpm = self._new_gpm(dev, "nvmlGpmSampleGet")
+
+    def _new_gpm(self, dev: _Device, fn_name: str, *args: Any) -> _Gpm | None:
+        """Two buffers and a first sample ``nvml.<fn_name>(handle, *args, buffer)``; None where
+        that fails (the buffers are freed)."""
         nv = self._nvml
         buffers = [self._guard(dev, "nvmlGpmSampleAlloc", nv.nvmlGpmSampleAlloc) for _ in range(2)]
         if any(buffer is None for buffer in buffers):
-            return
-        if self._call(dev, "nvmlGpmSampleGet", buffers[0], key="nvmlGpmSampleGet") is None:
-            return
-        dev.gpm = _Gpm(buffers, self._clock())
+            return None
+        if self._call(dev, fn_name, *args, buffers[0], key=fn_name) is None:
+            for buffer in buffers:
+                self._free_quietly(dev, buffer)
+            return None
+        return _Gpm(buffers, self._clock())
 
     def _open_mig(self, dev: _Device) -> None:
         """``nvmlDeviceGetMigMode`` [current, pending]; MIG devices are listed only when current is on."""
@@ -350,17 +383,23 @@ class NvmlBackend(GpuBackend, DevicePoller):
         interval_s = max(0.0, at - self._last_sample_at)
         self._last_sample_at = at
         mig: list[MigDevice] = []
-        samples = [self._sample_device(dev, now, interval_s, mig) for dev in self._devices]
+        instances: list[GpuSample] = []
+        samples = [self._sample_device(dev, now, interval_s, mig, instances) for dev in self._devices]
         with self._lock:
             self._mig = mig
-        return samples
+        return samples + instances
 
     def mig_devices(self) -> list[MigDevice]:
         with self._lock:
             return list(self._mig)
 
     def _sample_device(
-        self, dev: _Device, now: datetime, interval_s: float, mig: list[MigDevice]
+        self,
+        dev: _Device,
+        now: datetime,
+        interval_s: float,
+        mig: list[MigDevice],
+        instances: list[GpuSample],
     ) -> GpuSample:
         with self._lock:
             polls = list(dev.polls)
@@ -375,7 +414,9 @@ class NvmlBackend(GpuBackend, DevicePoller):
             if not polls:  # poller off, or the GPU was lost until now: read once here
                 polls = [self._read_cheap(dev)]
             fields = self._read_interval(dev, now, interval_s)
-            mig.extend(self._mig_devices(dev))
+            for device, sample in self._mig_devices(dev, now, interval_s):
+                mig.append(device)
+                instances.append(sample)
         except DeviceLost as exc:
             self._mark_lost(dev, exc)
             # as the simulated backend: XIDs only when one arrived
@@ -425,7 +466,8 @@ class NvmlBackend(GpuBackend, DevicePoller):
                 # a 20 ms window in KB/s (KiB, as nvidia-smi dmon's rxpci/txpci); GPM spans the interval
                 kib = self._call(dev, "nvmlDeviceGetPcieThroughput", counter)
                 fields[name] = None if kib is None else float(kib * _KIB)
-        fields["processes"] = self._processes(dev, now, interval_s)
+        # in MIG mode the card's processes are its instances': listed there, not twice
+        fields["processes"] = None if dev.mig_slots else self._processes(dev, now, interval_s)
         return fields
 
     def _memory(self, dev: _Device) -> dict[str, int | None]:
@@ -515,12 +557,15 @@ class NvmlBackend(GpuBackend, DevicePoller):
             return {}
         return rates
 
-    def _mig_devices(self, dev: _Device) -> list[MigDevice]:
-        """The MIG devices of a GPU in MIG mode (empty slots raise NotFound and are skipped)."""
+    def _mig_devices(
+        self, dev: _Device, now: datetime, interval_s: float
+    ) -> list[tuple[MigDevice, GpuSample]]:
+        """The MIG devices of a GPU in MIG mode (empty slots raise NotFound and are skipped),
+        each with its sample."""
         if not dev.mig_slots:
             return []
         nv = self._nvml
-        found: list[MigDevice] = []
+        found: list[tuple[MigDevice, GpuSample]] = []
         for slot in range(dev.mig_slots):
             try:
                 handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, slot)
@@ -533,27 +578,8 @@ class NvmlBackend(GpuBackend, DevicePoller):
                     dev.logged.add(("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)))
                     log.warning("GPU %d: nvmlDeviceGetMigDeviceHandleByIndex(%d): %s", dev.index, slot, exc)
                 continue
-
-            def mig_call(fn_name: str, handle: Any = handle) -> Any:
-                fn = getattr(nv, fn_name, None)
-                return None if fn is None else self._guard(dev, f"mig:{fn_name}", fn, handle)
-
-            memory = mig_call("nvmlDeviceGetMemoryInfo")
-            attributes = mig_call("nvmlDeviceGetAttributes")
-            found.append(
-                MigDevice(
-                    gpu_index=dev.index,
-                    parent_uuid=dev.uuid,
-                    mig_index=slot,
-                    uuid=_text(mig_call("nvmlDeviceGetUUID")),
-                    gpu_instance_id=mig_call("nvmlDeviceGetGpuInstanceId"),
-                    compute_instance_id=mig_call("nvmlDeviceGetComputeInstanceId"),
-                    memory_used_bytes=None if memory is None else int(memory.used),
-                    memory_total_bytes=None if memory is None else int(memory.total),
-                    multiprocessor_count=None if attributes is None else int(attributes.multiprocessorCount),
-                )
-            )
-        layout = tuple((m.mig_index, m.uuid) for m in found)
+            found.append(self._mig_device(dev, slot, handle, now, interval_s))
+        layout = tuple((m.mig_index, m.uuid) for m, _ in found)
         if layout != dev.mig_layout:
             dev.mig_layout = layout
             log.info(
@@ -564,10 +590,99 @@ class NvmlBackend(GpuBackend, DevicePoller):
                 ", ".join(
                     f"{m.uuid} GI {m.gpu_instance_id} CI {m.compute_instance_id} "
                     f"{(m.memory_total_bytes or 0) // _MIB} MiB {m.multiprocessor_count} SMs"
-                    for m in found
+                    for m, _ in found
                 ),
             )
         return found
+
+    def _mig_call(self, dev: _Device, fn_name: str, handle: Any, *args: Any) -> Any:
+        """``nvml.<fn_name>(mig handle, *args)``, unless known unsupported on MIG devices of ``dev``."""
+        key = f"mig:{fn_name}"
+        if key in dev.unsupported:
+            return None
+        fn = getattr(self._nvml, fn_name, None)
+        if fn is None:
+            dev.unsupported.add(key)
+            return None
+        return self._guard(dev, key, fn, handle, *args)
+
+    def _mig_device(
+        self, dev: _Device, slot: int, handle: Any, now: datetime, interval_s: float
+    ) -> tuple[MigDevice, GpuSample]:
+        """One MIG device: what ``/metrics`` shows of it, and its sample (what a job holds)."""
+        memory = self._mig_call(dev, "nvmlDeviceGetMemoryInfo", handle)
+        attributes = self._mig_call(dev, "nvmlDeviceGetAttributes", handle)
+        gpu_instance_id = self._mig_call(dev, "nvmlDeviceGetGpuInstanceId", handle)
+        device = MigDevice(
+            gpu_index=dev.index,
+            parent_uuid=dev.uuid,
+            mig_index=slot,
+            uuid=_text(self._mig_call(dev, "nvmlDeviceGetUUID", handle)),
+            gpu_instance_id=gpu_instance_id,
+            compute_instance_id=self._mig_call(dev, "nvmlDeviceGetComputeInstanceId", handle),
+            memory_used_bytes=None if memory is None else int(memory.used),
+            memory_total_bytes=None if memory is None else int(memory.total),
+            multiprocessor_count=None if attributes is None else int(attributes.multiprocessorCount),
+        )
+        gpm = {} if gpu_instance_id is None else self._mig_gpm_metrics(dev, int(gpu_instance_id))
+        sample = GpuSample(
+            ts=now,
+            gpu_index=mig_index(dev.index, slot),
+            uuid=device.uuid,
+            # "NVIDIA H100 80GB HBM3 MIG 1g.10gb": the card's name and the profile
+            name=_text(self._mig_call(dev, "nvmlDeviceGetName", handle)) or dev.name,
+            pci_bus_id=dev.pci_bus_id,
+            interval_s=interval_s,
+            parent_gpu_index=dev.index,
+            parent_uuid=dev.uuid,
+            mig_gpu_instance_id=gpu_instance_id,
+            mig_compute_instance_id=device.compute_instance_id,
+            card_fraction_ratio=self._card_fraction(dev, attributes, device.memory_total_bytes),
+            memory_used_bytes=device.memory_used_bytes,
+            memory_total_bytes=device.memory_total_bytes,
+            sm_clock_max_hz=dev.sm_clock_max_hz,
+            processes=self._mig_processes(dev, handle),
+            **gpm,
+        )
+        return device, sample
+
+    def _card_fraction(self, dev: _Device, attributes: Any, memory_total: int | None) -> float | None:
+        """A MIG device's share of its card: GPU-instance slices over the card's MIG slots
+        (``nvmlDeviceGetAttributes().gpuInstanceSliceCount`` / ``nvmlDeviceGetMaxMigDeviceCount``:
+        1/7 for a 1g profile on an A100/H100/H200), else its memory over the card's."""
+        slices = getattr(attributes, "gpuInstanceSliceCount", 0) if attributes is not None else 0
+        if slices and dev.mig_slots:
+            return clamp_ratio(slices / dev.mig_slots)
+        card = self._memory(dev)["memory_total_bytes"]
+        if memory_total and card:
+            return clamp_ratio(memory_total / card)
+        return None
+
+    def _mig_processes(self, dev: _Device, handle: Any) -> list[GpuProcess] | None:
+        """``nvmlDeviceGetComputeRunningProcesses`` on the MIG handle: that instance's processes.
+        Per-process utilization is not read (not supported on MIG devices)."""
+        procs = self._mig_call(dev, "nvmlDeviceGetComputeRunningProcesses", handle)
+        if procs is None:
+            return None
+        return [
+            GpuProcess(
+                pid=int(p.pid), used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory)
+            )
+            for p in procs
+        ]
+
+    def _mig_gpm_metrics(self, dev: _Device, gpu_instance_id: int) -> dict[str, float | None]:
+        """GPM metrics of one GPU instance (``nvmlGpmMigSampleGet`` on the card with the GPU
+        instance id): the first call only takes the starting sample."""
+        if not dev.gpm_supported or "nvmlGpmMigSampleGet" in dev.unsupported:
+            return {}
+        gpm = dev.mig_gpm.get(gpu_instance_id)
+        if gpm is None:
+            gpm = self._new_gpm(dev, "nvmlGpmMigSampleGet", gpu_instance_id)
+            if gpm is not None:
+                dev.mig_gpm[gpu_instance_id] = gpm
+            return {}
+        return self._gpm_between(dev, gpm, "nvmlGpmMigSampleGet", gpu_instance_id)
 
     def _gpm_metrics(self, dev: _Device) -> dict[str, float | None]:
         """GPM metrics between the previous sample and one taken now (``nvmlGpmMetricsGet``).
@@ -575,15 +690,19 @@ class NvmlBackend(GpuBackend, DevicePoller):
         Calls closer than :data:`GPM_MIN_SPACING_S` keep the previous sample, so the next call
         covers the longer interval; the fields are then None for this one.
         """
-        gpm = dev.gpm
-        if gpm is None:
+        if dev.gpm is None:
             return {}
+        return self._gpm_between(dev, dev.gpm, "nvmlGpmSampleGet")
+
+    def _gpm_between(self, dev: _Device, gpm: _Gpm, fn_name: str, *args: Any) -> dict[str, float | None]:
+        """The metrics between ``gpm``'s previous sample and one taken now by
+        ``nvml.<fn_name>(handle, *args, buffer)``."""
         nv = self._nvml
         now = self._clock()
         if now - gpm.taken_at < GPM_MIN_SPACING_S:
             return {}
         current = gpm.buffers[1]
-        if self._call(dev, "nvmlGpmSampleGet", current, key="nvmlGpmSampleGet") is None:
+        if self._call(dev, fn_name, *args, current, key=fn_name) is None:
             return {}
         wanted = [
             (getattr(nv, const), name, scale) for const, name, scale in GPM_METRICS if hasattr(nv, const)
@@ -621,10 +740,11 @@ class NvmlBackend(GpuBackend, DevicePoller):
             self.events.close()
         nv = self._nvml
         for dev in self._devices:
-            if dev.gpm is not None:
-                for buffer in dev.gpm.buffers:
+            for gpm in (dev.gpm, *dev.mig_gpm.values()):
+                for buffer in gpm.buffers if gpm is not None else ():
                     self._free_quietly(dev, buffer)
-                dev.gpm = None
+            dev.gpm = None
+            dev.mig_gpm.clear()
         try:
             nv.nvmlShutdown()
         except nv.NVMLError as exc:

@@ -129,7 +129,9 @@ def _clock_ratio(g: Any) -> sa.ColumnElement:
 
 def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> sa.Select:
     g = _with_energy(conn, start, end, node_id).c
-    util = g.util_gpu_ratio
+    # a MIG instance has no NVML utilization (not supported): its GPM graphics-engine activity
+    # is its utilization, in the sums, the histogram and everything read from them
+    util = sa.func.coalesce(g.util_gpu_ratio, g.gr_engine_active_ratio)
     bins = [_sum_if(util == 0).label("util_bin_0")]
     bins += [
         _sum_if(sa.and_(util > (k - 1) / 10, util <= k / 10)).label(f"util_bin_{k}")

@@ -68,6 +68,13 @@ gpus = sa.Table(
     sa.Column("uuid", sa.String(96), nullable=True),
     sa.Column("name", sa.String(96), nullable=True),
     sa.Column("pci_bus_id", sa.String(32), nullable=True),
+    # a MIG instance: its card (index, UUID), GPU/compute instance ids and share of the card
+    # (NULL for a whole GPU, which counts 1)
+    sa.Column("parent_gpu_index", sa.SmallInteger, nullable=True),
+    sa.Column("parent_uuid", sa.String(96), nullable=True),
+    sa.Column("mig_gpu_instance_id", sa.SmallInteger, nullable=True),
+    sa.Column("mig_compute_instance_id", sa.SmallInteger, nullable=True),
+    sa.Column("card_fraction_ratio", Double, nullable=True),
     sa.Column("first_seen_at", UtcDateTime, nullable=False),
     sa.Column("last_seen_at", UtcDateTime, nullable=False),
 )
@@ -129,6 +136,8 @@ gpu_samples = _sample_table(
     sa.Column("xid_errors", Json, nullable=True),
     # deep-learning frameworks the GPU's processes have mapped ([] none; NULL not inspected)
     sa.Column("frameworks", Json, nullable=True),
+    # GPM graphics-engine activity: a MIG instance's utilization (NVML's is not supported there)
+    _d("gr_engine_active_ratio"),
     _d("sm_active_ratio"),
     _d("sm_occupancy_ratio"),
     _d("tensor_active_ratio"),
@@ -276,7 +285,16 @@ SAMPLE_TABLES: dict[str, sa.Table] = {
 PARTITIONED_TABLES: tuple[sa.Table, ...] = (*SAMPLE_TABLES.values(), gpu_process_packs)
 
 #: wire fields of GpuSample kept in ``gpus`` rather than in every sample row
-GPU_IDENTITY_FIELDS = ("uuid", "name", "pci_bus_id")
+GPU_IDENTITY_FIELDS = (
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "parent_gpu_index",
+    "parent_uuid",
+    "mig_gpu_instance_id",
+    "mig_compute_instance_id",
+    "card_fraction_ratio",
+)
 
 # --------------------------------------------------------------------------- Slurm
 #: one row per Slurm job the daemon's sync has seen (squeue while running, sacct after);

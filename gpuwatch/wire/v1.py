@@ -90,6 +90,19 @@ class GpuSample(_Sample):
     name: str | None = Field(None, max_length=96)
     pci_bus_id: str | None = Field(None, max_length=32)
     state: Literal["ok", "lost", "error"] = "ok"
+    parent_gpu_index: SmallIndex | None = Field(
+        None,
+        description="A MIG instance's card (its NVML index); None for a whole GPU. An instance's "
+        "own gpu_index is 1000 + 10 x card index + MIG slot.",
+    )
+    parent_uuid: str | None = Field(None, max_length=96, description="A MIG instance's card UUID.")
+    mig_gpu_instance_id: SmallIndex | None = Field(None, description="nvmlDeviceGetGpuInstanceId.")
+    mig_compute_instance_id: SmallIndex | None = Field(None, description="nvmlDeviceGetComputeInstanceId.")
+    card_fraction_ratio: Ratio | None = Field(
+        None,
+        description="Share of the card a MIG instance is (GPU-instance slices / the card's MIG "
+        "slots: 1/7 for a 1g slice); None for a whole GPU (1).",
+    )
     interval_s: NonNeg | None = Field(None, description="Length of the interval averaged over.")
     util_gpu_ratio: Ratio | None = Field(None, description="nvmlDeviceGetUtilizationRates.gpu")
     util_memory_ratio: Ratio | None = Field(None, description="nvmlDeviceGetUtilizationRates.memory")
@@ -124,6 +137,12 @@ class GpuSample(_Sample):
         max_length=8,
         description="Deep-learning frameworks mapped into the GPU's compute processes (from "
         "/proc/<pid>/maps): [] none of them runs one; None not inspected.",
+    )
+    gr_engine_active_ratio: Ratio | None = Field(
+        None,
+        description="GPM NVML_GPM_METRIC_GRAPHICS_UTIL / 100: share of time the graphics/compute "
+        "engine was active; for a MIG instance from nvmlGpmMigSampleGet, where util_gpu_ratio is "
+        "not supported.",
     )
     sm_active_ratio: Ratio | None = Field(None, description="GPM NVML_GPM_METRIC_SM_UTIL / 100.")
     sm_occupancy_ratio: Ratio | None = Field(None, description="GPM SM_OCCUPANCY / 100.")

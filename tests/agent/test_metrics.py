@@ -266,3 +266,18 @@ def test_updates_replace_the_batch(node: tuple[FakeNvml, NvmlBackend]) -> None:
     assert s["gpuwatch_gpu_utilization_ratio"] == [
         ({"gpu": "0", "uuid": "", "pci_bus_id": "", "model_name": "", "hostname": NODE}, 0.25)
     ]
+
+
+def test_mig_instances_are_gpus_with_graphics_engine_activity(metrics: AgentMetrics) -> None:
+    """The A100 in MIG mode (GPU 1): its two instances are series of their own under their
+    wire index (1000 + 10 x card + slot) and MIG UUID; the card reads no utilization (NVML does
+    not support it in MIG mode) and the instances none either (no GPM on an A100)."""
+    s = parsed(metrics)
+    instance = {"gpu": "1010", "hostname": NODE, "uuid": "MIG-00000000-0000-0000-0000-000000000000"}
+    assert value(s, "gpuwatch_gpu_memory_used_bytes", **instance) == 1024**3
+    assert value(s, "gpuwatch_gpu_memory_total_bytes", **instance) == 40 * 1024**3
+    util_gpus = {labels["gpu"] for labels, _ in s["gpuwatch_gpu_utilization_ratio"]}
+    assert "1" not in util_gpus and "1010" not in util_gpus
+    # GPM graphics-engine activity on the H200, the series DCGM_FI_PROF_GR_ENGINE_ACTIVE mirrors
+    assert value(s, "gpuwatch_gpu_gr_engine_active_ratio", gpu="0", hostname=NODE) == pytest.approx(0.95)
+    assert "record: DCGM_FI_PROF_GR_ENGINE_ACTIVE" in catalog.dcgm_recording_rules()

@@ -13,6 +13,17 @@ many calls raise ``NotSupported`` or ``FunctionNotFound``. Readings are plain at
 GPM and NVLink counters, so GPM metrics come out of two samples exactly as NVML computes them:
 counter delta / time delta.
 
+MIG (:class:`FakeMig`, :meth:`FakeGpu.enable_mig`): a card in MIG mode answers
+``nvmlDeviceGetMigMode`` [current, pending], ``nvmlDeviceGetMaxMigDeviceCount`` and
+``nvmlDeviceGetMigDeviceHandleByIndex`` (an empty slot raises ``NVMLError_NotFound``); a MIG
+device handle answers ``nvmlDeviceIsMigDeviceHandle``, ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle``,
+its GPU/compute instance ids, a ``MIG-`` UUID, its own memory and processes and
+``nvmlDeviceGetAttributes`` (SMs, slice counts). As NVML documents (and dcgm-exporter #216
+reports), ``nvmlDeviceGetUtilizationRates`` raises ``NVMLError_NotSupported`` on a MIG device
+and on a card in MIG mode: per-instance activity comes from GPM, ``nvmlGpmMigSampleGet(card,
+gpuInstanceId, sample)`` then ``nvmlGpmMetricsGet`` (graphics engine, SM, tensor, DRAM), each
+instance with its own counters.
+
 Events: ``nvmlEventSetCreate`` / ``nvmlDeviceRegisterEvents`` / ``nvmlEventSetWait_v2`` work
 as NVML's do, with a real blocking wait (a condition variable, up to the timeout, then
 ``NVMLError_Timeout``), so the backend's event thread runs for real;
@@ -102,7 +113,7 @@ CARDS: dict[str, CardModel] = {
 
 @dataclass
 class FakeMig:
-    """One MIG device of a fake GPU in MIG mode."""
+    """One MIG device (GPU instance + compute instance) of a fake GPU in MIG mode."""
 
     slot: int
     gpu_instance_id: int
@@ -110,10 +121,35 @@ class FakeMig:
     memory_total: int
     memory_used: int = 0
     multiprocessor_count: int = 14
+    #: GPU-instance slices (of the card's nvmlDeviceGetMaxMigDeviceCount): 1 for a 1g profile
+    slices: int = 1
+    #: the card it lives on (set by FakeGpu.enable_mig); its index makes the UUID unique
+    parent_index: int = 0
+    #: (pid, used bytes) of the compute processes in this instance
+    processes: list[tuple[int, int]] = field(default_factory=list)
+    #: GPM metric id -> rate (percent), integrated per instance by FakeNvml.advance
+    gpm_rates: dict[int, float] = field(default_factory=dict)
+    gpm_counters: dict[int, float] = field(default_factory=dict)
 
     @property
     def uuid(self) -> str:
-        return f"MIG-00000000-0000-0000-0000-{self.slot:012d}"
+        return f"MIG-00000000-0000-0000-{self.parent_index:04d}-{self.slot:012d}"
+
+    @property
+    def profile(self) -> str:
+        """NVIDIA's profile name, e.g. ``1g.18gb``."""
+        return f"{self.slices}g.{round(self.memory_total / 1024**3)}gb"
+
+    def busy(self, percent: float) -> None:
+        """Run work that keeps the graphics engine (and SMs, proportionally) ``percent`` busy."""
+        self.gpm_rates.update(
+            {
+                pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: percent,
+                pynvml.NVML_GPM_METRIC_SM_UTIL: percent * 0.9,
+                pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: percent * 0.5,
+                pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: percent * 0.4,
+            }
+        )
 
 
 @dataclass
@@ -162,6 +198,31 @@ class FakeGpu:
         # the opaque nvmlDevice_t NVML hands out; events carry the same pointer
         self._as_parameter_ = ctypes.pointer(pynvml.struct_c_nvmlDevice_t())
 
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig_mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+
+    def enable_mig(self, slices: list[int]) -> list[FakeMig]:
+        """MIG mode on, with one GPU instance (and one compute instance filling it) per entry of
+        ``slices`` (its slice count: 1 for 1g, 2 for 2g...), in slots 0, 1, ...; memory is the
+        card's usable memory split by slices over :attr:`mig_slots`, as NVIDIA's profiles do."""
+        assert self.card.mig_capable and sum(slices) <= self.mig_slots
+        self.mig_mode = (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE)
+        per_slice = (self.card.memory_total - self.card.memory_reserved) // self.mig_slots
+        self.mig_devices = [
+            FakeMig(
+                slot,
+                gpu_instance_id=slot + 1,
+                compute_instance_id=0,
+                memory_total=per_slice * n,
+                multiprocessor_count=16 * n,
+                slices=n,
+                parent_index=self.index,
+            )
+            for slot, n in enumerate(slices)
+        ]
+        return self.mig_devices
+
 
 @dataclass
 class FakeEventSet:
@@ -205,8 +266,9 @@ class FakeNvml:
         self.now += seconds
         for gpu in self.gpus:
             gpu.energy_mj += gpu.power_mw * seconds
-            for metric, rate in gpu.gpm_rates.items():
-                gpu.gpm_counters[metric] = gpu.gpm_counters.get(metric, 0.0) + rate * seconds
+            for owner in (gpu, *gpu.mig_devices):
+                for metric, rate in owner.gpm_rates.items():
+                    owner.gpm_counters[metric] = owner.gpm_counters.get(metric, 0.0) + rate * seconds
             gpu.nvlink_tx_kib += gpu.nvlink_tx_kib_per_s * seconds
             gpu.nvlink_rx_kib += gpu.nvlink_rx_kib_per_s * seconds
 
@@ -262,7 +324,10 @@ class FakeNvml:
 
     # -- identity -----------------------------------------------------------------------
 
-    def nvmlDeviceGetName(self, gpu: FakeGpu) -> str:
+    def nvmlDeviceGetName(self, gpu: FakeGpu | FakeMig) -> str:
+        if isinstance(gpu, FakeMig):  # NVML names a MIG device after its card and profile
+            self._enter("nvmlDeviceGetName")
+            return f"{self._parent(gpu).card.name} MIG {gpu.profile}"
         self._enter("nvmlDeviceGetName", gpu)
         return gpu.card.name
 
@@ -281,8 +346,13 @@ class FakeNvml:
 
     # -- cheap readings -----------------------------------------------------------------
 
-    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> pynvml.c_nvmlUtilization_t:
+    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu | FakeMig) -> pynvml.c_nvmlUtilization_t:
+        if isinstance(gpu, FakeMig):  # not supported on MIG devices (dcgm-exporter #216)
+            self._enter("nvmlDeviceGetUtilizationRates")
+            raise NotSupported()
         self._enter("nvmlDeviceGetUtilizationRates", gpu)
+        if gpu.mig_enabled:  # nor on a card in MIG mode: nvidia-smi shows N/A
+            raise NotSupported()
         return pynvml.c_nvmlUtilization_t(gpu=gpu.util_gpu, memory=gpu.util_memory)
 
     def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
@@ -314,9 +384,12 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu | FakeMig, version: int | None = None) -> Any:
         if isinstance(gpu, FakeMig):
             self._enter("nvmlDeviceGetMemoryInfo")
-            return pynvml.c_nvmlMemory_t(
-                total=gpu.memory_total, free=gpu.memory_total - gpu.memory_used, used=gpu.memory_used
-            )
+            free = gpu.memory_total - gpu.memory_used
+            if version:
+                return pynvml.c_nvmlMemory_v2_t(
+                    version=version, total=gpu.memory_total, reserved=0, free=free, used=gpu.memory_used
+                )
+            return pynvml.c_nvmlMemory_t(total=gpu.memory_total, free=free, used=gpu.memory_used)
         if not version:
             self._enter("nvmlDeviceGetMemoryInfo", gpu)
             # v1: used includes the reserve
@@ -376,8 +449,15 @@ class FakeNvml:
         self._enter("nvmlDeviceGetPcieThroughput", gpu)
         return gpu.pcie_tx_kib if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else gpu.pcie_rx_kib
 
-    def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu | FakeMig) -> list[Any]:
+        """On a MIG device its own processes; on a card in MIG mode those of every instance,
+        each with its gpuInstanceId/computeInstanceId (``nvmlProcessInfo_v2_t``)."""
+        if isinstance(gpu, FakeMig):
+            self._enter("nvmlDeviceGetComputeRunningProcesses")
+            return [self._process(pid, used, gpu) for pid, used in gpu.processes]
         self._enter("nvmlDeviceGetComputeRunningProcesses", gpu)
+        if gpu.mig_enabled:
+            return [self._process(pid, used, mig) for mig in gpu.mig_devices for pid, used in mig.processes]
         result = []
         for pid, used in gpu.processes:
             info = pynvml.c_nvmlProcessInfo_t(pid=pid, usedGpuMemory=used or 0)
@@ -386,6 +466,16 @@ class FakeNvml:
                 obj.usedGpuMemory = None
             result.append(obj)
         return result
+
+    @staticmethod
+    def _process(pid: int, used: int, mig: FakeMig) -> Any:
+        info = pynvml.c_nvmlProcessInfo_t(
+            pid=pid,
+            usedGpuMemory=used,
+            gpuInstanceId=mig.gpu_instance_id,
+            computeInstanceId=mig.compute_instance_id,
+        )
+        return pynvml.nvmlStructToFriendlyObject(info)
 
     def _process_samples(self, gpu: FakeGpu, since_us: int) -> list[tuple[int, int, int, int]]:
         newer = [s for s in gpu.process_samples if s[0] > since_us]
@@ -428,6 +518,20 @@ class FakeNvml:
                 return mig
         raise pynvml.NVMLError_NotFound()
 
+    def nvmlDeviceIsMigDeviceHandle(self, handle: FakeGpu | FakeMig) -> ctypes.c_uint:
+        """As pynvml: a ``c_uint``, 1 for a MIG device handle."""
+        self._enter("nvmlDeviceIsMigDeviceHandle")
+        return ctypes.c_uint(int(isinstance(handle, FakeMig)))
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, mig: FakeMig) -> FakeGpu:
+        self._enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        if not isinstance(mig, FakeMig):
+            raise pynvml.NVMLError_InvalidArgument()
+        return self._parent(mig)
+
+    def _parent(self, mig: FakeMig) -> FakeGpu:
+        return next(gpu for gpu in self.gpus if any(m is mig for m in gpu.mig_devices))
+
     def nvmlDeviceGetGpuInstanceId(self, mig: FakeMig) -> int:
         self._enter("nvmlDeviceGetGpuInstanceId")
         return mig.gpu_instance_id
@@ -439,7 +543,10 @@ class FakeNvml:
     def nvmlDeviceGetAttributes(self, mig: FakeMig) -> Any:
         self._enter("nvmlDeviceGetAttributes")
         return pynvml.c_nvmlDeviceAttributes(
-            multiprocessorCount=mig.multiprocessor_count, memorySizeMB=mig.memory_total // _MIB
+            multiprocessorCount=mig.multiprocessor_count,
+            gpuInstanceSliceCount=mig.slices,
+            computeInstanceSliceCount=mig.slices,
+            memorySizeMB=mig.memory_total // _MIB,
         )
 
     # -- events ---------------------------------------------------------------------------
@@ -516,7 +623,23 @@ class FakeNvml:
         address = ctypes.addressof(buffer.contents)
         self.gpm_buffers[address] = (
             self.gpm_buffers[address][0],
-            (gpu.index, self.now, dict(gpu.gpm_counters)),
+            ((gpu.index, None), self.now, dict(gpu.gpm_counters)),
+        )
+        return buffer
+
+    def nvmlGpmMigSampleGet(self, gpu: FakeGpu, gpu_instance_id: int, buffer: Any) -> Any:
+        """A GPM sample of one GPU instance of a card in MIG mode (pynvml's signature: the
+        card's handle, the GPU instance id, the buffer)."""
+        self._enter("nvmlGpmMigSampleGet", gpu)
+        if not gpu.card.gpm:
+            raise NotSupported()
+        mig = next((m for m in gpu.mig_devices if m.gpu_instance_id == gpu_instance_id), None)
+        if not gpu.mig_enabled or mig is None:
+            raise pynvml.NVMLError_InvalidArgument()
+        address = ctypes.addressof(buffer.contents)
+        self.gpm_buffers[address] = (
+            self.gpm_buffers[address][0],
+            ((gpu.index, gpu_instance_id), self.now, dict(mig.gpm_counters)),
         )
         return buffer
 
@@ -526,11 +649,15 @@ class FakeNvml:
         second = self.gpm_buffers[ctypes.addressof(request.sample2.contents)][1]
         if first is None or second is None or first[0] != second[0] or second[1] <= first[1]:
             raise pynvml.NVMLError_InvalidArgument()
-        gpu = self.gpus[first[0]]
+        index, gpu_instance_id = first[0]
+        gpu = self.gpus[index]
+        owner: FakeGpu | FakeMig = gpu
+        if gpu_instance_id is not None:
+            owner = next(m for m in gpu.mig_devices if m.gpu_instance_id == gpu_instance_id)
         elapsed = second[1] - first[1]
         for i in range(request.numMetrics):
             metric = request.metrics[i]
-            if metric.metricId in gpu.gpm_rates:
+            if metric.metricId in owner.gpm_rates:
                 delta = second[2].get(metric.metricId, 0.0) - first[2].get(metric.metricId, 0.0)
                 metric.value = delta / elapsed
                 metric.nvmlReturn = pynvml.NVML_SUCCESS

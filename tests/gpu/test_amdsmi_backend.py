@@ -35,8 +35,15 @@ NEVER_ON_AMD = {
     "fp32_active_ratio",
     "fp16_active_ratio",
     "fp64_active_ratio",
+    "gr_engine_active_ratio",
     "xid_errors",
     "frameworks",  # the GPU collector adds it from /proc, not the backend
+    # MIG instances only (compute partitions are not read)
+    "parent_gpu_index",
+    "parent_uuid",
+    "mig_gpu_instance_id",
+    "mig_compute_instance_id",
+    "card_fraction_ratio",
 }
 
 

@@ -26,6 +26,16 @@ def open_backend(fake: FakeNvml) -> NvmlBackend:
     return NvmlBackend(nvml=fake, start_poller=False, clock=fake.clock)
 
 
+#: GpuSample fields only a MIG instance has, in the model's order
+MIG_INSTANCE_ONLY = [
+    "parent_gpu_index",
+    "parent_uuid",
+    "mig_gpu_instance_id",
+    "mig_compute_instance_id",
+    "card_fraction_ratio",
+]
+
+
 @pytest.fixture
 def h200() -> Iterator[tuple[FakeNvml, NvmlBackend]]:
     fake = FakeNvml(["H200"])
@@ -36,6 +46,7 @@ def h200() -> Iterator[tuple[FakeNvml, NvmlBackend]]:
     gpu.ecc_corrected = 3
     gpu.processes = [(4242, 99 * GIB), (4343, None)]
     gpu.gpm_rates = {
+        pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 95.0,
         pynvml.NVML_GPM_METRIC_SM_UTIL: 80.0,
         pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
         pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 50.0,
@@ -425,7 +436,9 @@ def test_h200_every_field_present(h200: tuple[FakeNvml, NvmlBackend]) -> None:
         fake.advance(5)
     s = backend.sample(NOW)[0]
     missing = [name for name in type(s).model_fields if getattr(s, name) is None]
-    assert missing == ["frameworks"]  # the GPU collector adds it from /proc, not the backend
+    # the GPU collector adds frameworks from /proc, not the backend; a whole GPU is no MIG instance
+    assert missing == [*MIG_INSTANCE_ONLY, "frameworks"]
+    assert s.gr_engine_active_ratio == pytest.approx(0.95)
     assert s.memory_clock_max_hz == 2619e6
     assert s.fp64_active_ratio == pytest.approx(0.05)
     assert s.xid_errors == []  # watched, nothing happened
@@ -460,6 +473,8 @@ def test_k80_fields_that_are_absent() -> None:
         "fp32_active_ratio",
         "fp16_active_ratio",
         "fp64_active_ratio",
+        "gr_engine_active_ratio",
+        *MIG_INSTANCE_ONLY,
         "frameworks",  # added by the GPU collector
     }
     assert fake.calls["nvmlDeviceGetFieldValues"] == 1  # every field NotSupported: not asked again
@@ -487,7 +502,7 @@ def test_nvlink_rate_from_field_value_counters() -> None:
         backend.close()
 
 
-def test_mig_devices_listed_without_changing_the_wire(caplog: pytest.LogCaptureFixture) -> None:
+def test_mig_devices_listed_and_each_sent_as_a_gpu(caplog: pytest.LogCaptureFixture) -> None:
     from tests.gpu.fake_pynvml import FakeMig
 
     fake = FakeNvml(["A100", "A100"])
@@ -505,7 +520,8 @@ def test_mig_devices_listed_without_changing_the_wire(caplog: pytest.LogCaptureF
             samples = backend.sample(NOW)
             fake.advance(10)
             backend.sample(NOW + timedelta(seconds=10))
-        assert [s.state for s in samples] == ["ok", "ok"]
+        # the two cards, then the MIG-mode card's two instances under 1000 + 10 x card + slot
+        assert [(s.gpu_index, s.state) for s in samples] == [(0, "ok"), (1, "ok"), (1000, "ok"), (1002, "ok")]
         migs = backend.mig_devices()
         assert [(m.gpu_index, m.mig_index, m.gpu_instance_id) for m in migs] == [(0, 0, 1), (0, 2, 5)]
         assert migs[0].uuid == "MIG-00000000-0000-0000-0000-000000000000"
@@ -525,3 +541,87 @@ def test_mig_mode_off_lists_nothing(h200: tuple[FakeNvml, NvmlBackend]) -> None:
     backend.sample(NOW)
     assert backend.mig_devices() == []
     assert fake.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == 0
+
+
+def test_mixed_node_mig_instances_carry_gpm_activity_not_utilization() -> None:
+    """An H200 in MIG mode (a 1g and a 3g instance) next to a whole H200: the instances are
+    samples of their own with MIG UUIDs, their card, instance ids, share of the card, memory,
+    processes and GPM graphics-engine activity from nvmlGpmMigSampleGet; NVML utilization is
+    None on them (NotSupported) and on the card in MIG mode, which keeps its power and
+    temperature and lists no processes of its own."""
+    fake = FakeNvml(["H200", "H200"])
+    whole, card = fake.gpus
+    whole.util_gpu = 60
+    whole.processes = [(100, GIB)]
+    card.power_mw, card.temperature = 300_000, 55
+    small, large = card.enable_mig([1, 3])
+    small.busy(80.0)
+    small.memory_used, small.processes = 5 * GIB, [(200, 5 * GIB)]
+    large.memory_used, large.processes = GIB, [(300, GIB)]  # holds memory, computes nothing
+    backend = open_backend(fake)
+    try:
+        for second in range(3):
+            backend.poll()
+            fake.advance(10)
+            samples = backend.sample(NOW + timedelta(seconds=10 * second))
+    finally:
+        backend.close()
+    by_index = {s.gpu_index: s for s in samples}
+    assert sorted(by_index) == [0, 1, 1010, 1011]
+    assert by_index[0].util_gpu_ratio == pytest.approx(0.6) and by_index[0].parent_gpu_index is None
+    parent = by_index[1]
+    assert parent.util_gpu_ratio is None and parent.processes is None
+    assert parent.power_watts == pytest.approx(300.0) and parent.temperature_celsius == 55
+    one, three = by_index[1010], by_index[1011]
+    assert one.uuid == small.uuid and one.uuid.startswith("MIG-")
+    assert (one.parent_gpu_index, one.parent_uuid) == (1, parent.uuid)
+    assert (one.mig_gpu_instance_id, one.mig_compute_instance_id) == (small.gpu_instance_id, 0)
+    assert one.name == "NVIDIA H200 MIG 1g.20gb"
+    assert one.card_fraction_ratio == pytest.approx(1 / 7)
+    assert three.card_fraction_ratio == pytest.approx(3 / 7)
+    assert one.util_gpu_ratio is None and one.power_watts is None
+    assert one.gr_engine_active_ratio == pytest.approx(0.80)
+    assert one.sm_active_ratio == pytest.approx(0.72)
+    assert one.tensor_active_ratio == pytest.approx(0.40)
+    assert three.gr_engine_active_ratio is None  # no counter advanced: GPM says not supported
+    assert (one.memory_used_bytes, one.memory_total_bytes) == (5 * GIB, small.memory_total)
+    assert [p.pid for p in one.processes or []] == [200]
+    assert [p.pid for p in three.processes or []] == [300]
+    assert fake.calls["nvmlGpmMigSampleGet"] >= 4
+    assert not fake.gpm_buffers  # every buffer freed at close
+
+
+def test_mig_instance_gpm_needs_two_samples() -> None:
+    """The first sample of an instance only takes GPM's starting point: activity is None."""
+    fake = FakeNvml(["H200"])
+    (mig,) = fake.gpus[0].enable_mig([7])
+    mig.busy(50.0)
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        first = backend.sample(NOW)
+        fake.advance(10)
+        second = backend.sample(NOW + timedelta(seconds=10))
+    finally:
+        backend.close()
+    assert [s.gpu_index for s in first] == [0, 1000]
+    assert first[1].gr_engine_active_ratio is None and first[1].card_fraction_ratio == 1.0
+    assert second[1].gr_engine_active_ratio == pytest.approx(0.5)
+
+
+def test_mig_on_a_card_without_gpm_has_no_activity_at_all() -> None:
+    """An A100 in MIG mode: no GPM, so neither utilization nor graphics-engine activity."""
+    fake = FakeNvml(["A100"])
+    fake.gpus[0].enable_mig([2, 2])
+    backend = open_backend(fake)
+    try:
+        for second in range(2):
+            fake.advance(10)
+            samples = backend.sample(NOW + timedelta(seconds=10 * second))
+    finally:
+        backend.close()
+    instances = [s for s in samples if s.parent_gpu_index is not None]
+    assert [s.gpu_index for s in instances] == [1000, 1001]
+    assert all(s.util_gpu_ratio is None and s.gr_engine_active_ratio is None for s in instances)
+    assert all(s.card_fraction_ratio == pytest.approx(2 / 7) for s in instances)
+    assert fake.calls["nvmlGpmMigSampleGet"] == 0

@@ -41,6 +41,7 @@ def fake_node() -> tuple[FakeNvml, NvmlBackend]:
     h200.gpm_rates = {
         getattr(pynvml, name): rate
         for name, rate in (
+            ("NVML_GPM_METRIC_GRAPHICS_UTIL", 95.0),
             ("NVML_GPM_METRIC_SM_UTIL", 80.0),
             ("NVML_GPM_METRIC_SM_OCCUPANCY", 40.0),
             ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 50.0),

@@ -156,3 +156,23 @@ def test_registered_after_gpu_and_reads_the_shared_board() -> None:
 def test_fixture_trees_are_complete(case: str) -> None:
     for pid_dir in (HOSTS / case / "proc").iterdir():
         assert {p.name for p in pid_dir.iterdir()} >= {"cgroup", "environ", "status"}
+
+
+def test_mig_instances_placed_by_their_mig_uuid(tmp_path: Path) -> None:
+    """Two jobs on two MIG instances of card 1 (prolog files named by MIG UUID): each is
+    reported under its instance's index (1000 + 10 x card + slot), never under the card."""
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    for job, uuid in (("60", "MIG-aaaa-0001"), ("61", "MIG-aaaa-0002")):
+        (gpu / uuid).write_text(f"job_id={job}\nuid=2001\nuser=alice\ngpu_index=\ngpu_uuid={uuid}\n")
+    seen = [
+        gpu_sample(0, [], "GPU-whole"),
+        gpu_sample(1, None, "GPU-card"),  # the MIG-mode card lists no processes of its own
+        gpu_sample(1010, [], "MIG-aaaa-0001"),
+        gpu_sample(1011, [], "MIG-aaaa-0002"),
+    ]
+    out = attribute(read_gpu_maps(tmp_path), board_with(seen).latest(NOW, 5), NOW, tmp_path / "proc")
+    assert [(s.gpu_index, s.job_id, s.source, s.gpu_uuid, s.pids) for s in out] == [
+        (1010, "60", "prolog", "MIG-aaaa-0001", []),
+        (1011, "61", "prolog", "MIG-aaaa-0002", []),
+    ]

@@ -105,3 +105,26 @@ def test_scripts_are_executable_and_strict() -> None:
         assert text.startswith("#!/usr/bin/env bash\n")
         assert "set -Eeuo pipefail" in text
         assert "curl" not in text and "scontrol" not in text.split("set -Eeuo", 1)[1]
+
+
+def test_prolog_mig_instances_by_their_uuids(tmp_path: Path) -> None:
+    """A job given MIG instances: CUDA_VISIBLE_DEVICES holds MIG UUIDs, and SLURM_JOB_GPUS counts
+    MIG devices, not cards; so one file per MIG UUID and no index file."""
+    migs = "MIG-1b2c3d4e-0000-5555-aaaa-000000000001,MIG-1b2c3d4e-0000-5555-aaaa-000000000002"
+    proc = run(PROLOG, tmp_path, CUDA_VISIBLE_DEVICES=migs, **job_env("50", "0,1"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    maps = read_gpu_maps(tmp_path)
+    assert maps.by_index == {}
+    assert sorted(maps.by_uuid) == migs.split(",")
+    entry = maps.by_uuid["MIG-1b2c3d4e-0000-5555-aaaa-000000000002"]
+    assert (entry.job_id, entry.user, entry.gpu_index) == ("50", "alice", None)
+    assert entry.gpu_uuid == "MIG-1b2c3d4e-0000-5555-aaaa-000000000002"
+    assert run(EPILOG, tmp_path, SLURM_JOB_ID="50").returncode == 0
+    assert list((tmp_path / "gpu").iterdir()) == []
+
+
+def test_prolog_whole_gpus_in_cuda_visible_devices_keep_the_gres_files(tmp_path: Path) -> None:
+    proc = run(PROLOG, tmp_path, CUDA_VISIBLE_DEVICES="0,1", **job_env("51", "2,3"))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(read_gpu_maps(tmp_path).by_index) == [2, 3]

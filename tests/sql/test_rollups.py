@@ -329,3 +329,44 @@ def test_node_minutes_sum_the_nodes_gpus(engine):
     # a minute of a lost GPU only: a node-minute row, no GPU reporting, no host data
     assert second["gpus_reporting"] == 0 and second["gpu_util_ratio_n"] == 0
     assert second["gpu_util_ratio_sum"] is None and second["busy_ratio_n"] == 0
+
+
+def test_a_mig_instance_minute_reads_graphics_engine_activity_as_utilization(engine):
+    """A MIG instance has no NVML utilization: its GPM graphics-engine activity fills the
+    utilization sums and histogram; a whole GPU's own utilization wins over its GPM activity.
+    The instance's card, instance ids and share of the card are stored in ``gpus``."""
+    from gpuwatch.sql.schema import gpus
+
+    node_id = _node(engine)
+    mig = {
+        "uuid": "MIG-00000000-0000-0000-0001-000000000000",
+        "name": "NVIDIA H200 MIG 1g.20gb",
+        "parent_gpu_index": 1,
+        "parent_uuid": "GPU-00000001-aaaa-bbbb-cccc-000000000000",
+        "mig_gpu_instance_id": 1,
+        "mig_compute_instance_id": 0,
+        "card_fraction_ratio": 1 / 7,
+        "power_watts": None,
+        "power_limit_watts": None,
+        "energy_joules": None,
+        "util_gpu_ratio": None,  # NVML: not supported on a MIG device
+        "util_memory_ratio": None,
+    }
+    samples = []
+    for k, gr in enumerate([0.0, 0.0, 0.5, 0.7, None, 0.0]):
+        ts = M0 + timedelta(seconds=10 * k)
+        samples.append(factories.gpu_sample(ts, 1010, gr_engine_active_ratio=gr, **mig))
+        samples.append(factories.gpu_sample(ts, 0, util=0.25, gr_engine_active_ratio=0.9))
+    BatchStore(engine).store(node_id, wire.Batch(node="node001", agent_version="t", samples=samples))
+    Rollup(engine).run_once(now=M0 + timedelta(minutes=5))
+    with engine.connect() as conn:
+        rows = {r["gpu_index"]: r for r in conn.execute(sa.select(gpu_minutes)).mappings()}
+        identity = conn.execute(sa.select(gpus).where(gpus.c.gpu_index == 1010)).mappings().one()
+    instance, whole = rows[1010], rows[0]
+    assert instance["util_gpu_ratio_n"] == 5 and instance["util_gpu_ratio_sum"] == pytest.approx(1.2)
+    assert instance["util_bin_0"] == 3 and instance["util_bin_5"] == 1 and instance["util_bin_7"] == 1
+    assert whole["util_gpu_ratio_n"] == 6 and whole["util_gpu_ratio_sum"] == pytest.approx(1.5)
+    assert (identity["parent_gpu_index"], identity["parent_uuid"]) == (1, mig["parent_uuid"])
+    assert (identity["mig_gpu_instance_id"], identity["mig_compute_instance_id"]) == (1, 0)
+    assert identity["card_fraction_ratio"] == pytest.approx(1 / 7)
+    assert identity["uuid"] == mig["uuid"]

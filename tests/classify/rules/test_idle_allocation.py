@@ -95,7 +95,7 @@ def _one_hour(zero_samples: int) -> GpuFeatures:
         "minutes": 60, "samples": n, "util_gpu_ratio_n": n, "util_gpu_ratio_sum": 0.05 * (n - zero_samples),
         "bin0": zero_samples, "bin1": n - zero_samples,
     }  # fmt: skip
-    return _gpu_features(GpuRef(1, "n1", 0), row, "NVIDIA H200", T)
+    return _gpu_features(GpuRef(1, "n1", 0), row, "NVIDIA H200", None, T)
 
 
 @pytest.mark.parametrize(("below", "fires"), [(0, True), (1, False)])
@@ -125,6 +125,6 @@ def test_a_gpu_without_samples_is_missing_not_idle() -> None:
 
 def test_gpus_without_samples_alone_are_no_verdict() -> None:
     """No samples at all is no evidence of idleness: the GPU is not flagged, the rule is silent."""
-    silent = _gpu_features(GpuRef(1, "n1", 0), None, "NVIDIA H200", T)
+    silent = _gpu_features(GpuRef(1, "n1", 0), None, "NVIDIA H200", None, T)
     assert silent.util_samples == 0 and silent.idle is False
     assert idle_allocation.rule(job(silent, util_mean=None), T) is None
