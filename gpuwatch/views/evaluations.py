@@ -180,7 +180,7 @@ def shown_select(
         sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at)
     )
     if cause is not None:
-        chosen = rows.where(v.cause == cause).subquery("chosen")
+        chosen = rows.where(v.cause == cause, v.cause != HEALTHY).subquery("chosen")
         c = chosen.c
         order: tuple[Any, ...] = (_window_rank_sql(c.window_kind), c.confidence.desc(), c.id)
     else:

@@ -1,0 +1,102 @@
+"""The listing's SQL picks the verdict that :class:`Evaluation` picks, and pages like a list."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import sqlalchemy as sa
+
+from gpuwatch.classify.verdict import Cause
+from gpuwatch.sql.schema import verdicts
+from gpuwatch.views import LowUtilFilters, low_util_jobs, low_util_page
+from gpuwatch.views.evaluations import group_evaluations, latest_select, shown_select, verdict_of
+
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+CAUSES = [c.value for c in Cause]
+WINDOWS = ("job", "segment", "recent")
+
+
+def _random_verdicts(seed: int, jobs: int) -> list[dict]:
+    """Jobs with 1-6 verdicts over random windows, causes and tied confidences, some evaluated
+    twice (only the newest evaluation counts)."""
+    rnd = random.Random(seed)
+    rows = []
+    for n in range(jobs):
+        for age in range(rnd.choice((1, 1, 2))):
+            at = T0 - timedelta(hours=age)
+            for _ in range(rnd.randint(1, 6)):
+                window = rnd.choice(WINDOWS)
+                rows.append(
+                    {
+                        "job_id": str(1000 + n),
+                        "evaluated_at": at,
+                        "window_kind": window,
+                        "window_start": at - timedelta(minutes=60 if window == "job" else 10),
+                        "window_end": at,
+                        "cause": rnd.choice(CAUSES + ["healthy"] * 3),
+                        "confidence": rnd.choice((0.5, 0.7, 0.9)),
+                        "gpus": 4,
+                        "gpu_hours": 4.0,
+                        "gpu_hours_wasted": rnd.choice((0.0, 0.5, 1.5, 3.0)),
+                        "mean_util_ratio": rnd.choice((None, 0.05, 0.2)),
+                        "summary": "s",
+                        "fix": None,
+                        "evidence": {},
+                        "rules_version": "t",
+                    }
+                )
+    rnd.shuffle(rows)  # stored order (the id) is not the window order
+    return rows
+
+
+def test_shown_select_picks_what_evaluation_picks(engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(verdicts.insert(), _random_verdicts(seed=7, jobs=150))
+    with engine.connect() as conn:
+        evaluations = group_evaluations([verdict_of(r) for r in conn.execute(latest_select()).mappings()])
+        expected = {job: e.shown.verdict_id for job, e in evaluations.items() if e.shown is not None}
+        picked = {r["job_id"]: r["id"] for r in conn.execute(shown_select()).mappings()}
+        assert picked == expected
+        assert 20 < len(expected) < 150  # the data holds both wasting and healthy jobs
+        for cause in CAUSES:
+            want = {
+                job: found.verdict_id
+                for job, e in evaluations.items()
+                if (found := e.of_cause(cause)) is not None and found.is_waste
+            }
+            got = {r["job_id"]: r["id"] for r in conn.execute(shown_select(cause=cause)).mappings()}
+            assert got == want, cause
+
+
+def test_pages_are_slices_of_the_whole_listing(engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(verdicts.insert(), _random_verdicts(seed=11, jobs=40))
+    for sort in ("wasted", "util", "duration", "start"):
+        whole = low_util_jobs(engine, LowUtilFilters(sort=sort, limit=None), now=T0)
+        assert len({j.raw_job_id for j in whole}) == len(whole) > 7
+        for offset in (0, 3, len(whole) - 2):
+            page = low_util_page(engine, LowUtilFilters(sort=sort, limit=5), now=T0, offset=offset)
+            assert page.total == len(whole)
+            assert [j.raw_job_id for j in page.jobs] == [j.raw_job_id for j in whole[offset : offset + 5]]
+        beyond = low_util_page(engine, LowUtilFilters(sort=sort, limit=5), now=T0, offset=len(whole) + 10)
+        assert (beyond.jobs, beyond.total) == ([], len(whole))
+    by_waste = low_util_jobs(engine, LowUtilFilters(limit=None), now=T0)
+    wasted = [j.gpu_hours_wasted or 0.0 for j in by_waste]
+    assert wasted == sorted(wasted, reverse=True)
+
+
+def test_evidence_and_other_causes_only_when_asked(engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(verdicts.insert(), _random_verdicts(seed=3, jobs=30))
+        evaluations = group_evaluations([verdict_of(r) for r in conn.execute(latest_select()).mappings()])
+    plain = low_util_jobs(engine, LowUtilFilters(limit=None), now=T0)
+    full = low_util_jobs(engine, LowUtilFilters(limit=None), now=T0, evidence=True)
+    assert [j.raw_job_id for j in plain] == [j.raw_job_id for j in full]
+    assert all(j.others == () for j in plain)
+    for job in full:
+        want = evaluations[job.raw_job_id].waste
+        assert (job.verdict, *job.others) == want
+    assert any(j.others for j in full)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(verdicts)).scalar_one() > 30
