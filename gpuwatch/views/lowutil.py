@@ -115,12 +115,13 @@ class LowUtilJob(JobIdentity):
 
 
 def _run_seconds_sql(conn: sa.Connection, now: datetime) -> sa.ColumnElement[Any]:
-    """:func:`run_seconds` in SQL (0 where the start is unknown), for sorting by duration."""
+    """:func:`run_seconds` in SQL (0 where the start is unknown or after ``now``), for sorting by
+    duration."""
     j = slurm_jobs.c
     start, end, at = epoch_seconds(conn, j.start_at), epoch_seconds(conn, j.end_at), int(now.timestamp())
     running = sa.or_(j.state.is_(None), j.state.not_in(sorted(TERMINAL_STATES)), j.end_at.is_(None))
     stop = sa.case((running, at), (end > at, at), else_=end)
-    return sa.case((j.start_at.is_(None), 0), else_=stop - start)
+    return sa.case((j.start_at.is_(None), 0), (stop < start, 0), else_=stop - start)
 
 
 def _order(conn: sa.Connection, sort: str, shown: Any, now: datetime) -> tuple[Any, ...]:
@@ -199,13 +200,11 @@ def _page(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset: int, ev
         query = query.where(sa.or_(j.state.is_(None), j.state.in_(HOLDING_STATES)))
     query = query.order_by(*_order(conn, f.sort, shown.c, now)).offset(offset or None).limit(f.limit)
     rows = conn.execute(query).mappings().all()
-    if rows:
-        total = rows[0]["total"]
-    else:
-        total = conn.execute(
-            sa.select(sa.func.count()).select_from(query.limit(None).offset(None).subquery())
-        )
-        total = int(total.scalar_one())
+    if rows or not offset:
+        total = int(rows[0]["total"]) if rows else 0
+    else:  # a page past the end: the listing is counted apart
+        counted = sa.select(sa.func.count()).select_from(query.limit(None).offset(None).subquery())
+        total = int(conn.execute(counted).scalar_one())
     others: dict[str, Evaluation] = {}
     if evidence:
         ids = [r["job_id"] for r in rows]

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.sql.schema import verdicts
+from gpuwatch.sql.schema import slurm_jobs, verdicts
 from gpuwatch.views import LowUtilFilters, low_util_jobs, low_util_page
 from gpuwatch.views.evaluations import group_evaluations, latest_select, shown_select, verdict_of
 
@@ -69,21 +69,61 @@ def test_shown_select_picks_what_evaluation_picks(engine) -> None:
             assert got == want, cause
 
 
+def _random_slurm_jobs(seed: int, jobs: int) -> list[dict]:
+    """Slurm facts for most of the jobs: running, ended, ended after ``T0``, starting after
+    ``T0`` or never started, with ties in start time."""
+    rnd = random.Random(seed)
+    rows = []
+    for n in range(jobs):
+        if rnd.random() < 0.15:
+            continue  # known only from its verdicts
+        start = None if rnd.random() < 0.1 else T0 + timedelta(minutes=rnd.choice((-600, -300, -90, -90, 5)))
+        state = rnd.choice(("RUNNING", "COMPLETED", "FAILED", None))
+        end = (
+            None
+            if start is None or state in ("RUNNING", None)
+            else start + timedelta(minutes=rnd.choice((30, 700)))
+        )
+        rows.append(
+            {
+                "job_id": str(1000 + n),
+                "source": "squeue",
+                "state": state,
+                "start_at": start,
+                "end_at": end,
+                "first_seen_at": T0,
+                "updated_at": T0,
+            }
+        )
+    return rows
+
+
+#: the order each sort promises, in Python over what the listing returns (ties by job id)
+PROMISED = {
+    "wasted": lambda j: (-(j.gpu_hours_wasted or 0.0), j.raw_job_id),
+    "util": lambda j: (j.mean_util_ratio is None, j.mean_util_ratio or 0.0, j.raw_job_id),
+    "duration": lambda j: (-(j.duration_s or 0), j.raw_job_id),
+    "start": lambda j: (j.start_at is None, -(j.start_at.timestamp() if j.start_at else 0), j.raw_job_id),
+}
+
+
 def test_pages_are_slices_of_the_whole_listing(engine) -> None:
     with engine.begin() as conn:
         conn.execute(verdicts.insert(), _random_verdicts(seed=11, jobs=40))
+        conn.execute(slurm_jobs.insert(), _random_slurm_jobs(seed=11, jobs=40))
     for sort in ("wasted", "util", "duration", "start"):
         whole = low_util_jobs(engine, LowUtilFilters(sort=sort, limit=None), now=T0)
         assert len({j.raw_job_id for j in whole}) == len(whole) > 7
+        assert whole == sorted(whole, key=PROMISED[sort]), sort
+        assert len({j.duration_s for j in whole}) > 3 and any(j.start_at is None for j in whole)
         for offset in (0, 3, len(whole) - 2):
             page = low_util_page(engine, LowUtilFilters(sort=sort, limit=5), now=T0, offset=offset)
             assert page.total == len(whole)
             assert [j.raw_job_id for j in page.jobs] == [j.raw_job_id for j in whole[offset : offset + 5]]
         beyond = low_util_page(engine, LowUtilFilters(sort=sort, limit=5), now=T0, offset=len(whole) + 10)
         assert (beyond.jobs, beyond.total) == ([], len(whole))
-    by_waste = low_util_jobs(engine, LowUtilFilters(limit=None), now=T0)
-    wasted = [j.gpu_hours_wasted or 0.0 for j in by_waste]
-    assert wasted == sorted(wasted, reverse=True)
+    empty = low_util_page(engine, LowUtilFilters(user="nobody", limit=5), now=T0)
+    assert (empty.jobs, empty.total) == ([], 0)
 
 
 def test_evidence_and_other_causes_only_when_asked(engine) -> None:
