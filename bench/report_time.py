@@ -13,6 +13,13 @@ Sums the job-hours as the rollup pass does (and prints what that costs per hour)
 1,000 node-days, from which a month of a 1,000-node cluster (30,000 node-days) is extrapolated
 linearly: job-hours, verdicts and jobs grow with node-days; the minutes read at a period's
 edges grow with nodes only, so the extrapolation overstates them for long periods.
+
+``--hours-only`` measures a month of a large cluster itself instead of extrapolating: it fills
+what the report reads for whole hours as the rollup pass and the triggers on ``verdicts`` leave
+it (``job_hours``; ``verdict_hours``, a recent-window pick per job-hour and each job's
+whole-job verdict through the triggers), and minutes and recent verdicts in the first and last
+hour only (what a period 30 minutes past the hours reads raw). E.g. ``--nodes 1000 --days 30
+--hours-only``: 30,000 jobs, 720,000 job-hours, as many verdict-hours.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -79,6 +86,36 @@ FILL = [
 ]
 
 
+#: ``--hours-only``: whole hours as the rollup pass and the triggers leave them; minutes and
+#: recent verdicts in the first and last hour (``:edge``) only
+HOURS = [
+    FILL[0],
+    FILL[1],
+    FILL[2].replace(
+        "WHERE n.name LIKE 'bench%'",
+        "WHERE n.name LIKE 'bench%' AND (m < :start + :edge OR m >= :end - :edge)",
+    ),
+    FILL[3].replace(
+        "WHERE n.name LIKE 'bench%'",
+        "WHERE n.name LIKE 'bench%' AND (m < :start + :edge OR m >= :end - :edge)",
+    ),
+    """INSERT INTO job_hours (job_id, hour, gpu_minutes, util_gpu_ratio_sum, util_gpu_ratio_n, energy_joules,
+                             energy_power_samples, energy_samples, cpu_used_cores, cpu_allocated_cores,
+                             memory_used_bytes_max, memory_limit_bytes)
+       SELECT j.job_id, h, 60 * :gpus, 360 * :gpus * random(), 360 * :gpus, 60 * :gpus * 24500.0, 0,
+              360 * :gpus,
+              60 * 64 * random(), 60 * 64, (100 * 2^30 * random())::bigint, 512 * 2^30
+       FROM slurm_jobs j, generate_series(j.start_at, j.end_at - interval '1 hour', interval '1 hour') h""",
+    """INSERT INTO rollup_state (name, done_until) VALUES ('job_hours', :end)""",
+    """INSERT INTO verdict_hours (job_id, hour, cause, recent_id, recent_wasted)
+       SELECT j.job_id, h, 'input_bound', 0, 8 / 6.0 * random()
+       FROM slurm_jobs j, generate_series(j.start_at, j.end_at - interval '1 hour', interval '1 hour') h
+       WHERE h >= :start + :edge AND h < :end - :edge""",
+    FILL[4] + " WHERE t < :start + :edge OR t >= :end - :edge",
+    FILL[5],
+]
+
+
 def timed(fn: Callable[[], object], repeat: int) -> float:
     fn()  # warm-up: the first read pulls pages from disk into the cache
     times = []
@@ -89,6 +126,22 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+def sum_job_hours(engine: sa.Engine, end: datetime, days: int, nodes: int) -> None:
+    """What the rollup pass does once an hour, for every hour, and what that costs."""
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        written = job_hours.advance(conn, end + job_hours.SETTLE)
+    took = time.perf_counter() - t0
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE job_hours"))
+    per_hour = took / (24 * days)
+    at_scale = per_hour * 1000 / nodes
+    print(
+        f"job_hours: {written:,} job-hours summed in {took:.1f} s, {per_hour:.3f} s per hour of "
+        f"{nodes} nodes (the rollup pass's hourly cost; ~{at_scale:.1f} s at 1,000 nodes)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=50)
@@ -96,6 +149,9 @@ def main() -> int:
     ap.add_argument("--days", type=int, default=7)
     ap.add_argument("--verdict-every-min", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--hours-only", action="store_true", help="whole hours summed already; minutes at the edges"
+    )
     args = ap.parse_args()
     name, _url, engine = fresh_db()
     try:
@@ -109,33 +165,31 @@ def main() -> int:
             "days": args.days,
             "gpus": args.gpus,
             "every": args.verdict_every_min,
+            "edge": timedelta(hours=1),
         }
         t0 = time.perf_counter()
         with engine.begin() as conn:
-            for statement in FILL:
+            for statement in HOURS if args.hours_only else FILL:
                 conn.execute(sa.text(statement), params)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(sa.text("VACUUM ANALYZE"))
             counts = {
                 table: conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
-                for table in ("slurm_jobs", "gpu_minutes", "job_minutes", "verdicts")
+                for table in (
+                    "slurm_jobs",
+                    "gpu_minutes",
+                    "job_minutes",
+                    "verdicts",
+                    "job_hours",
+                    "verdict_hours",
+                )
             }
         print(
             f"filled in {time.perf_counter() - t0:.0f} s: "
             + ", ".join(f"{k} {v:,}" for k, v in counts.items())
         )
-        t0 = time.perf_counter()
-        with engine.begin() as conn:  # what the rollup pass does once an hour, for every hour
-            written = job_hours.advance(conn, end + job_hours.SETTLE)
-        took = time.perf_counter() - t0
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("VACUUM ANALYZE job_hours"))
-        per_hour = took / (24 * args.days)
-        at_scale = per_hour * 1000 / args.nodes
-        print(
-            f"job_hours: {written:,} job-hours summed in {took:.1f} s, {per_hour:.3f} s per hour of "
-            f"{args.nodes} nodes (the rollup pass's hourly cost; ~{at_scale:.1f} s at 1,000 nodes)"
-        )
+        if not args.hours_only:
+            sum_job_hours(engine, end, args.days, args.nodes)
         parts = {
             "usage_report by user": lambda: usage_report(engine, GroupBy.USER, start, end),
             "usage_report, 30 min past the hours": lambda: usage_report(

@@ -522,6 +522,25 @@ verdicts = sa.Table(
 sa.Index("ix_verdicts_job_evaluated", verdicts.c.job_id, verdicts.c.evaluated_at)
 sa.Index("ix_verdicts_evaluated_cause", verdicts.c.evaluated_at, verdicts.c.cause)
 
+#: per (job, hour of evaluation, cause), the verdicts a period's waste count picks from that
+#: hour alone: the latest whole-job verdict and the recent/segment verdict with the most wasted
+#: GPU-hours (each with its id, the newest on ties). Kept by triggers on ``verdicts`` (migration
+#: 0019) for the verdicts that name waste, so a report over weeks reads a row per job-hour, not
+#: a row per evaluation: picking over hours gives what picking over the verdicts would
+verdict_hours = sa.Table(
+    "verdict_hours",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("hour", UtcDateTime, primary_key=True),
+    sa.Column("cause", sa.String(32), primary_key=True),
+    sa.Column("whole_at", UtcDateTime, nullable=True),
+    _i("whole_id"),
+    _d("whole_wasted"),
+    _i("recent_id"),
+    _d("recent_wasted"),
+)
+sa.Index("ix_verdict_hours_hour", verdict_hours.c.hour)
+
 #: each job's newest evaluation time, and whether it found waste, kept by triggers on
 #: ``verdicts`` (migrations 0010, 0017): the listing and the job page find a job's latest
 #: verdicts by this and the (job, time) index, without a pass over the verdict history, and a

@@ -1,7 +1,8 @@
 """Who wastes GPU-hours, by user, account or partition, over a period: ``gpuwatch report``.
 
 A job counts in a period for the part of its run inside it: GPU-hours allocated are its GPUs
-times that overlap (``slurm_jobs``: start, end or now, GPUs). GPU-hours wasted are what
+times that overlap (``slurm_jobs``: start, end or now, GPUs), a MIG instance counted as its share
+of the card (Slurm counts it as one GPU). GPU-hours wasted are what
 :func:`gpuwatch.views.waste_in_period` counts from the verdicts evaluated in the period (the
 same figures the digests send): a job's largest cause (two causes of one job describe the same
 GPU-hours), capped at what it held in the period, and credited to that cause. The top cause
@@ -23,7 +24,8 @@ from enum import Enum
 import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import PRIORITY, Cause
-from gpuwatch.sql.schema import slurm_jobs
+from gpuwatch.sql.jobs import CHUNK
+from gpuwatch.sql.schema import gpus, job_gpus, nodes, slurm_jobs
 from gpuwatch.views.advice import Advice, right_sizing
 from gpuwatch.views.energy import JOULES_PER_KWH
 from gpuwatch.views.period import JobInPeriod, jobs_in_period
@@ -265,7 +267,7 @@ def _wasted_by_job(
     causes: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     if job_ids == []:
         return {}
-    for w in waste_in_period(engine, start, end, job_ids):
+    for w in waste_in_period(engine, start, end, job_ids, fixes=False):
         causes[w.job_id][w.cause] += w.gpu_hours_wasted
     out = {}
     for job_id, by_cause in causes.items():
@@ -335,17 +337,46 @@ def _allocated(
         query = query.where(group_col.is_(None) if group == UNKNOWN else group_col == group)
     out: dict[str, _Held] = {}
     with engine.connect() as conn:
-        for r in conn.execute(query):
+        rows = conn.execute(query).all()
+        shares = _card_shares(conn)
+        for r in rows:
             held_from = max(r.start_at, start)
             held_to = min(r.end_at or end, end)
             hours = max(0.0, (held_to - held_from).total_seconds()) / 3600
             billing = (r.tres or {}).get("billing")
             out[r.job_id] = _Held(
                 r.grp or UNKNOWN,
-                r.gpus * hours,
+                r.gpus * shares.get(r.job_id, 1.0) * hours,
                 None if billing is None else float(billing) * hours,
                 r if r.end_at is not None and r.end_at <= end else None,
             )
+    return out
+
+
+def _card_shares(conn: sa.Connection) -> dict[str, float]:
+    """job id -> the mean share of a card of the GPUs it held, for jobs that held a MIG instance
+    (a 1g slice of seven counts 1/7, a whole GPU 1): Slurm counts each instance as one GPU."""
+    jg, g, n = job_gpus.c, gpus.c, nodes.c
+    instances = (
+        sa.select(jg.job_id, sa.func.sum(g.card_fraction_ratio), sa.func.count())
+        .select_from(
+            job_gpus.join(nodes, n.name == jg.node).join(
+                gpus, sa.and_(g.node_id == n.id, g.gpu_index == jg.gpu_index)
+            )
+        )
+        .where(g.card_fraction_ratio.is_not(None))
+        .group_by(jg.job_id)
+    )
+    mig = {job: (float(cards), count) for job, cards, count in conn.execute(instances)}
+    out: dict[str, float] = {}
+    ids = sorted(mig)
+    for i in range(0, len(ids), CHUNK):
+        held = (
+            sa.select(jg.job_id, sa.func.count()).where(jg.job_id.in_(ids[i : i + CHUNK])).group_by(jg.job_id)
+        )
+        for job, total in conn.execute(held):
+            cards, count = mig[job]
+            out[job] = (cards + (total - count)) / total
     return out
 
 

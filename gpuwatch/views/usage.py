@@ -10,13 +10,14 @@ summary and the verdicts rest on the same numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.classify.features import JobScope, window_features
+from gpuwatch.classify.features import JobScope, WindowFeatures, window_features
 from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql.schema import gpu_minutes, gpus
 
@@ -110,7 +111,7 @@ def job_usage(
         elapsed_s=elapsed_s,
         time_limit_s=int(slurm["time_limit_s"]) if slurm is not None and slurm["time_limit_s"] else None,
         gpus=gpus,
-        gpu_hours_allocated=None if elapsed_s is None else round(gpus * elapsed_s / 3600, 4),
+        gpu_hours_allocated=None if elapsed_s is None else round(_cards(f, gpus) * elapsed_s / 3600, 4),
         gpu_efficiency=None if f is None else f.util_mean,
         sm_active=None if f is None else f.sm_active,
         idle_gpus=() if f is None else f.idle_gpus,
@@ -124,6 +125,15 @@ def job_usage(
         measured_minutes=0 if f is None else max((g.minutes for g in f.gpus), default=0),
         input_gap_share=None if f is None else f.gap_fraction,
     )
+
+
+def _cards(f: WindowFeatures | None, gpus: int) -> float:
+    """Whole cards' worth of the ``gpus`` held: a MIG instance counts its share of the card (a 1g
+    slice of seven, 1/7), a whole GPU 1, as the verdicts' GPU-hours count them."""
+    if f is None or not f.gpus:
+        return float(gpus)
+    shares = [1.0 if g.card_fraction is None else g.card_fraction for g in f.gpus]
+    return math.fsum(shares) + max(0, gpus - len(shares))
 
 
 def site_gpu_models(conn: sa.Connection) -> list[tuple[str, int | None]]:

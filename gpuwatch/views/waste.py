@@ -9,14 +9,16 @@ window :func:`gpuwatch.views.low_util_jobs` shows too — else the largest
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.job_hours import ceil_hour, floor_hour
 from gpuwatch.sql.jobs import CHUNK
-from gpuwatch.sql.schema import slurm_jobs, verdicts
+from gpuwatch.sql.schema import slurm_jobs, verdict_hours, verdicts
 from gpuwatch.views.evaluations import HEALTHY
 
 
@@ -32,67 +34,160 @@ class JobWaste:
 
 
 def waste_in_period(
-    engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
+    engine: sa.Engine,
+    start: datetime,
+    end: datetime,
+    job_ids: Sequence[str] | None = None,
+    fixes: bool = True,
 ) -> list[JobWaste]:
     """One row per (job, cause) with waste in verdicts evaluated in ``[start, end)``; only of
     ``job_ids`` when given (one user's page reads its own jobs' verdicts, not everyone's).
+    ``fixes=False`` leaves each row's ``fix`` None and skips reading the texts (the report
+    counts hours only).
 
-    The choice is made in SQL (two grouped passes over the period's verdicts), so what comes
-    back is a row per (job, cause), not a row per evaluation."""
+    The whole hours of the period are read from ``verdict_hours`` (each hour's picks, kept by
+    triggers on ``verdicts``), the part of an hour at either end from the verdicts themselves;
+    both picks are maxima, so taking them per hour and then over the hours gives what taking
+    them over the verdicts would."""
     if job_ids is None:
-        return _waste(engine, start, end, ())
+        return _waste(engine, start, end, None, fixes)
     out: list[JobWaste] = []
     ids = sorted(set(job_ids))
     for i in range(0, len(ids), CHUNK):
-        out += _waste(engine, start, end, (verdicts.c.job_id.in_(ids[i : i + CHUNK]),))
+        out += _waste(engine, start, end, ids[i : i + CHUNK], fixes)
     return out
 
 
+@dataclass(frozen=True)
+class _Pick:
+    """A candidate for a (job, cause)'s counted verdict: a whole-job one beats any recent one;
+    between two of a kind the larger ``order`` wins (whole: time, id; recent: wasted, id)."""
+
+    job_id: str
+    cause: str
+    whole: bool
+    order: tuple[Any, int]
+    gpu_hours_wasted: float
+    verdict_id: int
+
+
 def _waste(
-    engine: sa.Engine, start: datetime, end: datetime, only: tuple[sa.ColumnElement, ...]
+    engine: sa.Engine, start: datetime, end: datetime, job_ids: list[str] | None, fixes: bool
 ) -> list[JobWaste]:
-    v = verdicts.c
-    wasted = (v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0)
-    wasted += only
-    whole = v.window_kind == "job"
-    latest = (
-        sa.select(v.job_id, v.cause, sa.func.max(v.evaluated_at).label("pick"))
-        .where(*wasted, whole)
-        .group_by(v.job_id, v.cause)
-        .subquery()
-    )
-    largest = (
-        sa.select(v.job_id, v.cause, sa.func.max(v.gpu_hours_wasted).label("pick"))
-        .where(*wasted, sa.not_(whole))
-        .group_by(v.job_id, v.cause)
-        .subquery()
-    )
-    best: dict[tuple[str, str], sa.Row] = {}
+    first, last = ceil_hour(start), floor_hour(end)
+    best: dict[tuple[str, str], _Pick] = {}
     with engine.connect() as conn:
-        # recent windows first: a whole-job verdict of the same (job, cause) replaces them
-        for picked, column, condition in (
-            (largest, v.gpu_hours_wasted, sa.not_(whole)),
-            (latest, v.evaluated_at, whole),
-        ):
-            query = (
-                sa.select(v.job_id, v.cause, v.gpu_hours_wasted, v.fix, v.id, v.window_kind)
-                .join(
-                    picked,
-                    sa.and_(v.job_id == picked.c.job_id, v.cause == picked.c.cause, column == picked.c.pick),
-                )
-                .where(*wasted, condition)
-                .order_by(v.id)  # ties: the newest row
-            )
-            for r in conn.execute(query):
-                key = (r.job_id, r.cause)
-                old = best.get(key)
-                if old is None or old.window_kind != "job" or r.window_kind == "job":
-                    best[key] = r
+        spans = [(start, end)]
+        if first < last:
+            spans = [(start, first), (last, end)]
+            _take(best, _hour_picks(conn, first, last, job_ids))
+        for s, e in spans:
+            if s < e:
+                _take(best, _verdict_picks(conn, s, e, job_ids))
+        texts = _fixes(conn, [p.verdict_id for p in best.values()]) if fixes else {}
         jobs = _job_facts(conn, sorted({job for job, _ in best}))
     return [
-        JobWaste(r.job_id, *jobs.get(r.job_id, (None, None, None)), r.cause, float(r.gpu_hours_wasted), r.fix)
-        for r in best.values()
+        JobWaste(
+            p.job_id,
+            *jobs.get(p.job_id, (None, None, None)),
+            p.cause,
+            float(p.gpu_hours_wasted),
+            texts.get(p.verdict_id),
+        )
+        for p in best.values()
     ]
+
+
+def _take(best: dict[tuple[str, str], _Pick], picks: Iterable[_Pick]) -> None:
+    for p in picks:
+        key = (p.job_id, p.cause)
+        old = best.get(key)
+        if old is None or (p.whole, p.order) > (old.whole, old.order):
+            best[key] = p
+
+
+def _verdict_picks(
+    conn: sa.Connection, start: datetime, end: datetime, job_ids: list[str] | None
+) -> Iterator[_Pick]:
+    """Each (job, cause)'s picks among the verdicts of ``[start, end)``: the latest whole-job
+    one, the recent one with most waste (ties: every tied row; :func:`_take` keeps the newest)."""
+    v = verdicts.c
+    wasted = [v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0]
+    if job_ids is not None:
+        wasted.append(v.job_id.in_(job_ids))
+    whole = v.window_kind == "job"
+    for condition, column in ((whole, v.evaluated_at), (sa.not_(whole), v.gpu_hours_wasted)):
+        picked = (
+            sa.select(v.job_id, v.cause, sa.func.max(column).label("pick"))
+            .where(*wasted, condition)
+            .group_by(v.job_id, v.cause)
+            .subquery()
+        )
+        query = (
+            sa.select(v.job_id, v.cause, v.evaluated_at, v.gpu_hours_wasted, v.id)
+            .join(
+                picked,
+                sa.and_(v.job_id == picked.c.job_id, v.cause == picked.c.cause, column == picked.c.pick),
+            )
+            .where(*wasted, condition)
+        )
+        is_whole = condition is whole
+        for r in conn.execute(query):
+            order = (r.evaluated_at, r.id) if is_whole else (r.gpu_hours_wasted, r.id)
+            yield _Pick(r.job_id, r.cause, is_whole, order, r.gpu_hours_wasted, r.id)
+
+
+def _hour_picks(
+    conn: sa.Connection, first: datetime, last: datetime, job_ids: list[str] | None
+) -> Iterator[_Pick]:
+    """The same picks over the whole hours ``[first, last)``, from ``verdict_hours``: per (job,
+    cause) the hour with the latest whole-job pick, else the hour(s) with the most recent waste."""
+    h = verdict_hours.c
+    span = [h.hour >= first, h.hour < last]
+    if job_ids is not None:
+        span.append(h.job_id.in_(job_ids))
+    top = (
+        sa.select(
+            h.job_id,
+            h.cause,
+            sa.func.max(h.whole_at).label("whole_at"),
+            sa.func.max(h.recent_wasted).label("recent_wasted"),
+        )
+        .where(*span)
+        .group_by(h.job_id, h.cause)
+        .subquery()
+    )
+    query = (
+        sa.select(h.job_id, h.cause, h.whole_at, h.whole_id, h.whole_wasted, h.recent_id, h.recent_wasted)
+        .join(
+            top,
+            sa.and_(
+                h.job_id == top.c.job_id,
+                h.cause == top.c.cause,
+                sa.or_(
+                    h.whole_at == top.c.whole_at,
+                    sa.and_(top.c.whole_at.is_(None), h.recent_wasted == top.c.recent_wasted),
+                ),
+            ),
+        )
+        .where(*span)
+    )
+    for r in conn.execute(query):
+        if r.whole_id is not None:
+            yield _Pick(r.job_id, r.cause, True, (r.whole_at, r.whole_id), r.whole_wasted, r.whole_id)
+        if r.recent_id is not None:
+            yield _Pick(
+                r.job_id, r.cause, False, (r.recent_wasted, r.recent_id), r.recent_wasted, r.recent_id
+            )
+
+
+def _fixes(conn: sa.Connection, verdict_ids: list[int]) -> dict[int, str | None]:
+    v = verdicts.c
+    out: dict[int, str | None] = {}
+    for i in range(0, len(verdict_ids), CHUNK):
+        chunk = verdict_ids[i : i + CHUNK]
+        out.update(conn.execute(sa.select(v.id, v.fix).where(v.id.in_(chunk))).all())
+    return out
 
 
 def _job_facts(

@@ -275,3 +275,39 @@ def test_one_groups_row_read_from_its_own_jobs_equals_the_full_reports(filled) -
                 row
             ]
     assert usage_report(filled, GroupBy.USER, *WEEK, group="nobody") == []
+
+
+def test_a_mig_instance_counts_its_share_of_the_card(engine) -> None:  # type: ignore[no-untyped-def]
+    """Slurm counts a MIG slice as one GPU; the report counts it as the share of the card it is
+    (``gpus.card_fraction_ratio``), as the verdicts' GPU-hours do: a 2g slice of seven for 7 h
+    holds 2 GPU-hours, a whole GPU beside it 7. A job that held a slice and a whole card counts
+    their mean share per GPU Slurm gave it."""
+    from gpuwatch.sql.nodes import create_token, get_node
+    from gpuwatch.sql.schema import gpus, job_gpus
+
+    create_token(engine, "mig1")
+    with engine.connect() as conn:
+        node = get_node(conn, "mig1")
+    start, end = T0 + timedelta(days=1), T0 + timedelta(days=1, hours=7)
+
+    def gpu(index: int, fraction: float | None) -> dict:
+        return {"node_id": node.id, "gpu_index": index, "card_fraction_ratio": fraction,
+                "first_seen_at": start, "last_seen_at": end}  # fmt: skip
+
+    with engine.begin() as conn:
+        conn.execute(gpus.insert(), [gpu(0, None), gpu(1011, 2 / 7), gpu(1012, 1 / 7)])
+        conn.execute(
+            slurm_jobs.insert(),
+            [job("m1", "mia", 1, start, end), job("w1", "wes", 1, start, end), job("x1", "xav", 2, start, end)],
+        )
+        conn.execute(
+            job_gpus.insert(),
+            [
+                {"job_id": "m1", "node": "mig1", "gpu_index": 1011},
+                {"job_id": "w1", "node": "mig1", "gpu_index": 0},
+                {"job_id": "x1", "node": "mig1", "gpu_index": 1012},
+                {"job_id": "x1", "node": "mig1", "gpu_index": 0},
+            ],
+        )
+    rows = {r.group: r.gpu_hours for r in usage_report(engine, GroupBy.USER, *WEEK)}
+    assert rows == {"mia": pytest.approx(2.0, abs=1e-4), "wes": 7.0, "xav": pytest.approx(8.0, abs=1e-4)}

@@ -1,0 +1,169 @@
+"""Each hour's verdict picks (``verdict_hours``), kept by triggers on ``verdicts`` on both
+databases, and the waste of a period read through them: equal to picking over the verdicts
+themselves, for periods on and off the hour, after inserts in any order, ties, deletes of
+picked rows and evaluations stored anew; filled from stored verdicts by the migration."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import sqlalchemy as sa
+
+from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.schema import verdict_hours, verdicts
+from gpuwatch.views import waste_in_period
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+CAUSES = ("healthy", "idle_allocation", "input_bound", "small_work")
+KINDS = ("job", "recent", "segment")
+
+
+def _verdict(job: str, at: datetime, kind: str, cause: str, wasted: float | None, fix: str = "f") -> dict:
+    return {
+        "job_id": job, "evaluated_at": at, "window_kind": kind,
+        "window_start": at - timedelta(minutes=10), "window_end": at, "cause": cause, "confidence": 0.8,
+        "gpu_hours_wasted": wasted, "summary": "s", "fix": fix, "evidence": {}, "rules_version": "t",
+    }  # fmt: skip
+
+
+def _random_verdicts(rng: random.Random, n: int) -> list[dict]:
+    rows = []
+    for i in range(n):
+        at = T0 + timedelta(minutes=rng.randrange(0, 5 * 60, 2))  # five hours, every 2 minutes
+        wasted = rng.choice([None, 0.0, 0.25, 0.5, 0.5, 1.0, rng.random()])  # ties on purpose
+        rows.append(
+            _verdict(f"j{rng.randrange(6)}", at, rng.choice(KINDS), rng.choice(CAUSES), wasted, f"fix {i}")
+        )
+    return rows
+
+
+def _expected(rows: list[dict], start: datetime, end: datetime, job_ids: set[str] | None = None) -> dict:
+    """The rule, over the verdicts: per (job, cause) the latest whole-job verdict of the period,
+    else the recent/segment one with most waste; the newest row (highest id) on ties."""
+    best: dict[tuple[str, str], tuple] = {}
+    for r in rows:
+        if (
+            not (start <= r["evaluated_at"] < end)
+            or r["cause"] == "healthy"
+            or not (r["gpu_hours_wasted"] or 0) > 0
+        ):
+            continue
+        if job_ids is not None and r["job_id"] not in job_ids:
+            continue
+        whole = r["window_kind"] == "job"
+        rank = (whole, (r["evaluated_at"] if whole else r["gpu_hours_wasted"]), r["id"])
+        key = (r["job_id"], r["cause"])
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, r["gpu_hours_wasted"], r["fix"])
+    return {key: (wasted, fix) for key, (_, wasted, fix) in best.items()}
+
+
+def _got(engine: sa.Engine, start: datetime, end: datetime, job_ids: list[str] | None = None) -> dict:
+    return {
+        (w.job_id, w.cause): (w.gpu_hours_wasted, w.fix) for w in waste_in_period(engine, start, end, job_ids)
+    }
+
+
+def _stored(engine: sa.Engine) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.select(verdicts).order_by(verdicts.c.id)).mappings()]
+
+
+def _periods(rng: random.Random) -> list[tuple[datetime, datetime]]:
+    on_hour = [(T0, T0 + timedelta(hours=5)), (T0 + timedelta(hours=1), T0 + timedelta(hours=3))]
+    inside = [(T0 + timedelta(minutes=10), T0 + timedelta(minutes=50))]
+    ragged = []
+    for _ in range(8):
+        a, b = sorted(rng.sample(range(0, 5 * 60 + 1), 2))
+        ragged.append((T0 + timedelta(minutes=a), T0 + timedelta(minutes=b)))
+    return on_hour + inside + ragged
+
+
+def test_periods_read_through_the_hours_equal_the_pick_over_the_verdicts(engine) -> None:  # type: ignore[no-untyped-def]
+    rng = random.Random(19)
+    rows = _random_verdicts(rng, 400)
+    with engine.begin() as conn:
+        for i in range(0, len(rows), 50):  # batches in random time order, as import and the classifier write
+            conn.execute(verdicts.insert(), rows[i : i + 50])
+    stored = _stored(engine)
+    assert len(stored) == 400
+    for start, end in _periods(rng):
+        assert _got(engine, start, end) == _expected(stored, start, end), (start, end)
+    some = {"j1", "j4"}
+    assert _got(engine, T0 + timedelta(minutes=30), T0 + timedelta(hours=4), sorted(some)) == _expected(
+        stored, T0 + timedelta(minutes=30), T0 + timedelta(hours=4), some
+    )
+
+    with engine.begin() as conn:  # delete picked rows (and others): the hours pick again
+        picked = conn.execute(sa.select(verdict_hours.c.whole_id, verdict_hours.c.recent_id)).all()
+        gone = {i for pair in picked for i in pair if i is not None and rng.random() < 0.5}
+        gone |= {r["id"] for r in stored if rng.random() < 0.2}
+        conn.execute(verdicts.delete().where(verdicts.c.id.in_(sorted(gone))))
+        # an evaluation stored anew: its rows deleted and written again (new ids), as the runner does
+        again = stored[-1]
+        conn.execute(
+            verdicts.delete().where(
+                verdicts.c.job_id == again["job_id"], verdicts.c.evaluated_at == again["evaluated_at"]
+            )
+        )
+        conn.execute(
+            verdicts.insert(), [_verdict(again["job_id"], again["evaluated_at"], "job", "input_bound", 9.0)]
+        )
+        conn.execute(verdicts.delete().where(verdicts.c.job_id == "j0"))  # a whole job's verdicts
+    stored = _stored(engine)
+    assert not any(r["job_id"] == "j0" for r in stored)
+    for start, end in _periods(rng):
+        assert _got(engine, start, end) == _expected(stored, start, end), (start, end)
+
+
+def test_healthy_and_wasteless_verdicts_leave_no_row(engine) -> None:  # type: ignore[no-untyped-def]
+    with engine.begin() as conn:
+        conn.execute(
+            verdicts.insert(),
+            [
+                _verdict("a", T0, "job", "healthy", 2.0),
+                _verdict("a", T0, "recent", "input_bound", 0.0),
+                _verdict("a", T0, "recent", "small_work", None),
+            ],
+        )
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(verdict_hours)).scalar_one() == 0
+
+
+def test_the_hours_hold_utc_hours_whatever_the_session_time_zone(pg_url) -> None:  # type: ignore[no-untyped-def]
+    """A verdict at 12:40 UTC belongs to the 12:00 UTC hour even where the session's zone is 30
+    minutes off UTC (PostgreSQL truncates ``timestamptz`` in the session's zone)."""
+    engine = create_engine(pg_url + "?options=-c%20timezone%3DAsia%2FKolkata")
+    try:
+        migrate.upgrade(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                verdicts.insert(), [_verdict("a", T0 + timedelta(minutes=40), "recent", "input_bound", 1.0)]
+            )
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(verdict_hours.c.hour)).scalar_one() == T0
+    finally:
+        engine.dispose()
+
+
+def test_the_migration_fills_it_from_stored_verdicts(db_url) -> None:  # type: ignore[no-untyped-def]
+    engine = create_engine(db_url)
+    try:
+        migrate.upgrade(engine)
+        rng = random.Random(7)
+        with engine.begin() as conn:
+            conn.execute(verdicts.insert(), _random_verdicts(rng, 200))
+        with engine.connect() as conn:
+            kept = sorted(tuple(r) for r in conn.execute(sa.select(verdict_hours)).all())
+        migrate.downgrade(engine, "0018")
+        assert "verdict_hours" not in sa.inspect(engine).get_table_names()
+        migrate.upgrade(engine)  # filled again from the verdicts: the same rows the triggers kept
+        with engine.connect() as conn:
+            assert sorted(tuple(r) for r in conn.execute(sa.select(verdict_hours)).all()) == kept
+        stored = _stored(engine)
+        start, end = T0 + timedelta(minutes=17), T0 + timedelta(hours=4, minutes=3)
+        assert _got(engine, start, end) == _expected(stored, start, end)
+    finally:
+        engine.dispose()
