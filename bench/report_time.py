@@ -25,6 +25,8 @@ hour only (what a period 30 minutes past the hours reads raw). E.g. ``--nodes 10
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -39,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.ingest import drop_db, fresh_db
 from gpuwatch.clock import utcnow
 from gpuwatch.sql import job_hours
+from gpuwatch.sql.buckets import as_utc
+from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.views import GroupBy, usage_report, waste_in_period
@@ -152,44 +156,27 @@ def main() -> int:
     ap.add_argument(
         "--hours-only", action="store_true", help="whole hours summed already; minutes at the edges"
     )
+    ap.add_argument(
+        "--db", help="time the report on this database (one this bench kept) instead of a new one"
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the generated database (its URL is printed)")
+    ap.add_argument("--profile", action="store_true", help="also print cProfile's top of one report by user")
     args = ap.parse_args()
-    name, _url, engine = fresh_db()
+    if args.db:
+        name, engine = None, create_engine(args.db)
+        with engine.connect() as conn:
+            start, end = (
+                as_utc(conn, t)
+                for t in conn.execute(sa.text("SELECT min(start_at), max(end_at) FROM slurm_jobs")).one()
+            )
+            args.nodes = conn.execute(sa.text("SELECT count(*) FROM nodes")).scalar_one()
+        args.days = round((end - start) / timedelta(days=1))
+    else:
+        name, url, engine = fresh_db()
+        start, end = fill(engine, args)
+        if args.keep:
+            print(f"kept: --db {url}")
     try:
-        for n in range(args.nodes):
-            create_token(engine, f"bench{n:04d}")
-        end = floor_minute(utcnow()).replace(hour=0, minute=0)
-        start = end - timedelta(days=args.days)
-        params = {
-            "start": start,
-            "end": end,
-            "days": args.days,
-            "gpus": args.gpus,
-            "every": args.verdict_every_min,
-            "edge": timedelta(hours=1),
-        }
-        t0 = time.perf_counter()
-        with engine.begin() as conn:
-            for statement in HOURS if args.hours_only else FILL:
-                conn.execute(sa.text(statement), params)
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("VACUUM ANALYZE"))
-            counts = {
-                table: conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
-                for table in (
-                    "slurm_jobs",
-                    "gpu_minutes",
-                    "job_minutes",
-                    "verdicts",
-                    "job_hours",
-                    "verdict_hours",
-                )
-            }
-        print(
-            f"filled in {time.perf_counter() - t0:.0f} s: "
-            + ", ".join(f"{k} {v:,}" for k, v in counts.items())
-        )
-        if not args.hours_only:
-            sum_job_hours(engine, end, args.days, args.nodes)
         parts = {
             "usage_report by user": lambda: usage_report(engine, GroupBy.USER, start, end),
             "usage_report, 30 min past the hours": lambda: usage_report(
@@ -208,10 +195,45 @@ def main() -> int:
                 f"GPUs; {per_thousand:.3f} s per 1,000 node-days; a month of 1,000 nodes: "
                 f"~{per_thousand * MONTH_NODE_DAYS / 1000:,.1f} s"
             )
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.runcall(usage_report, engine, GroupBy.USER, start, end)
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
     finally:
         engine.dispose()
-        drop_db(name)
+        if name is not None and not args.keep:
+            drop_db(name)
     return 0
+
+
+def fill(engine: sa.Engine, args: argparse.Namespace) -> tuple[datetime, datetime]:
+    """Nodes, jobs, minutes and verdicts as the module says; the period they span."""
+    for n in range(args.nodes):
+        create_token(engine, f"bench{n:04d}")
+    end = floor_minute(utcnow()).replace(hour=0, minute=0)
+    start = end - timedelta(days=args.days)
+    params = {
+        "start": start,
+        "end": end,
+        "days": args.days,
+        "gpus": args.gpus,
+        "every": args.verdict_every_min,
+        "edge": timedelta(hours=1),
+    }
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        for statement in HOURS if args.hours_only else FILL:
+            conn.execute(sa.text(statement), params)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE"))
+        tables = ("slurm_jobs", "gpu_minutes", "job_minutes", "verdicts", "job_hours", "verdict_hours")
+        counts = {t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in tables}
+    print(
+        f"filled in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{k} {v:,}" for k, v in counts.items())
+    )
+    if not args.hours_only:
+        sum_job_hours(engine, end, args.days, args.nodes)
+    return start, end
 
 
 if __name__ == "__main__":

@@ -79,12 +79,15 @@ def jobs_in_period(
 
 def _add(totals: dict[str, dict[str, Any]], rows: Iterable[sa.RowMapping]) -> None:
     for r in rows:
-        t = totals.setdefault(r["job_id"], {})
+        t = totals.get(r["job_id"])
+        if t is None:  # most jobs come from one scan: their row is their sums
+            totals[r["job_id"]] = {key: value for key, value in r.items() if value is not None}
+            continue
         for key in _SUMMED:
-            if key in r and r[key] is not None:
+            if r.get(key) is not None:
                 t[key] = t.get(key, 0) + r[key]
         for key in _PEAKS:
-            if key in r and r[key] is not None:
+            if r.get(key) is not None:
                 t[key] = max(t.get(key, 0), r[key])
 
 

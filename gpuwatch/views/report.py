@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
+from typing import NamedTuple
 
 import sqlalchemy as sa
 
@@ -30,7 +31,7 @@ from gpuwatch.views.advice import Advice, right_sizing
 from gpuwatch.views.energy import JOULES_PER_KWH
 from gpuwatch.views.period import JobInPeriod, jobs_in_period
 from gpuwatch.views.usage import JobUsage
-from gpuwatch.views.waste import waste_in_period
+from gpuwatch.views.waste import wasted_gpu_hours
 
 
 class GroupBy(str, Enum):
@@ -113,8 +114,7 @@ class _Group:
     advised: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Held:
+class _Held(NamedTuple):
     """One job's part of the period: its group, GPU-hours and billing-hours inside it."""
 
     group: str
@@ -264,11 +264,9 @@ def _wasted_by_job(
     """job id -> (the cause its waste is credited to, GPU-hours): its largest cause; two causes
     of one job (idle and CPU-only, say) describe the same GPU-hours, as in the digests. Only
     ``job_ids`` when given."""
-    causes: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     if job_ids == []:
         return {}
-    for w in waste_in_period(engine, start, end, job_ids, fixes=False):
-        causes[w.job_id][w.cause] += w.gpu_hours_wasted
+    causes = wasted_gpu_hours(engine, start, end, job_ids)
     out = {}
     for job_id, by_cause in causes.items():
         lead = max(by_cause, key=lambda cause: (by_cause[cause], -_specific(cause)))
@@ -326,7 +324,7 @@ def _allocated(
         j.gpus,
         j.start_at,
         j.end_at,
-        j.tres,
+        j.tres["billing"].as_float().label("billing"),
         j.state,
         j.time_limit_s,
         j.cpus,
@@ -343,7 +341,7 @@ def _allocated(
             held_from = max(r.start_at, start)
             held_to = min(r.end_at or end, end)
             hours = max(0.0, (held_to - held_from).total_seconds()) / 3600
-            billing = (r.tres or {}).get("billing")
+            billing = r.billing
             out[r.job_id] = _Held(
                 r.grp or UNKNOWN,
                 r.gpus * shares.get(r.job_id, 1.0) * hours,

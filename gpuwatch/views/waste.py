@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -34,32 +34,51 @@ class JobWaste:
 
 
 def waste_in_period(
-    engine: sa.Engine,
-    start: datetime,
-    end: datetime,
-    job_ids: Sequence[str] | None = None,
-    fixes: bool = True,
+    engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
 ) -> list[JobWaste]:
-    """One row per (job, cause) with waste in verdicts evaluated in ``[start, end)``; only of
-    ``job_ids`` when given (one user's page reads its own jobs' verdicts, not everyone's).
-    ``fixes=False`` leaves each row's ``fix`` None and skips reading the texts (the report
-    counts hours only).
-
-    The whole hours of the period are read from ``verdict_hours`` (each hour's picks, kept by
-    triggers on ``verdicts``), the part of an hour at either end from the verdicts themselves;
-    both picks are maxima, so taking them per hour and then over the hours gives what taking
-    them over the verdicts would."""
-    if job_ids is None:
-        return _waste(engine, start, end, None, fixes)
+    """One row per (job, cause) with waste in verdicts evaluated in ``[start, end)``, with the
+    job's name, user and account and the picked verdict's fix; only of ``job_ids`` when given
+    (one user's page reads its own jobs' verdicts, not everyone's)."""
     out: list[JobWaste] = []
-    ids = sorted(set(job_ids))
-    for i in range(0, len(ids), CHUNK):
-        out += _waste(engine, start, end, ids[i : i + CHUNK], fixes)
+    with engine.connect() as conn:
+        for chunk in _chunks(job_ids):
+            best = _picks(conn, start, end, chunk)
+            texts = _fixes(conn, [p.verdict_id for p in best.values()])
+            jobs = _job_facts(conn, sorted({job for job, _ in best}))
+            out += [
+                JobWaste(
+                    p.job_id,
+                    *jobs.get(p.job_id, (None, None, None)),
+                    p.cause,
+                    float(p.gpu_hours_wasted),
+                    texts.get(p.verdict_id),
+                )
+                for p in best.values()
+            ]
     return out
 
 
-@dataclass(frozen=True)
-class _Pick:
+def wasted_gpu_hours(
+    engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """job id -> cause -> GPU-hours wasted, counted as :func:`waste_in_period` counts them, without
+    the job facts and fixes (a report over a month counts hours only)."""
+    out: dict[str, dict[str, float]] = {}
+    with engine.connect() as conn:
+        for chunk in _chunks(job_ids):
+            for (job_id, cause), p in _picks(conn, start, end, chunk).items():
+                out.setdefault(job_id, {})[cause] = float(p.gpu_hours_wasted)
+    return out
+
+
+def _chunks(job_ids: Sequence[str] | None) -> list[list[str] | None]:
+    if job_ids is None:
+        return [None]
+    ids = sorted(set(job_ids))
+    return [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
+
+
+class _Pick(NamedTuple):
     """A candidate for a (job, cause)'s counted verdict: a whole-job one beats any recent one;
     between two of a kind the larger ``order`` wins (whole: time, id; recent: wasted, id)."""
 
@@ -71,31 +90,23 @@ class _Pick:
     verdict_id: int
 
 
-def _waste(
-    engine: sa.Engine, start: datetime, end: datetime, job_ids: list[str] | None, fixes: bool
-) -> list[JobWaste]:
+def _picks(
+    conn: sa.Connection, start: datetime, end: datetime, job_ids: list[str] | None
+) -> dict[tuple[str, str], _Pick]:
+    """(job, cause) -> its counted verdict in ``[start, end)``. The whole hours of the period are
+    read from ``verdict_hours`` (each hour's picks, kept by triggers on ``verdicts``), the part of
+    an hour at either end from the verdicts themselves; both picks are maxima, so taking them per
+    hour and then over the hours gives what taking them over the verdicts would."""
     first, last = ceil_hour(start), floor_hour(end)
     best: dict[tuple[str, str], _Pick] = {}
-    with engine.connect() as conn:
-        spans = [(start, end)]
-        if first < last:
-            spans = [(start, first), (last, end)]
-            _take(best, _hour_picks(conn, first, last, job_ids))
-        for s, e in spans:
-            if s < e:
-                _take(best, _verdict_picks(conn, s, e, job_ids))
-        texts = _fixes(conn, [p.verdict_id for p in best.values()]) if fixes else {}
-        jobs = _job_facts(conn, sorted({job for job, _ in best}))
-    return [
-        JobWaste(
-            p.job_id,
-            *jobs.get(p.job_id, (None, None, None)),
-            p.cause,
-            float(p.gpu_hours_wasted),
-            texts.get(p.verdict_id),
-        )
-        for p in best.values()
-    ]
+    spans = [(start, end)]
+    if first < last:
+        spans = [(start, first), (last, end)]
+        _take(best, _hour_picks(conn, first, last, job_ids))
+    for s, e in spans:
+        if s < e:
+            _take(best, _verdict_picks(conn, s, e, job_ids))
+    return best
 
 
 def _take(best: dict[tuple[str, str], _Pick], picks: Iterable[_Pick]) -> None:
@@ -172,13 +183,15 @@ def _hour_picks(
         )
         .where(*span)
     )
-    for r in conn.execute(query):
-        if r.whole_id is not None:
-            yield _Pick(r.job_id, r.cause, True, (r.whole_at, r.whole_id), r.whole_wasted, r.whole_id)
-        if r.recent_id is not None:
-            yield _Pick(
-                r.job_id, r.cause, False, (r.recent_wasted, r.recent_id), r.recent_wasted, r.recent_id
-            )
+    # a row joined by its whole-job pick stands for it (a whole-job verdict beats any recent
+    # one); where the (job, cause) has none in the span, rows joined by the most recent waste
+    for job_id, cause, whole_at, whole_id, whole_wasted, recent_id, recent_wasted in conn.execute(
+        query
+    ).all():
+        if whole_id is not None:
+            yield _Pick(job_id, cause, True, (whole_at, whole_id), whole_wasted, whole_id)
+        else:
+            yield _Pick(job_id, cause, False, (recent_wasted, recent_id), recent_wasted, recent_id)
 
 
 def _fixes(conn: sa.Connection, verdict_ids: list[int]) -> dict[int, str | None]:
