@@ -72,6 +72,7 @@ from gpuwatch.collectors.gpu_backend import (
     MigDevice,
     clamp_ratio,
     mean_or_none,
+    mig_index,
     poll_means,
     reduce_xids,
     sample_identity,
@@ -104,17 +105,6 @@ GPM_METRICS: tuple[tuple[str, str, float], ...] = (
     ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bytes_per_s", float(_MIB)),
     ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_bytes_per_s", float(_MIB)),
 )
-#: a MIG device's wire gpu_index: MIG_INDEX_BASE + MIG_INDEX_STRIDE x card index + slot
-MIG_INDEX_BASE = 1000
-MIG_INDEX_STRIDE = 10
-
-
-def mig_index(card_index: int, slot: int) -> int:
-    """The ``gpu_index`` a MIG device is sent under: 1000 + 10 x card index + slot (a card has
-    at most 7 slots on A100/H100/H200), clear of every card's own NVML index."""
-    return MIG_INDEX_BASE + MIG_INDEX_STRIDE * card_index + slot
-
-
 #: per-process utilization, newest API first; both report "no samples" as an error value
 _PROCESS_UTIL_CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 _KNOWN_REASON_BITS = sum(bit for bit, _ in CLOCKS_EVENT_REASONS)
