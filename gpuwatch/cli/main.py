@@ -411,6 +411,7 @@ NODE_COLUMNS = [
     ("last_seen_at", "last seen (UTC)"),
     ("agent_version", "agent"),
     ("gpus", "GPUs"),
+    ("mig_instances", "MIG instances"),
     ("batches", "batches"),
     ("samples_window", "samples"),
     ("gpu_samples_window", "GPU samples"),

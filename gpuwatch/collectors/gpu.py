@@ -85,6 +85,7 @@ def make_backend(config: GpuConfig, *, interval_s: float) -> GpuBackend | None:
             model=config.sim_model,
             poll_interval_s=config.poll_interval_s,
             interval_s=interval_s,
+            mig=config.sim_mig,
         )
     if config.backend is GpuBackendKind.WORKLOAD:
         # simulated GPUs following a live `gpuwatch workload --activity-file` stream (no torch)

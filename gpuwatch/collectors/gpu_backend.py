@@ -45,6 +45,17 @@ CLOCKS_EVENT_REASONS: tuple[tuple[int, str], ...] = (
 _REASON_RANK = {name: rank for rank, (_, name) in enumerate(CLOCKS_EVENT_REASONS)}
 
 
+#: a MIG device's wire gpu_index: MIG_INDEX_BASE + MIG_INDEX_STRIDE x card index + slot
+MIG_INDEX_BASE = 1000
+MIG_INDEX_STRIDE = 10
+
+
+def mig_index(card_index: int, slot: int) -> int:
+    """The ``gpu_index`` a MIG device is sent under: 1000 + 10 x card index + slot (a card has
+    at most 7 slots on A100/H100/H200), clear of every card's own NVML index."""
+    return MIG_INDEX_BASE + MIG_INDEX_STRIDE * card_index + slot
+
+
 class GpuBackendUnavailable(RuntimeError):
     """The backend cannot start on this host: no NVML library, no driver, or no device."""
 
@@ -97,6 +108,27 @@ class MigDevice:
     memory_used_bytes: int | None
     memory_total_bytes: int | None
     multiprocessor_count: int | None
+
+
+def mig_devices_of(samples: Sequence[GpuSample]) -> list[MigDevice]:
+    """The MIG layout that one :meth:`GpuBackend.sample` result carries: a device per MIG
+    instance sample (one with ``parent_gpu_index``), its slot read back from its wire index
+    (:func:`mig_index`). For backends that hold no NVML handles (simulated, replay)."""
+    return [
+        MigDevice(
+            gpu_index=s.parent_gpu_index,
+            parent_uuid=s.parent_uuid,
+            mig_index=s.gpu_index - mig_index(s.parent_gpu_index, 0),
+            uuid=s.uuid,
+            gpu_instance_id=s.mig_gpu_instance_id,
+            compute_instance_id=s.mig_compute_instance_id,
+            memory_used_bytes=s.memory_used_bytes,
+            memory_total_bytes=s.memory_total_bytes,
+            multiprocessor_count=None,
+        )
+        for s in samples
+        if s.parent_gpu_index is not None
+    ]
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,14 @@ and ``gr_engine_active_ratio`` is the signal that stands in for it. The card in 
 still sampled (power, temperature, clocks, energy, ECC, XIDs) with its process list left out
 (None): its processes are its instances'.
 
-Not covered yet: per-process GPM, NVLink error counters, row remapping, vGPU, MIG mode
-changes without a restart. See ``docs/gpu.md``.
+A MIG mode switched on or off is seen without a restart: each card's mode is read again every
+:data:`MIG_RECHECK_SAMPLES` samples, and at the next sample after an NVML answer that hints at
+a change (listing a MIG device fails; utilization turns NotSupported); then the card's learnt
+"not supported" calls and its instances' GPM buffers are forgotten. Instances created or
+destroyed in MIG mode are seen at once (the slots are walked every sample); an instance under a
+GPU instance id another had before starts its GPM over.
+
+Not covered yet: per-process GPM, NVLink error counters, row remapping, vGPU. See ``docs/gpu.md``.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ from gpuwatch.collectors.gpu_backend import (
     MigDevice,
     clamp_ratio,
     mean_or_none,
+    mig_index,
     poll_means,
     reduce_xids,
     sample_identity,
@@ -104,17 +111,6 @@ GPM_METRICS: tuple[tuple[str, str, float], ...] = (
     ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bytes_per_s", float(_MIB)),
     ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_bytes_per_s", float(_MIB)),
 )
-#: a MIG device's wire gpu_index: MIG_INDEX_BASE + MIG_INDEX_STRIDE x card index + slot
-MIG_INDEX_BASE = 1000
-MIG_INDEX_STRIDE = 10
-
-
-def mig_index(card_index: int, slot: int) -> int:
-    """The ``gpu_index`` a MIG device is sent under: 1000 + 10 x card index + slot (a card has
-    at most 7 slots on A100/H100/H200), clear of every card's own NVML index."""
-    return MIG_INDEX_BASE + MIG_INDEX_STRIDE * card_index + slot
-
-
 #: per-process utilization, newest API first; both report "no samples" as an error value
 _PROCESS_UTIL_CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 _KNOWN_REASON_BITS = sum(bit for bit, _ in CLOCKS_EVENT_REASONS)
@@ -193,6 +189,16 @@ class _Device:
     mig_layout: tuple[tuple[int, str | None], ...] = ()
     #: GPU instance id -> its two GPM MIG sample buffers
     mig_gpm: dict[int, _Gpm] = field(default_factory=dict)
+    #: GPU instance id -> the MIG UUID its GPM buffers were sampled on
+    mig_gpm_uuid: dict[int, str | None] = field(default_factory=dict)
+    #: read the MIG mode again at the next sample (an NVML answer hinted that it changed)
+    mig_recheck: bool = False
+
+
+#: every this many samples each card's MIG mode is read again (``nvmlDeviceGetMigMode``,
+#: ~140 us on an H200), so a mode switched on or off is seen without an agent restart: 5 min
+#: at the default 10 s interval; an NVML answer that hints at a change rechecks sooner
+MIG_RECHECK_SAMPLES = 30
 
 
 class NvmlBackend(GpuBackend, DevicePoller):
@@ -216,9 +222,12 @@ class NvmlBackend(GpuBackend, DevicePoller):
         clock: Callable[[], float] = time.monotonic,
         watch_events: bool = True,
         event_wait_ms: int = DEFAULT_WAIT_MS,
+        mig_recheck_samples: int = MIG_RECHECK_SAMPLES,
     ) -> None:
         self._nvml = pynvml if nvml is None else nvml
         self.poll_interval_s = poll_interval_s
+        self.mig_recheck_samples = max(1, mig_recheck_samples)
+        self._samples = 0
         self._clock = clock
         nv = self._nvml
         self._not_supported = (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound)
@@ -259,6 +268,8 @@ class NvmlBackend(GpuBackend, DevicePoller):
         except self._not_supported:
             dev.unsupported.add(key)
             log.debug("GPU %d: %s not supported; not asking again", dev.index, key)
+            if key == "nvmlDeviceGetUtilizationRates" and dev.mig_slots is None:
+                dev.mig_recheck = True  # what a card answers once MIG mode is switched on
             return None
         except self._lost_errors as exc:
             raise DeviceLost(f"{key}: {exc}") from exc
@@ -350,6 +361,30 @@ class NvmlBackend(GpuBackend, DevicePoller):
             return
         dev.mig_slots = self._call(dev, "nvmlDeviceGetMaxMigDeviceCount") or 0
 
+    def _recheck_mig(self, dev: _Device) -> None:
+        """Read the MIG mode again; when it changed, forget what the card said it does not
+        support (utilization, processes: a card in MIG mode refuses what it answers whole) and
+        the instances' GPM buffers, so the next samples read the card as it is now."""
+        dev.mig_recheck = False
+        was = dev.mig_slots is not None
+        self._open_mig(dev)
+        if (dev.mig_slots is not None) == was:
+            return
+        log.info(
+            "GPU %d (%s): MIG mode now %s", dev.index, dev.uuid, "on" if dev.mig_slots is not None else "off"
+        )
+        dev.unsupported = set()
+        dev.mig_layout = ()
+        for gi in list(dev.mig_gpm):
+            self._drop_mig_gpm(dev, gi)
+
+    def _drop_mig_gpm(self, dev: _Device, gpu_instance_id: int) -> None:
+        """Free one GPU instance's GPM buffers (it is gone, or another instance has its id)."""
+        gpm = dev.mig_gpm.pop(gpu_instance_id, None)
+        dev.mig_gpm_uuid.pop(gpu_instance_id, None)
+        for buffer in gpm.buffers if gpm is not None else ():
+            self._free_quietly(dev, buffer)
+
     # -- polling ------------------------------------------------------------------------
 
     def _answers(self, dev: _Device) -> bool:
@@ -382,6 +417,10 @@ class NvmlBackend(GpuBackend, DevicePoller):
         at = self._clock()
         interval_s = max(0.0, at - self._last_sample_at)
         self._last_sample_at = at
+        self._samples += 1
+        if self._samples % self.mig_recheck_samples == 0:
+            for dev in self._devices:
+                dev.mig_recheck = True
         mig: list[MigDevice] = []
         instances: list[GpuSample] = []
         samples = [self._sample_device(dev, now, interval_s, mig, instances) for dev in self._devices]
@@ -411,6 +450,8 @@ class NvmlBackend(GpuBackend, DevicePoller):
                 self._open(dev)
                 if dev.handle is None:
                     raise DeviceLost("no handle")
+            if dev.mig_recheck:
+                self._recheck_mig(dev)
             if not polls:  # poller off, or the GPU was lost until now: read once here
                 polls = [self._read_cheap(dev)]
             fields = self._read_interval(dev, now, interval_s)
@@ -574,6 +615,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
             except self._lost_errors as exc:
                 raise DeviceLost(f"nvmlDeviceGetMigDeviceHandleByIndex: {exc}") from exc
             except nv.NVMLError as exc:
+                dev.mig_recheck = True  # e.g. InvalidArgument: MIG mode was switched off
                 if ("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)) not in dev.logged:
                     dev.logged.add(("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)))
                     log.warning("GPU %d: nvmlDeviceGetMigDeviceHandleByIndex(%d): %s", dev.index, slot, exc)
@@ -582,6 +624,9 @@ class NvmlBackend(GpuBackend, DevicePoller):
         layout = tuple((m.mig_index, m.uuid) for m, _ in found)
         if layout != dev.mig_layout:
             dev.mig_layout = layout
+            present = {m.gpu_instance_id for m, _ in found}
+            for gi in [gi for gi in dev.mig_gpm if gi not in present]:  # destroyed instances
+                self._drop_mig_gpm(dev, gi)
             log.info(
                 "GPU %d (%s) in MIG mode: %d MIG device(s): %s",
                 dev.index,
@@ -624,7 +669,12 @@ class NvmlBackend(GpuBackend, DevicePoller):
             memory_total_bytes=None if memory is None else int(memory.total),
             multiprocessor_count=None if attributes is None else int(attributes.multiprocessorCount),
         )
-        gpm = {} if gpu_instance_id is None else self._mig_gpm_metrics(dev, int(gpu_instance_id))
+        if (
+            gpu_instance_id is not None
+            and dev.mig_gpm_uuid.get(int(gpu_instance_id), device.uuid) != device.uuid
+        ):
+            self._drop_mig_gpm(dev, int(gpu_instance_id))  # a new instance under an old id: start over
+        gpm = {} if gpu_instance_id is None else self._mig_gpm_metrics(dev, int(gpu_instance_id), device.uuid)
         sample = GpuSample(
             ts=now,
             gpu_index=mig_index(dev.index, slot),
@@ -671,7 +721,9 @@ class NvmlBackend(GpuBackend, DevicePoller):
             for p in procs
         ]
 
-    def _mig_gpm_metrics(self, dev: _Device, gpu_instance_id: int) -> dict[str, float | None]:
+    def _mig_gpm_metrics(
+        self, dev: _Device, gpu_instance_id: int, uuid: str | None
+    ) -> dict[str, float | None]:
         """GPM metrics of one GPU instance (``nvmlGpmMigSampleGet`` on the card with the GPU
         instance id): the first call only takes the starting sample."""
         if not dev.gpm_supported or "nvmlGpmMigSampleGet" in dev.unsupported:
@@ -681,6 +733,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
             gpm = self._new_gpm(dev, "nvmlGpmMigSampleGet", gpu_instance_id)
             if gpm is not None:
                 dev.mig_gpm[gpu_instance_id] = gpm
+                dev.mig_gpm_uuid[gpu_instance_id] = uuid
             return {}
         return self._gpm_between(dev, gpm, "nvmlGpmMigSampleGet", gpu_instance_id)
 

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO
 
-from gpuwatch.collectors.gpu_backend import GpuBackend, MigDevice
+from gpuwatch.collectors.gpu_backend import GpuBackend, MigDevice, mig_devices_of
 from gpuwatch.wire import GpuSample
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class ReplayBackend(GpuBackend):
         self._anchor: datetime | None = None
         self._shift = timedelta(0)
         self._ended_logged = False
+        self._mig_seen: list[MigDevice] = []
         first, last = self.records[0][0], self.records[-1][0]
         spacing = (last - first) / (len(self.records) - 1) if len(self.records) > 1 else timedelta(seconds=1)
         #: how far each loop moves time on: the recording's span plus one mean spacing
@@ -177,7 +178,12 @@ class ReplayBackend(GpuBackend):
         _, samples = self.records[self._position]
         self._position += 1
         offset = self._anchor - self.records[0][0] + self._shift
+        self._mig_seen = mig_devices_of(samples)
         return [_restamp(sample, offset) for sample in samples]
+
+    def mig_devices(self) -> list[MigDevice]:
+        """The MIG instances the latest replayed line holds (recorded as samples of their own)."""
+        return list(self._mig_seen)
 
 
 def _restamp(sample: GpuSample, offset: timedelta) -> GpuSample:

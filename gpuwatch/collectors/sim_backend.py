@@ -26,6 +26,16 @@ The model applies NVML's semantics, so code written against it works on real car
 
 Scenarios live in :data:`SCENARIOS` (name -> :class:`Scenario`), so a new one is one entry.
 A scenario spec string names a default and per-GPU overrides: ``"training,gpu7=idle"``.
+
+MIG (off unless ``mig`` names cards; config ``gpu.sim_mig``, spec
+``"gpu1=1g:training+1g:idle+2g"``): a card in MIG mode is sampled as the NVML backend
+samples one — its own sample keeps power, clocks, temperature and energy (driven by its
+instances' activity, each weighted by its share) and has no utilization, GPM field or process
+list — and each instance is a sample of its own under :func:`mig_index` (1000 + 10 x card +
+slot) with a ``MIG-`` UUID, its card, GPU/compute instance ids (slot + 1, 0),
+``card_fraction_ratio`` = slices / 7, its share of the card's memory, its processes, and GPM
+activity with ``gr_engine_active_ratio`` standing in for utilization (None on a card without
+GPM, as on an A100). An instance runs its own scenario, by default its card's.
 """
 
 from __future__ import annotations
@@ -35,14 +45,17 @@ import math
 import struct
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 
 from gpuwatch.collectors.gpu_backend import (
     GpuBackend,
+    MigDevice,
     clamp_ratio,
     mean_or_none,
+    mig_devices_of,
+    mig_index,
     order_reasons,
     reduce_xids,
     util_stats,
@@ -358,6 +371,68 @@ def parse_scenario_spec(spec: str) -> tuple[str, dict[int, str]]:
     return default, overrides
 
 
+#: MIG slots of a card (A100, H100, H200): a 1g instance is 1/7 of it
+MIG_SLOTS = 7
+
+
+@dataclass(frozen=True)
+class SimMig:
+    """One simulated MIG instance: its slice count (1 for 1g, ... 7 for 7g) and scenario
+    (None: its card's)."""
+
+    slices: int
+    scenario: str | Scenario | None = None
+
+
+def parse_mig_spec(spec: str) -> dict[int, list[SimMig]]:
+    """``"gpu1=1g:training+1g:idle+2g,gpu3=7g"`` -> card -> its instances, in slot order.
+
+    Each instance is ``<slices>g`` with an optional ``:<scenario>``; an empty spec is no MIG.
+    """
+    out: dict[int, list[SimMig]] = {}
+    for part in (piece.strip() for piece in spec.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key.startswith("gpu") or not key[3:].isdigit():
+            raise ValueError(f"MIG spec {spec!r}: {part!r} is not gpuN=<slices>g[:scenario]+...")
+        instances = []
+        for item in value.split("+"):
+            size, _, scenario = item.strip().partition(":")
+            if not size.endswith("g") or not size[:-1].isdigit():
+                raise ValueError(f"MIG spec {spec!r}: {item!r} is not <slices>g[:scenario]")
+            instances.append(SimMig(int(size[:-1]), scenario.strip() or None))
+        out[int(key[3:])] = instances
+    return out
+
+
+class _SplitCard(Scenario):
+    """A card in MIG mode: what its instances do, each weighted by its share of the card (so
+    its power and temperature follow them); never lost while its instances run."""
+
+    def __init__(self, parts: Sequence[tuple[Scenario, float]]) -> None:
+        self.parts = tuple(parts)
+
+    def at(self, t: float) -> Activity:
+        found = [(activity, weight) for scenario, weight in self.parts if (activity := scenario.at(t))]
+        mixed: dict[str, object] = {}
+        for f in fields(Activity):
+            values = [(getattr(a, f.name), w) for a, w in found]
+            if f.name == "throttle_reasons":
+                mixed[f.name] = tuple(sorted({r for reasons, _ in values for r in reasons}))
+            elif f.name == "processes":
+                mixed[f.name] = sum(int(v) for v, _ in values)
+            elif f.name == "sm_clock":
+                mixed[f.name] = max((float(v) for v, _ in values), default=IDLE.sm_clock)
+            elif f.name != "temperature_celsius":
+                mixed[f.name] = math.fsum(float(v) * w for v, w in values)
+        return Activity(**mixed)  # type: ignore[arg-type]
+
+    def xids_between(self, t0: float, t1: float) -> list[int]:
+        return [code for scenario, _ in self.parts for code in scenario.xids_between(t0, t1)]
+
+
 def _lookup(scenario: str | Scenario) -> Scenario:
     if isinstance(scenario, Scenario):
         return scenario
@@ -427,6 +502,7 @@ class SimulatedBackend(GpuBackend):
         interval_s: float = 10.0,
         start: datetime | None = None,
         power_cap_watts: float | None = None,
+        mig: str | Mapping[int, Sequence[SimMig]] | None = None,
     ) -> None:
         if poll_interval_s <= 0 or interval_s <= 0:
             raise ValueError("poll_interval_s and interval_s must be positive")
@@ -449,6 +525,22 @@ class SimulatedBackend(GpuBackend):
         if bad:
             raise ValueError(f"scenario override for GPU(s) {bad}, but only {gpus} simulated GPUs")
         self.scenarios = [_lookup(per_gpu[index]) if index in per_gpu else base for index in range(gpus)]
+        layout = parse_mig_spec(mig) if isinstance(mig, str) else dict(mig or {})
+        bad = sorted(card for card in layout if not 0 <= card < gpus)
+        if bad:
+            raise ValueError(f"MIG layout for GPU(s) {bad}, but only {gpus} simulated GPUs")
+        #: card -> its instances' (slot, slices, scenario)
+        self.mig: dict[int, list[tuple[int, int, Scenario]]] = {}
+        for card, instances in sorted(layout.items()):
+            if sum(i.slices for i in instances) > MIG_SLOTS or any(i.slices < 1 for i in instances):
+                raise ValueError(f"MIG layout of GPU {card}: slices must be 1..{MIG_SLOTS} in all")
+            own = self.scenarios[card]
+            self.mig[card] = [
+                (slot, i.slices, own if i.scenario is None else _lookup(i.scenario))
+                for slot, i in enumerate(instances)
+            ]
+            self.scenarios[card] = _SplitCard([(sc, n / MIG_SLOTS) for _, n, sc in self.mig[card]])
+        self._mig_seen: list[MigDevice] = []
         self._last_t: float | None = None
         # signed energy integral over the poll grid, per GPU: _energy_pos[g][k] = S(k), k >= 0
         self._energy_pos: list[list[float]] = [[0.0] for _ in range(gpus)]
@@ -490,9 +582,12 @@ class SimulatedBackend(GpuBackend):
         watts = model.power_idle_watts + span * (activity.power + 0.02 * self._jitter(gpu, k, _CH_POWER))
         return round(1000 * min(self.power_limit_watts, max(0.9 * model.power_idle_watts, watts)))
 
-    def _poll(self, gpu: int, k: int) -> _Poll | None:
-        """The reading NVML would give at poll ``k``; None when the GPU is lost then."""
-        activity = self.scenarios[gpu].at(k * self.poll_interval_s)
+    def _poll(self, gpu: int, k: int, scenario: Scenario | None = None) -> _Poll | None:
+        """The reading NVML would give at poll ``k``; None when the GPU is lost then.
+
+        ``scenario`` is a MIG instance's (``gpu`` then its wire index, which keys its noise).
+        """
+        activity = (scenario or self.scenarios[gpu]).at(k * self.poll_interval_s)
         if activity is None:
             return None
         model = self.model
@@ -574,7 +669,62 @@ class SimulatedBackend(GpuBackend):
         t1 = self._virtual(now)
         t0 = t1 - self.interval_s if self._last_t is None else self._last_t
         self._last_t = t1
-        return [self._sample_gpu(gpu, now, t0, t1) for gpu in range(len(self.scenarios))]
+        out = [self._sample_gpu(gpu, now, t0, t1) for gpu in range(len(self.scenarios))]
+        for card, instances in self.mig.items():
+            out.extend(
+                self._sample_mig(card, slot, n, scenario, now, t0, t1) for slot, n, scenario in instances
+            )
+        self._mig_seen = mig_devices_of(out)
+        return out
+
+    def mig_devices(self) -> list[MigDevice]:
+        return list(self._mig_seen)
+
+    def _sample_mig(
+        self, card: int, slot: int, slices: int, scenario: Scenario, now: datetime, t0: float, t1: float
+    ) -> GpuSample:
+        """One MIG instance of ``card``, as the NVML backend reports one (module doc)."""
+        index = mig_index(card, slot)
+        model = self.model
+        gib = round(model.memory_total_bytes * slices / MIG_SLOTS / 2**30)
+        identity = {
+            "ts": now,
+            "gpu_index": index,
+            "uuid": "MIG-" + self._uuid(index)[4:],
+            "name": f"{model.name} MIG {slices}g.{gib}gb",
+            "interval_s": max(0.0, t1 - t0),
+            "simulated": True,
+            "parent_gpu_index": card,
+            "parent_uuid": self._uuid(card),
+            "mig_gpu_instance_id": slot + 1,
+            "mig_compute_instance_id": 0,
+            "card_fraction_ratio": slices / MIG_SLOTS,
+        }
+        end = scenario.at(t1)
+        if end is None:
+            return GpuSample(**identity, state="lost")
+        first, last = self._grid(t0) + 1, self._grid(t1)
+        polls = [p for k in range(first, last + 1) if (p := self._poll(index, k, scenario)) is not None]
+        if not polls:
+            polls = [p] if (p := self._poll(index, last, scenario)) is not None else []
+        total = (model.memory_total_bytes - model.memory_reserved_bytes) * slices // MIG_SLOTS
+        used = 0
+        if end.memory_used > 0:
+            noisy = total * end.memory_used * (1.0 + 0.002 * self._jitter(index, last, _CH_MEM))
+            used = min(total, max(0, round(noisy)))
+        gpm: dict[str, float | None] = {}
+        for attr, field in _GPM_FIELDS:
+            gpm[field] = None if not model.has_gpm else mean_or_none(p.gpm[attr] for p in polls if p.gpm)
+        # GPM GRAPHICS_UTIL: the engine-busy share NVML utilization would have given
+        engine = mean_or_none(p.util_gpu_pct / 100 for p in polls) if model.has_gpm else None
+        return GpuSample(
+            **identity,
+            memory_used_bytes=used,
+            memory_total_bytes=total,
+            gr_engine_active_ratio=engine,
+            processes=self._processes(index, end, used, engine, polls),
+            **gpm,
+        )
 
     def _sample_gpu(self, gpu: int, now: datetime, t0: float, t1: float) -> GpuSample:
         scenario = self.scenarios[gpu]
@@ -606,10 +756,14 @@ class SimulatedBackend(GpuBackend):
         gpm: dict[str, float | None] = {}
         for attr, field in _GPM_FIELDS:
             gpm[field] = None if not model.has_gpm else mean_or_none(p.gpm[attr] for p in polls if p.gpm)
+        split = gpu in self.mig
+        if split:  # in MIG mode: utilization not supported, activity and processes are the instances'
+            gpm = dict.fromkeys(gpm)
+            stats = replace(stats, mean=None, idle_fraction=None, stddev=None)
         return GpuSample(
             **identity,
             util_gpu_ratio=stats.mean,
-            util_memory_ratio=mean_or_none(p.util_memory_pct / 100 for p in polls),
+            util_memory_ratio=None if split else mean_or_none(p.util_memory_pct / 100 for p in polls),
             util_gpu_idle_fraction_ratio=stats.idle_fraction,
             util_gpu_stddev_ratio=stats.stddev,
             memory_used_bytes=used,
@@ -632,7 +786,7 @@ class SimulatedBackend(GpuBackend):
             ecc_corrected_errors=0,
             ecc_uncorrected_errors=0,
             xid_errors=xids,
-            processes=self._processes(gpu, end, used, stats.mean, polls),
+            processes=None if split else self._processes(gpu, end, used, stats.mean, polls),
             **gpm,
         )
 

@@ -70,6 +70,11 @@ class GpuConfig(Section):
     sim_gpus: int = Field(4, ge=0, le=64)
     sim_seed: int = 0
     sim_model: str = "NVIDIA H200"
+    sim_mig: str = Field(
+        "",
+        description="For backend = 'sim': cards in MIG mode and their instances, e.g. "
+        "'gpu1=1g:training+1g:idle+2g' (<slices>g[:scenario] per instance); empty: no MIG.",
+    )
     poll_interval_s: float = Field(1.0, gt=0, le=60)
     watch_events: bool = Field(True, description="NVML XID/ECC event thread (nvml backend).")
     replay_file: Path | None = Field(None, description="Recording for backend = 'replay'.")

@@ -6,6 +6,14 @@
 the GRES has no device files (seen in ``gres_ctld_job_build_details``, Slurm 21.08+). One
 entry may hold several GRES separated by commas, which also appear inside ``IDX:``.
 
+**MIG.** On a node with cards in MIG mode each MIG instance is a GRES device of its own
+(``AutoDetect=nvml`` finds them; a hand-written gres.conf lists them as ``Name=gpu
+Type=1g.10gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21``), typed by its profile
+(``1g.10gb``, or ``<card>_1g.10gb`` as autodetect names it). ``IDX`` then counts the node's GPU
+GRES devices, whole cards and instances alike, in gres.conf order: ``gpu:1g.10gb:1(IDX:3)`` is
+the node's fourth GPU device, not card 3 and not a slot NVML could name. :func:`is_mig_type`
+tells such a type apart and :func:`gpu_indices` leaves its indices out (see docs/gpu.md, MIG).
+
 TRES strings (``tres_alloc_str``, ``TRES=``, ``sacct`` ``AllocTRES``) look like
 ``cpu=4,mem=1G,node=1,billing=4,gres/gpu=2,gres/gpu:a100=2``; ``mem`` carries a unit
 (K/M/G/T/P, powers of 1024; a bare number is MiB, Slurm's memory unit) and is returned in bytes.
@@ -113,11 +121,30 @@ def parse_gres_entry(entry: str) -> list[GresAlloc]:
     return out
 
 
+#: a MIG profile in a GRES type: ``1g.10gb``, ``3g.40gb``, ``1g.18gb+me``, ``1c.3g.20gb``,
+#: autodetect's ``nvidia_h100_80gb_hbm3_1g.10gb``
+_MIG_PROFILE = re.compile(r"(?:^|[^0-9a-z])\d+g\.\d+gb(?:$|[^0-9a-z])", re.IGNORECASE)
+
+
+def is_mig_type(gres_type: str | None) -> bool:
+    """Whether a GPU GRES type names a MIG profile (``1g.10gb``, ``a100_3g.40gb``, ...)."""
+    return bool(gres_type) and _MIG_PROFILE.search(gres_type or "") is not None
+
+
+def holds_mig(entry: str) -> bool:
+    """Whether one node's GRES entry holds a MIG instance (a ``gpu`` GRES typed by a profile)."""
+    return any(g.name == "gpu" and is_mig_type(g.type) for g in parse_gres_entry(entry))
+
+
 def gpu_indices(entry: str) -> tuple[int, ...]:
-    """The GPU indices of one node's GRES entry, all GPU types together, sorted."""
+    """The card indices of one node's GRES entry, all whole-card GPU types together, sorted.
+
+    A MIG-typed GPU GRES is left out: its ``IDX`` is a place in the node's GPU device list,
+    not a card (module doc), so reading it as one would name the wrong card.
+    """
     idx: set[int] = set()
     for g in parse_gres_entry(entry):
-        if g.name == "gpu" and g.indices:
+        if g.name == "gpu" and g.indices and not is_mig_type(g.type):
             idx.update(g.indices)
     return tuple(sorted(idx))
 

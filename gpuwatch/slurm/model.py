@@ -106,7 +106,8 @@ class SlurmJob:
     expected end (start + time limit), as Slurm reports it. ``memory_bytes`` is the whole job's
     (all nodes), from the allocated (else requested) TRES. ``gpu_indices`` maps each node to
     the GRES indices (``IDX``) of the GPUs allocated there, which is what ``SLURM_JOB_GPUS``
-    holds and what the prolog's ``/run/gpuwatch/gpu/<index>`` files are named by.
+    holds and what the prolog's ``/run/gpuwatch/gpu/<index>`` files are named by; it is empty
+    for a job holding a MIG instance, whose ``IDX`` names no card (:mod:`gpuwatch.slurm.gres`).
     """
 
     job_id: str

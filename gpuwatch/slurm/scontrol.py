@@ -59,6 +59,7 @@ def job_from_pairs(pairs: list[tuple[str, str]], tz: tzinfo | None = None) -> Sl
     first: dict[str, str] = {}
     gpu_indices: dict[str, tuple[int, ...]] = {}
     detail_nodes: list[str] = []
+    holds_mig = False  # a MIG instance on any node: no GPU map (see squeue.gpu_map)
     for i, (key, value) in enumerate(pairs):
         first.setdefault(key, value)
         if key == "Nodes":  # -d detail group: Nodes= CPU_IDs= Mem= GRES=
@@ -68,10 +69,13 @@ def job_from_pairs(pairs: list[tuple[str, str]], tz: tzinfo | None = None) -> Sl
                 if k2 == "Nodes":
                     break
                 if k2 == "GRES":
+                    holds_mig = holds_mig or gres.holds_mig(val2)
                     idx = gres.gpu_indices(val2)
                     if idx:
                         for node in group:
                             gpu_indices[node] = idx
+    if holds_mig:
+        gpu_indices = {}
     job_id = v.text(first.get("JobId"))
     if not job_id or not job_id.isdigit():
         return None

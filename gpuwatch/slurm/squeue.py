@@ -57,9 +57,14 @@ def gpu_map(gres_detail: list[str], node_order: list[str]) -> dict[str, tuple[in
     """Pair the per-node ``gres_detail`` entries with node names; nodes without GPUs are left out.
 
     Slurm writes one entry per allocated node, in the job's node-bitmap order, which is
-    the order of both ``job_resources`` and the expanded ``nodes`` hostlist.
+    the order of both ``job_resources`` and the expanded ``nodes`` hostlist. A job holding a
+    MIG instance on any node gets no map at all (:func:`gres.holds_mig`): its ``IDX`` names no
+    card, and the whole job is then attributed by the agents (the prolog's MIG UUID files).
     """
     if not gres_detail:
+        return {}
+    if any(gres.holds_mig(e) for e in gres_detail):
+        log.debug("gres_detail %r holds MIG instances: no GPU map from Slurm", gres_detail)
         return {}
     if len(gres_detail) != len(node_order):
         log.debug("gres_detail has %d entries for %d nodes", len(gres_detail), len(node_order))

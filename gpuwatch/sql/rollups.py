@@ -46,6 +46,7 @@ from gpuwatch.sql.schema import (
     cpu_samples,
     gpu_minutes,
     gpu_samples,
+    gpus,
     infiniband_samples,
     ingested_batches,
     job_minutes,
@@ -270,6 +271,8 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
             sa.func.sum(t.rx_bytes_per_s + t.tx_bytes_per_s).label(f"{name}_sum"),
             sa.func.count(sa.distinct(t.ts)).label(f"{name}_n"),
         )
+    # whole cards (and cards in MIG mode, taken out again below): every GPU not a MIG instance
+    whole = sa.and_(g.node_id == gpus.c.node_id, g.gpu_index == gpus.c.gpu_index)
     merge(
         sa.select(
             g.node_id,
@@ -278,9 +281,12 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
             sa.func.sum(g.util_gpu_ratio_n).label("gpu_util_ratio_n"),
             _sum_if(g.util_gpu_ratio_n > 0).label("gpus_reporting"),
             (sa.func.max(sa.case((g.simulated, 1), else_=0)) > 0).label("gpu_simulated"),
-        ).where(g.minute >= start, g.minute < end),
+        )
+        .select_from(gpu_minutes.outerjoin(gpus, whole))
+        .where(g.minute >= start, g.minute < end, gpus.c.parent_gpu_index.is_(None)),
         g.node_id,
     )
+    _fold_mig_cards(conn, rows, start, end, node_id)
     out = []
     for (nid, minute), values in rows.items():
         row = {"node_id": nid, "minute": minute}
@@ -291,6 +297,79 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
         row["gpu_simulated"] = bool(row["gpu_simulated"])
         out.append(row)
     return out
+
+
+def _fold_mig_cards(
+    conn: sa.Connection,
+    rows: dict[tuple[int, datetime], dict],
+    start: datetime,
+    end: datetime,
+    node_id: int | None,
+) -> None:
+    """Count a card split into MIG instances once in its node-minute's GPU columns.
+
+    Such a card is in ``gpu_minutes`` under its own index (power, temperature; any card-wide
+    activity its GPM gives) and so is each of its instances. In a minute where one of its
+    instances has a row, the card's own utilization is taken out of the node's sums and the
+    card counts as one GPU whose utilization is its instances' activity weighted by their
+    share of it (``card_fraction_ratio``; slots no instance fills count idle), over as many
+    samples as its best-sampled instance had. Only MIG nodes have such rows, so this reads
+    few of them.
+    """
+    g, card, inst = gpu_minutes.c, gpus.alias("card"), gpus.alias("inst")
+    in_range = [g.minute >= start, g.minute < end]
+    if node_id is not None:
+        in_range.append(g.node_id == node_id)
+    instances = conn.execute(
+        sa.select(
+            g.node_id,
+            g.minute,
+            inst.c.parent_gpu_index,
+            inst.c.card_fraction_ratio,
+            g.util_gpu_ratio_sum,
+            g.util_gpu_ratio_n,
+        )
+        .select_from(
+            gpu_minutes.join(inst, sa.and_(inst.c.node_id == g.node_id, inst.c.gpu_index == g.gpu_index))
+        )
+        .where(*in_range, inst.c.parent_gpu_index.is_not(None))
+    ).all()
+    if not instances:
+        return
+    # (node, minute, card) -> [weighted activity, samples, instances with a signal]
+    split: dict[tuple[int, datetime, int], list[float]] = {}
+    for nid, minute, parent, fraction, util_sum, util_n in instances:
+        acc = split.setdefault((nid, as_utc(conn, minute), int(parent)), [0.0, 0.0, 0.0])
+        if util_n and util_sum is not None:
+            weight = 1.0 if fraction is None else float(fraction)
+            acc[0] += weight * float(util_sum) / float(util_n)
+            acc[1] = max(acc[1], float(util_n))
+            acc[2] += 1
+    is_card = sa.exists().where(inst.c.node_id == g.node_id, inst.c.parent_gpu_index == g.gpu_index)
+    cards = conn.execute(
+        sa.select(g.node_id, g.minute, g.gpu_index, g.util_gpu_ratio_sum, g.util_gpu_ratio_n)
+        .select_from(
+            gpu_minutes.join(card, sa.and_(card.c.node_id == g.node_id, card.c.gpu_index == g.gpu_index))
+        )
+        .where(*in_range, card.c.parent_gpu_index.is_(None), is_card)
+    ).all()
+    for nid, minute, index, util_sum, util_n in cards:  # the card's own reading leaves the sums
+        minute = as_utc(conn, minute)
+        if (nid, minute, int(index)) in split and util_n:
+            row = rows[(nid, minute)]
+            row["gpu_util_ratio_sum"] = (row.get("gpu_util_ratio_sum") or 0.0) - float(util_sum or 0.0)
+            row["gpu_util_ratio_n"] = int(row.get("gpu_util_ratio_n") or 0) - int(util_n)
+            row["gpus_reporting"] = int(row.get("gpus_reporting") or 0) - 1
+    for (nid, minute, _card), (activity, samples, signals) in split.items():
+        if not signals:
+            continue
+        row = rows[(nid, minute)]
+        row["gpu_util_ratio_sum"] = (row.get("gpu_util_ratio_sum") or 0.0) + activity * samples
+        row["gpu_util_ratio_n"] = int(row.get("gpu_util_ratio_n") or 0) + int(samples)
+        row["gpus_reporting"] = int(row.get("gpus_reporting") or 0) + 1
+    for row in rows.values():
+        if row.get("gpu_util_ratio_n") == 0:
+            row["gpu_util_ratio_sum"] = None
 
 
 @dataclass

@@ -4,6 +4,12 @@ The web view's node page, reached from the overview's heat map (one row per node
 every job that ran there. Read from the per-minute rollups, like the job view; the jobs'
 causes are their evaluations' shown verdicts (:mod:`gpuwatch.views.evaluations`), so the page
 names the same cause as every other surface.
+
+A card split into MIG instances is one card (:attr:`NodeView.cards`) listed with its
+instances after it: the card's row carries its power, temperature and faults and no
+utilization (``split``), each instance's row its activity (GPM graphics engine, see
+docs/gpu.md) and its share of the card; the utilization chart has a line per instance and
+none for the card, so no activity is shown twice.
 """
 
 from __future__ import annotations
@@ -36,6 +42,11 @@ class NodeGpu:
     power_mean_watts: float | None
     xid_codes: tuple[int, ...]
     lost_samples: int
+    #: a MIG instance: its card's index and its share of the card (``card_fraction_ratio``)
+    parent_index: int | None = None
+    card_fraction: float | None = None
+    #: a card split into MIG instances in the span: its activity is its instances'
+    split: bool = False
 
     @property
     def fault(self) -> str | None:
@@ -76,6 +87,15 @@ class NodeView:
     util: dict[int, list[tuple[datetime, float | None]]]
     simulated: bool
 
+    @property
+    def cards(self) -> int:
+        """Physical cards in the span: whole ones and split ones, not their instances."""
+        return sum(1 for g in self.gpus if g.parent_index is None)
+
+    @property
+    def mig_instances(self) -> int:
+        return sum(1 for g in self.gpus if g.parent_index is not None)
+
 
 def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOURS) -> NodeView | None:
     """The node called ``name`` over the ``hours`` before ``now``; None for a node never seen."""
@@ -111,26 +131,45 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
             .group_by(g.gpu_index)
         ).all()
         models = _models(conn, node["id"])
+        shares = _mig_shares(conn, node["id"])
         jobs = _jobs(conn, name, start, end)
         util: dict[int, list[tuple[datetime, float | None]]] = {}
         simulated = False
         for index, minute, total, n, sim in minute_rows:
             util.setdefault(int(index), []).append((minute, _mean(total, n)))
             simulated = simulated or bool(sim)
-    per_gpu = tuple(
+    seen = {int(r.gpu_index) for r in totals}
+    split = {parent for index, (parent, _) in shares.items() if index in seen}
+    for card in split:  # the card's own activity line would show its instances' work twice
+        util.pop(card, None)
+    listed = [
         NodeGpu(
             index=int(r.gpu_index),
             model=models.get(int(r.gpu_index)),
             minutes=int(r.minutes),
-            util_mean=_mean(r.util_sum, r.util_n),
-            sm_active_mean=_mean(r.sm_sum, r.sm_n),
+            util_mean=None if int(r.gpu_index) in split else _mean(r.util_sum, r.util_n),
+            sm_active_mean=None if int(r.gpu_index) in split else _mean(r.sm_sum, r.sm_n),
             memory_used_max_bytes=None if r.memory_max is None else int(r.memory_max),
             memory_total_bytes=None if r.memory_total is None else int(r.memory_total),
             power_mean_watts=_mean(r.power_sum, r.power_n),
             xid_codes=xid_codes(r.xid_text),
             lost_samples=int(r.lost or 0),
+            parent_index=shares.get(int(r.gpu_index), (None, None))[0],
+            card_fraction=shares.get(int(r.gpu_index), (None, None))[1],
+            split=int(r.gpu_index) in split,
         )
-        for r in sorted(totals, key=lambda r: r.gpu_index)
+        for r in totals
+    ]
+    # each card, then its instances
+    per_gpu = tuple(
+        sorted(
+            listed,
+            key=lambda g: (
+                g.index if g.parent_index is None else g.parent_index,
+                g.parent_index is not None,
+                g.index,
+            ),
+        )
     )
     return NodeView(
         name=name,
@@ -153,6 +192,17 @@ def _models(conn: sa.Connection, node_id: int) -> dict[int, str]:
     """GPU index -> its model name, as the agent last registered it (``gpus``)."""
     rows = conn.execute(sa.select(gpus.c.gpu_index, gpus.c.name).where(gpus.c.node_id == node_id)).all()
     return {int(index): name for index, name in rows if name}
+
+
+def _mig_shares(conn: sa.Connection, node_id: int) -> dict[int, tuple[int, float | None]]:
+    """MIG instance index -> (its card's index, its share of the card), as registered (``gpus``)."""
+    g = gpus.c
+    rows = conn.execute(
+        sa.select(g.gpu_index, g.parent_gpu_index, g.card_fraction_ratio).where(
+            g.node_id == node_id, g.parent_gpu_index.is_not(None)
+        )
+    ).all()
+    return {int(index): (int(parent), None if f is None else float(f)) for index, parent, f in rows}
 
 
 def _jobs(conn: sa.Connection, name: str, start: datetime, end: datetime) -> tuple[NodeJob, ...]:

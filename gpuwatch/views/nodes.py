@@ -17,11 +17,14 @@ class NodeSummary:
     name: str
     last_seen_at: datetime | None
     agent_version: str | None
+    #: cards the node registered (``gpus`` rows that are no MIG instance): a split card once
     gpus: int
     batches: int
     samples_window: int
     gpu_samples_window: int
     window_s: float
+    #: MIG instances the node reported in the window (each also a GPU of its own in the tables)
+    mig_instances: int = 0
 
     def as_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -36,7 +39,18 @@ def node_summaries(
     since = (now or utcnow()) - window
     with engine.connect() as conn:
         gpu_counts = dict(
-            conn.execute(sa.select(gpus.c.node_id, sa.func.count()).group_by(gpus.c.node_id)).all()
+            conn.execute(
+                sa.select(gpus.c.node_id, sa.func.count())
+                .where(gpus.c.parent_gpu_index.is_(None))
+                .group_by(gpus.c.node_id)
+            ).all()
+        )
+        mig_counts = dict(
+            conn.execute(
+                sa.select(gpus.c.node_id, sa.func.count())
+                .where(gpus.c.parent_gpu_index.is_not(None), gpus.c.last_seen_at >= since)
+                .group_by(gpus.c.node_id)
+            ).all()
         )
         batch_counts = dict(
             conn.execute(
@@ -70,6 +84,7 @@ def node_summaries(
             samples_window=window_counts.get(r.id, 0),
             gpu_samples_window=gpu_window.get(r.id, 0),
             window_s=window.total_seconds(),
+            mig_instances=mig_counts.get(r.id, 0),
         )
         for r in rows
     ]

@@ -2,17 +2,24 @@
 
 The web view's front page. The wasting jobs are :func:`gpuwatch.views.lowutil.low_util_jobs`
 of the jobs still holding their GPUs, so the page lists what every other surface lists.
+
+GPUs are counted as cards. A card split into MIG instances is one GPU reporting, not one per
+instance plus the card: its instances carry the activity (a busy instance counts its share of
+the card, ``card_fraction_ratio``, as busy), the card's own row only power and temperature. So
+``gpus_busy``, ``gpus_idle`` and ``gpus_wasted`` may hold fractions of a card; the heat map's
+cells count the split card once too (``node_minutes``, :func:`gpuwatch.sql.rollups`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
 from gpuwatch.sql.buckets import epoch_seconds
-from gpuwatch.sql.schema import gpu_minutes, node_minutes, nodes
+from gpuwatch.sql.schema import gpu_minutes, gpus, node_minutes, nodes
 from gpuwatch.views.lowutil import LowUtilFilters, LowUtilJob, low_util_jobs
 
 #: a GPU counts as reporting when it has a rolled-up minute this recent
@@ -27,11 +34,13 @@ class Overview:
     rows: list[str]  # node names, sorted: the heat map has a row per node (its page has a row per GPU)
     #: (row, minute) -> mean utilization (0..1) of the node's GPUs that reported that minute
     cells: dict[tuple[int, int], float]
+    #: cards with a utilization signal in the last :data:`REPORTING` (a MIG-split card once)
     gpus_reporting: int = 0
-    gpus_busy: int = 0
-    gpus_idle: int = 0
-    #: GPUs of running jobs that waste them (the listed jobs' GPUs)
-    gpus_wasted: int = 0
+    #: of those, busy at their latest minute, in cards (a busy MIG instance: its share)
+    gpus_busy: float = 0.0
+    gpus_idle: float = 0.0
+    #: cards held by running jobs that waste them (the listed jobs' GPUs; an instance its share)
+    gpus_wasted: float = 0.0
     simulated: bool = False
     jobs: list[LowUtilJob] = field(default_factory=list)
 
@@ -69,16 +78,29 @@ def cluster_overview(
         gpus_reporting=reporting,
         gpus_busy=busy,
         gpus_idle=reporting - busy,
-        gpus_wasted=sum(int(j.gpus or 0) for j in jobs),
+        gpus_wasted=math.fsum(cards_held(j) for j in jobs),
         simulated=simulated,
         jobs=jobs,
     )
 
 
-def _reporting(conn: sa.Connection, end: datetime, low_ratio: float) -> tuple[int, int]:
-    """(GPUs with a rolled-up minute in the last :data:`REPORTING`, of those busy at their
-    latest minute), counted in SQL. Both sides of the join name the span, so the planner reads
-    the span's minutes through the minute index instead of every GPU-minute kept."""
+def cards_held(job: LowUtilJob) -> float:
+    """The cards a job's shown verdict counts: its whole GPUs, and its MIG instances' shares
+    (the verdict's ``mig`` evidence, ``cards``)."""
+    held = float(job.gpus or 0)
+    mig = job.verdict.evidence.get("mig")
+    if isinstance(mig, dict) and isinstance(mig.get("instances"), list):
+        held += float(mig.get("cards") or 0.0) - len(mig["instances"])
+    return max(held, 0.0)
+
+
+def _reporting(conn: sa.Connection, end: datetime, low_ratio: float) -> tuple[int, float]:
+    """(cards with a rolled-up minute with utilization in the last :data:`REPORTING`, of those
+    busy at their latest minute), counted in SQL for whole cards. Both sides of the join name
+    the span, so the planner reads the span's minutes through the minute index instead of
+    every GPU-minute kept. MIG instances and their cards (only on MIG nodes: few rows) are
+    read row by row: an instance adds its card once to the count and its share to the busy
+    ones, and such a card's own reading is taken out of the SQL count."""
     g = gpu_minutes.c
     in_span = (g.minute >= end - REPORTING, g.minute < end, g.util_gpu_ratio_n > 0)
     latest = (
@@ -89,9 +111,34 @@ def _reporting(conn: sa.Connection, end: datetime, low_ratio: float) -> tuple[in
     )
     util = g.util_gpu_ratio_sum / g.util_gpu_ratio_n
     same = (g.node_id == latest.c.node_id, g.gpu_index == latest.c.gpu_index, g.minute == latest.c.minute)
+    at_latest = gpu_minutes.join(latest, sa.and_(*same))
+    gpu = sa.and_(gpus.c.node_id == g.node_id, gpus.c.gpu_index == g.gpu_index)
     count, busy = conn.execute(
         sa.select(sa.func.count(), sa.func.sum(sa.case((util > low_ratio, 1), else_=0)))
-        .select_from(gpu_minutes.join(latest, sa.and_(*same)))
-        .where(*in_span)
+        .select_from(at_latest.outerjoin(gpus, gpu))
+        .where(*in_span, gpus.c.parent_gpu_index.is_(None))
     ).one()
-    return int(count or 0), int(busy or 0)
+    reporting, busy_cards = int(count or 0), float(busy or 0)
+    instances = conn.execute(
+        sa.select(g.node_id, gpus.c.parent_gpu_index, gpus.c.card_fraction_ratio, util)
+        .select_from(at_latest.join(gpus, gpu))
+        .where(*in_span, gpus.c.parent_gpu_index.is_not(None))
+    ).all()
+    if not instances:
+        return reporting, busy_cards
+    split = {(nid, int(parent)) for nid, parent, _, _ in instances}
+    reporting += len(split)
+    busy_cards += sum(
+        1.0 if f is None else float(f) for *_, f, u in instances if u is not None and u > low_ratio
+    )
+    inst = gpus.alias("inst")
+    is_card = sa.exists().where(inst.c.node_id == g.node_id, inst.c.parent_gpu_index == g.gpu_index)
+    for nid, index, u in conn.execute(
+        sa.select(g.node_id, g.gpu_index, util)
+        .select_from(at_latest.outerjoin(gpus, gpu))
+        .where(*in_span, gpus.c.parent_gpu_index.is_(None), is_card)
+    ):
+        if (nid, int(index)) in split:  # the split card's own reading: counted through its instances
+            reporting -= 1
+            busy_cards -= 1.0 if u is not None and u > low_ratio else 0.0
+    return reporting, busy_cards

@@ -15,6 +15,12 @@ def num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def cards(value: float) -> str:
+    """A count of GPUs in cards: ``3`` whole, ``2.4`` where MIG instances add shares of a card."""
+    rounded = round(value, 1)
+    return f"{rounded:.0f}" if rounded == int(rounded) else f"{rounded:.1f}"
+
+
 def gib(value: int | None) -> str:
     """Bytes in GiB, one decimal."""
     return "-" if value is None else f"{value / 2**30:.1f}"

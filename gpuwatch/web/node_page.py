@@ -7,6 +7,7 @@ and every job table link here.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from html import escape
 from urllib.parse import quote
 
@@ -32,9 +33,19 @@ def _gpus(view: NodeView) -> str:
     ]
     for g in view.gpus:
         fault = g.fault
+        if g.parent_index is not None:  # a MIG instance, after its card
+            share = (
+                ""
+                if g.card_fraction is None
+                else f" ({Fraction(g.card_fraction).limit_denominator(8)} of gpu{g.parent_index})"
+            )
+            label = f"&nbsp;&nbsp;MIG gpu{g.index}{share}"
+        else:
+            label = f"gpu{g.index}"
+        util = "in its MIG instances" if g.split else pct(g.util_mean)
         rows.append(
-            f"<tr{' class=faulted' if fault else ''}><td>gpu{g.index}</td><td>{escape(g.model or '-')}</td>"
-            f"<td>{g.minutes}</td><td>{pct(g.util_mean)}</td><td>{pct(g.sm_active_mean)}</td>"
+            f"<tr{' class=faulted' if fault else ''}><td>{label}</td><td>{escape(g.model or '-')}</td>"
+            f"<td>{g.minutes}</td><td>{util}</td><td>{pct(g.sm_active_mean)}</td>"
             f"<td>{gib(g.memory_used_max_bytes)}</td><td>{gib(g.memory_total_bytes)}</td>"
             f"<td>{'-' if g.power_mean_watts is None else f'{g.power_mean_watts:.0f}'}</td>"
             f"<td>{escape(fault or '-')}</td></tr>"
@@ -68,10 +79,11 @@ def node_body(view: NodeView) -> str:
     hours = round((view.end - view.start).total_seconds() / 3600)
     series = [charts.Series(f"gpu{index}", points) for index, points in sorted(view.util.items())]
     faulted = sum(1 for g in view.gpus if g.fault)
+    mig = f" ({view.mig_instances} MIG instances)" if view.mig_instances else ""
     return (
         f"<h2>Node {escape(view.name)}</h2><table><tr><th>last seen</th><th>agent</th><th>GPUs</th>"
         f"<th>faulted</th></tr><tr><td>{when(view.last_seen_at)}</td>"
-        f"<td>{escape(view.agent_version or '-')}</td><td>{len(view.gpus)}</td><td>{faulted}</td>"
+        f"<td>{escape(view.agent_version or '-')}</td><td>{view.cards}{mig}</td><td>{faulted}</td>"
         "</tr></table>"
         f"<h2>GPUs, last {hours} h</h2>{_gpus(view)}"
         "<div class=charts>"

@@ -41,6 +41,7 @@ from gpuwatch.views import (
 from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
+from gpuwatch.web.cells import cards as card_count
 from gpuwatch.web.cells import pct
 from gpuwatch.web.groups import group_body, link
 from gpuwatch.web.job_filters import BadFilter, filter_form, job_query, pager
@@ -202,7 +203,7 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
     def overview_page() -> HTMLResponse:
         ov = cluster_overview(engine, now(), low_ratio=low_ratio)
         cards = "".join(
-            f'<div class="card {cls}"><div class=n>{n}</div>{label}</div>'
+            f'<div class="card {cls}"><div class=n>{card_count(n)}</div>{label}</div>'
             for cls, n, label in (
                 ("", ov.gpus_reporting, "GPUs reporting (last 10 min)"),
                 ("busy", ov.gpus_busy, f"busy (util &gt; {100 * low_ratio:.0f}%)"),

@@ -47,6 +47,7 @@ def test_token_create_db_and_nodes_formats(db_url, tmp_path):
             "last_seen_at": as_json[0]["last_seen_at"],
             "agent_version": "test",
             "gpus": 2,
+            "mig_instances": 0,
             "batches": 1,
             "samples_window": 20,
             "gpu_samples_window": 4,

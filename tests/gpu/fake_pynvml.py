@@ -125,6 +125,9 @@ class FakeMig:
     slices: int = 1
     #: the card it lives on (set by FakeGpu.enable_mig); its index makes the UUID unique
     parent_index: int = 0
+    #: how many layouts the card had before this one: a re-created instance gets a new UUID,
+    #: as NVML gives one
+    generation: int = 0
     #: (pid, used bytes) of the compute processes in this instance
     processes: list[tuple[int, int]] = field(default_factory=list)
     #: GPM metric id -> rate (percent), integrated per instance by FakeNvml.advance
@@ -133,7 +136,7 @@ class FakeMig:
 
     @property
     def uuid(self) -> str:
-        return f"MIG-00000000-0000-0000-{self.parent_index:04d}-{self.slot:012d}"
+        return f"MIG-00000000-0000-{self.generation:04d}-{self.parent_index:04d}-{self.slot:012d}"
 
     @property
     def profile(self) -> str:
@@ -193,6 +196,8 @@ class FakeGpu:
     mig_mode: tuple[int, int] = (0, 0)
     mig_devices: list[FakeMig] = field(default_factory=list)
     mig_slots: int = 7
+    #: layouts made by enable_mig so far (the next one's instances get new UUIDs)
+    mig_layouts: int = 0
 
     def __post_init__(self) -> None:
         # the opaque nvmlDevice_t NVML hands out; events carry the same pointer
@@ -218,10 +223,17 @@ class FakeGpu:
                 multiprocessor_count=16 * n,
                 slices=n,
                 parent_index=self.index,
+                generation=self.mig_layouts,
             )
             for slot, n in enumerate(slices)
         ]
+        self.mig_layouts += 1
         return self.mig_devices
+
+    def disable_mig(self) -> None:
+        """MIG mode off (``nvidia-smi -mig 0`` and a GPU reset): the instances are gone."""
+        self.mig_mode = (pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE)
+        self.mig_devices = []
 
 
 @dataclass
