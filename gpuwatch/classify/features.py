@@ -31,6 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.sql.jobs import SLURM
 from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, framework_names, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
@@ -143,7 +144,8 @@ def load_scope(conn: sa.Connection, job_id: str) -> JobScope | None:
         for r in conn.execute(
             sa.select(nodes.c.id.label("node_id"), job_gpus.c.node, job_gpus.c.gpu_index)
             .join(nodes, nodes.c.name == job_gpus.c.node)
-            .where(job_gpus.c.job_id == job_id)
+            # Slurm's allocation; GPUs only the agents saw are read from the attribution below
+            .where(job_gpus.c.job_id == job_id, job_gpus.c.source == SLURM)
         )
     ]
     source = "job_gpus"

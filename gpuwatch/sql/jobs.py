@@ -15,6 +15,8 @@ Writes (:class:`~gpuwatch.daemon.slurm_sync.SlurmSync`):
   newest non-empty allocation; an empty one (pending, finished: 22.05 ``squeue`` drops
   ``gres_detail`` once a job ends) never deletes, so a finished job keeps the GPUs it held.
   Only jobs whose allocation changed are touched: a steady cluster costs one ``SELECT``.
+- :func:`attach_attributed_gpus` (the rollup pass) — a job Slurm gave no GPU map gets the GPUs
+  the agents attributed to it (``source = 'agent'``) until Slurm's allocation replaces them.
 
 Correlation: :func:`job_for_gpu` / :func:`jobs_for_gpu`, the daemon-side match of (node,
 GPU index, time) to a job, used when an agent had no prolog map file. What people read about
@@ -35,8 +37,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, SlurmJob
-from gpuwatch.sql.schema import job_gpus, slurm_jobs
+from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
 
+#: ``job_gpus.source``: Slurm's allocation, or the GPUs the agents attributed to a job Slurm
+#: gave no GPU map
+SLURM, AGENT = "slurm", "agent"
 #: rows per statement for IN lists and multi-row inserts (SQLite's variable limit is 32766)
 CHUNK = 500
 
@@ -191,7 +196,7 @@ def replace_job_gpus(conn: sa.Connection, allocations: Mapping[str, Allocation])
     for chunk in _chunks(ids):
         for job_id, node, idx in conn.execute(
             sa.select(job_gpus.c.job_id, job_gpus.c.node, job_gpus.c.gpu_index).where(
-                job_gpus.c.job_id.in_(chunk)
+                job_gpus.c.job_id.in_(chunk), job_gpus.c.source == SLURM
             )
         ):
             have[job_id].add((node, int(idx)))
@@ -206,6 +211,30 @@ def replace_job_gpus(conn: sa.Connection, allocations: Mapping[str, Allocation])
     for chunk in _chunks(rows):
         conn.execute(job_gpus.insert(), list(chunk))
     return len(changed)
+
+
+def attach_attributed_gpus(
+    conn: sa.Connection, start: datetime, end: datetime, node_id: int | None = None
+) -> int:
+    """Add to ``job_gpus`` (``source = 'agent'``) the GPUs the agents attributed to a job in
+    ``[start, end)`` when Slurm gave the job no GPU map, so its hours are summed, its energy
+    counted and a MIG instance weighed as its share of the card like any other job's. Slurm's
+    allocation, when it comes, replaces them (:func:`replace_job_gpus`). Returns rows added."""
+    a, n, jg = attribution_samples.c, nodes.c, job_gpus.c
+    slurm_map = sa.exists().where(jg.job_id == a.job_id, jg.source == SLURM)
+    known = sa.exists().where(jg.job_id == a.job_id, jg.node == n.name, jg.gpu_index == a.gpu_index)
+    seen = (
+        sa.select(a.job_id, n.name, a.gpu_index, sa.literal(AGENT).label("source"))
+        .distinct()
+        .select_from(attribution_samples.join(nodes, n.id == a.node_id))
+        .join(slurm_jobs, slurm_jobs.c.job_id == a.job_id)
+        .where(a.ts >= start, a.ts < end, ~slurm_map, ~known)
+    )
+    if node_id is not None:
+        seen = seen.where(a.node_id == node_id)
+    return conn.execute(
+        job_gpus.insert().from_select(["job_id", "node", "gpu_index", "source"], seen)
+    ).rowcount
 
 
 def unfinished_jobs(conn: sa.Connection) -> dict[str, datetime | None]:

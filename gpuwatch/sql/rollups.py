@@ -21,6 +21,9 @@ The scheduled pass (:meth:`Rollup.run_once`):
 3. sums each job's minutes per hour into ``job_hours`` once an hour is complete and settled,
    and again for the hours a late range re-rolled (``sql/job_hours.py``).
 
+Rolling a range also adds to ``job_gpus`` the GPUs the agents attributed in it to jobs Slurm
+gave no GPU map (:func:`gpuwatch.sql.jobs.attach_attributed_gpus`), so their hours are summed.
+
 Rolling a range is "delete its rollup rows, insert them again from raw samples" in one
 transaction, so it is idempotent: re-rolling twice, or a pass killed half-way, leaves
 correct rows. Works on PostgreSQL and SQLite from the same statements, except for the
@@ -41,6 +44,7 @@ import sqlalchemy as sa
 from gpuwatch.clock import utcnow
 from gpuwatch.sql import job_hours
 from gpuwatch.sql.buckets import as_utc, epoch_seconds, minute_bucket
+from gpuwatch.sql.jobs import attach_attributed_gpus
 from gpuwatch.sql.schema import (
     UTIL_BINS,
     cpu_samples,
@@ -416,6 +420,7 @@ class Rollup:
             node_rows = _node_rows(conn, start, end, node_id)
             if node_rows:
                 conn.execute(node_minutes.insert(), node_rows)
+            attach_attributed_gpus(conn, start, end, node_id)
 
     # ----------------------------------------------------------------- the pass
     def _state(self, conn: sa.Connection, name: str) -> datetime | None:

@@ -339,6 +339,9 @@ job_gpus = sa.Table(
     ),
     sa.Column("node", sa.String(253), primary_key=True),
     sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
+    # "slurm": Slurm's allocation; "agent": the agents attributed the job to it and Slurm gave
+    # the job no GPU map (a MIG instance; a job that ran while the daemon was away)
+    sa.Column("source", sa.String(8), nullable=False, server_default="slurm"),
 )
 sa.Index("ix_job_gpus_node_gpu", job_gpus.c.node, job_gpus.c.gpu_index)
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, normalize_state
-from gpuwatch.sql.jobs import CHUNK
+from gpuwatch.sql.jobs import CHUNK, SLURM
 from gpuwatch.sql.schema import attribution_samples, gpu_samples, job_gpus, nodes, slurm_jobs
 from gpuwatch.sql.types import UtcDateTime
 
@@ -219,7 +219,9 @@ def _by_job_gpus(
     end = sa.func.coalesce(j.end_at, sa.literal(now, UtcDateTime))
     for chunk in _chunks(list(ids)):
         for job_id, node, idx in conn.execute(
-            sa.select(g.job_id, g.node, g.gpu_index).where(g.job_id.in_(chunk)).order_by(g.node, g.gpu_index)
+            sa.select(g.job_id, g.node, g.gpu_index)
+            .where(g.job_id.in_(chunk), g.source == SLURM)
+            .order_by(g.node, g.gpu_index)
         ):
             gpus[job_id].append(_gpu_label(node, idx))
         stmt = (
@@ -236,7 +238,7 @@ def _by_job_gpus(
                     s.ts < end,
                 ),
             )
-            .where(g.job_id.in_(chunk))
+            .where(g.job_id.in_(chunk), g.source == SLURM)
             .group_by(g.job_id)
         )
         for job_id, mean, n in conn.execute(stmt):

@@ -298,7 +298,11 @@ def test_a_mig_instance_counts_its_share_of_the_card(engine) -> None:  # type: i
         conn.execute(gpus.insert(), [gpu(0, None), gpu(1011, 2 / 7), gpu(1012, 1 / 7)])
         conn.execute(
             slurm_jobs.insert(),
-            [job("m1", "mia", 1, start, end), job("w1", "wes", 1, start, end), job("x1", "xav", 2, start, end)],
+            [
+                job("m1", "mia", 1, start, end),
+                job("w1", "wes", 1, start, end),
+                job("x1", "xav", 2, start, end),
+            ],
         )
         conn.execute(
             job_gpus.insert(),
