@@ -13,9 +13,10 @@ import string
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuwatch.classify.features import WindowFeatures
+if TYPE_CHECKING:  # annotations only: the verdict types load without the feature queries
+    from gpuwatch.classify.features import WindowFeatures
 
 
 class Cause(str, Enum):

@@ -17,8 +17,6 @@ from enum import Enum
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 
 class OutputFormat(str, Enum):
@@ -91,6 +89,9 @@ def render(
         for r in rows:
             writer.writerow(["" if r.get(k) is None else _plain(r.get(k)) for k, _ in columns])
         return buf.getvalue().rstrip("\n")
+    from rich.console import Console  # tables only: JSON and CSV output start without rich
+    from rich.table import Table
+
     table = Table(title=title or None)
     for _, header in columns:
         table.add_column(header)
