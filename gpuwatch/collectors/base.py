@@ -28,6 +28,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def parse_uint(text: str) -> int:
+    """A file holding one non-negative decimal integer: a sysfs counter, a cgroup's
+    ``memory.current`` or ``cpuacct.usage``."""
+    value = text.strip()
+    if not value.isdigit():
+        raise ValueError(f"not a non-negative integer: {value!r}")
+    return int(value)
+
+
 def read_parsed(path: Path, parse: Callable[[str], T]) -> T:
     """``parse(text of path)`` for a file the collector cannot do without.
 
