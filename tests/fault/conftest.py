@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -26,8 +27,7 @@ from gpuwatch.agent import Agent, Spool
 from gpuwatch.clock import utcnow
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
-from gpuwatch.sql import migrate
-from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import gpu_samples, ingested_batches
 from tests.conftest import free_port
 from tests.pushers import RecordingPusher
@@ -102,6 +102,13 @@ def make_agent(
     return agent, pusher
 
 
+def node_agent(
+    url: str, engine: sa.Engine, spool_parent: Path, node: str, **kwargs: Any
+) -> tuple[Agent, RecordingPusher]:
+    """:func:`make_agent` for a new node: its token made, its spool ``spool_parent / node``."""
+    return make_agent(url, create_token(engine, node), spool_parent / node, node=node, **kwargs)
+
+
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, step_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -142,14 +149,6 @@ def assert_exactly_once(
     assert len(stamps) == len(pushers) * cycles, f"{len(stamps)} cycles acknowledged, {cycles} made per agent"
     assert set(stamps.values()) == {gpus}, "each cycle's GPUs in one acknowledged batch"
     assert gpu_row_count(engine) == len(pushers) * cycles * gpus
-
-
-@pytest.fixture
-def migrated(db_url) -> Iterator[tuple[str, sa.Engine]]:
-    engine = create_engine(db_url)
-    migrate.upgrade(engine)
-    yield db_url, engine
-    engine.dispose()
 
 
 class OwnPostgres:
