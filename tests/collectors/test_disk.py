@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hosttrees import LATER, NOW, paths_at, real_host_two_reads, two_snapshots
+from hosttrees import LATER, NOW, paths_at, real_host, real_host_two_reads, two_snapshots
 
 from gpuwatch.collectors.base import run_collector
 from gpuwatch.collectors.disk import (
@@ -11,10 +11,8 @@ from gpuwatch.collectors.disk import (
     DiskCounters,
     disk_sample,
     is_whole_disk,
-    make_disk,
     parse_diskstats,
 )
-from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import DiskSample
 
 
@@ -83,15 +81,8 @@ def test_malformed_diskstats_raises_naming_the_file(copied_host, line):
     assert run_collector(collector, NOW).error is not None
 
 
-def test_factory(host, tmp_path):
-    assert isinstance(make_disk(Settings(host_paths=host("typical").paths)), DiskCollector)
-    assert make_disk(Settings(host_paths=paths_at(tmp_path / "nowhere"))) is None
-
-
 def test_real_host():
-    paths = HostPaths()
-    if not (paths.proc / "diskstats").exists():
-        pytest.skip("no /proc/diskstats here")
+    paths = real_host("diskstats")
     samples = real_host_two_reads(DiskCollector(paths))
     assert all(isinstance(s, DiskSample) for s in samples)
     assert not any(s.device.startswith(("loop", "ram", "zram")) for s in samples)
