@@ -75,7 +75,9 @@ def make_agent(
     merge_backlog: bool = True,
     agent_settings: dict | None = None,
     rng: random.Random | None = None,
+    push_timeout_s: float = 3.0,
 ) -> tuple[Agent, RecordingPusher]:
+    """An agent of ``node`` on simulated GPUs pushing to ``url`` through a RecordingPusher."""
     settings = load_settings(
         None,
         agent={
@@ -86,13 +88,13 @@ def make_agent(
             "spool_dir": str(spool_dir),
             "backoff_initial_s": 0.05,
             "backoff_max_s": 0.3,
-            "push_timeout_s": 3,
+            "push_timeout_s": push_timeout_s,
             "merge_backlog": merge_backlog,
             **(agent_settings or {}),
         },
         gpu={"backend": "sim", "sim_scenario": "training", "sim_gpus": gpus, "sim_seed": 7},
     )
-    pusher = RecordingPusher(url, node, token, 3.0)
+    pusher = RecordingPusher(url, node, token, push_timeout_s)
     kwargs: dict = {"rng": rng}
     if clock is not None:
         kwargs.update(clock=clock.clock, sleep=clock.sleep, now=clock.now)
