@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.collectors.base import Collector
+from gpuwatch.collectors.base import Collector, run_collector
 from gpuwatch.config import HostPaths
 from gpuwatch.wire.v1 import _Sample
 
@@ -86,3 +86,10 @@ def real_host(proc_file: str) -> HostPaths:
     if not (paths.proc / proc_file).exists():
         pytest.skip(f"no /proc/{proc_file} here")
     return paths
+
+
+def assert_fails_naming_the_file(collector: Collector, match: str) -> None:
+    """``collect`` raises naming the bad file (``match``), and a run records it as its error."""
+    with pytest.raises(ValueError, match=match):
+        collector.collect(NOW)
+    assert run_collector(collector, NOW).error is not None

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from hosttrees import LATER, NOW, paths_at, real_host, real_host_two_reads, two_snapshots
+from hosttrees import (
+    LATER,
+    NOW,
+    assert_fails_naming_the_file,
+    paths_at,
+    real_host,
+    real_host_two_reads,
+    two_snapshots,
+)
 
-from gpuwatch.collectors.base import run_collector
 from gpuwatch.collectors.disk import (
     DiskCollector,
     DiskCounters,
@@ -75,10 +82,7 @@ def test_malformed_diskstats_raises_naming_the_file(copied_host, line):
     root = copied_host("typical", "t0")
     path = root / "proc" / "diskstats"
     path.write_text(path.read_text() + line)
-    collector = DiskCollector(paths_at(root))
-    with pytest.raises(ValueError, match=r"proc/diskstats: "):
-        collector.collect(NOW)
-    assert run_collector(collector, NOW).error is not None
+    assert_fails_naming_the_file(DiskCollector(paths_at(root)), r"proc/diskstats: ")
 
 
 def test_real_host():
