@@ -12,6 +12,8 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
 
 import pytest
 import sqlalchemy as sa
@@ -36,13 +38,17 @@ def _pg_available() -> str | None:
 _PG_PROBLEM = _pg_available()
 
 
-def require_postgres() -> None:
-    if _PG_PROBLEM is None:
-        return
-    message = f"PostgreSQL not reachable at {PG_ADMIN_URL}: {_PG_PROBLEM}"
+def missing(message: str, must_run: str) -> NoReturn:
+    """Skip a test whose service or tool is missing; with ``CI=true`` fail it, since
+    ``must_run`` must run there."""
     if IN_CI:
-        pytest.fail(message + " (CI=true: PostgreSQL tests must run)")
+        pytest.fail(f"{message} (CI=true: {must_run} must run)")
     pytest.skip(message)
+
+
+def require_postgres() -> None:
+    if _PG_PROBLEM is not None:
+        missing(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {_PG_PROBLEM}", "PostgreSQL tests")
 
 
 @pytest.fixture
@@ -78,19 +84,29 @@ def db_url(request) -> str:
 @pytest.fixture
 def pg_engine(pg_url) -> Iterator[sa.Engine]:
     """A migrated engine on a fresh PostgreSQL database (tests of PostgreSQL-only paths)."""
-    from gpuwatch.sql import migrate
-
-    eng = create_engine(pg_url)
-    migrate.upgrade(eng)
-    yield eng
-    eng.dispose()
+    with migrated_engine(pg_url) as eng:
+        yield eng
 
 
 @pytest.fixture
 def engine(db_url) -> Iterator[sa.Engine]:
+    with migrated_engine(db_url) as eng:
+        yield eng
+
+
+@pytest.fixture
+def migrated(db_url) -> Iterator[tuple[str, sa.Engine]]:
+    """(URL, migrated engine) of each database, for tests that hand the URL to a process or CLI."""
+    with migrated_engine(db_url) as engine:
+        yield db_url, engine
+
+
+@contextmanager
+def migrated_engine(url: str) -> Iterator[sa.Engine]:
+    """An engine on ``url`` with the schema at head, disposed on leaving."""
     from gpuwatch.sql import migrate
 
-    eng = create_engine(db_url)
+    eng = create_engine(url)
     migrate.upgrade(eng)
     yield eng
     eng.dispose()

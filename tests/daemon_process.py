@@ -23,6 +23,25 @@ class DaemonProcess:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
+    def agent_env(
+        self, node: str, token: str, spool_dir: Path, *, gpus: int, interval_s: float, **agent: str
+    ) -> dict[str, str]:
+        """The environment of a ``gpuwatch agent`` process on ``gpus`` simulated GPUs pushing to
+        this daemon; ``agent`` adds agent settings by name (``backoff_max_s="0.2"``)."""
+        env = dict(
+            os.environ,
+            GPUWATCH_AGENT__NODE=node,
+            GPUWATCH_AGENT__DAEMON_URL=self.url,
+            GPUWATCH_AGENT__TOKEN=token,
+            GPUWATCH_AGENT__INTERVAL_S=f"{interval_s:g}",
+            GPUWATCH_AGENT__SPOOL_DIR=str(spool_dir),
+            GPUWATCH_GPU__BACKEND="sim",
+            GPUWATCH_GPU__SIM_GPUS=str(gpus),
+            **{f"GPUWATCH_AGENT__{name.upper()}": value for name, value in agent.items()},
+        )
+        env.pop("GPUWATCH_CONFIG", None)
+        return env
+
     def start(self, timeout_s: float = 30) -> None:
         env = dict(
             os.environ,

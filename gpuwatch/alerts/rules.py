@@ -127,27 +127,46 @@ def wasting_jobs(engine: sa.Engine, since: datetime, now: datetime) -> dict[str,
     return {job.raw_job_id: [facts_of(job, v) for v in (job.verdict, *job.others)] for job in found}
 
 
+#: what a :class:`JobFacts` takes from the verdict it is about, under the verdict's names
+_FROM_VERDICT = (
+    "cause",
+    "confidence",
+    "window_kind",
+    "window_start",
+    "window_end",
+    "summary",
+    "evidence",
+    "fix",
+    "gpus",
+    "gpu_hours",
+    "gpu_hours_wasted",
+    "mean_util_ratio",
+    "verdict_id",
+)
+
+
+#: what a job's notice stores of its facts, under the same names (the outbox row's columns)
+_NOTICE_FACTS = (
+    "job_id",
+    "cause",
+    "user_name",
+    "account",
+    "verdict_id",
+    "window_start",
+    "window_end",
+    "gpu_hours_wasted",
+)
+
+
 def facts_of(job: LowUtilJob, v: VerdictRow) -> JobFacts:
     return JobFacts(
         job_id=job.raw_job_id,
-        cause=v.cause,
-        confidence=v.confidence,
-        window_kind=v.window_kind,
-        window_start=v.window_start,
-        window_end=v.window_end,
-        summary=v.summary,
-        evidence=v.evidence,
-        fix=v.fix,
-        gpus=v.gpus,
-        gpu_hours=v.gpu_hours,
-        gpu_hours_wasted=v.gpu_hours_wasted,
-        mean_util_ratio=v.mean_util_ratio,
-        verdict_id=v.verdict_id,
         job_name=job.name,
         user_name=job.user,
         account=job.account,
         partition=job.partition,
         state=job.state,
+        **{name: getattr(v, name) for name in _FROM_VERDICT},
     )
 
 
@@ -298,14 +317,7 @@ def job_notice(cfg: AlertsConfig, f: JobFacts, target: Target, now: datetime) ->
         subject=job_tpl.subject(f),
         payload=payload,
         not_before=quiet_until(cfg.quiet_hours, kind, now) or now,
-        job_id=f.job_id,
-        cause=f.cause,
-        user_name=f.user_name,
-        account=f.account,
-        verdict_id=f.verdict_id,
-        window_start=f.window_start,
-        window_end=f.window_end,
-        gpu_hours_wasted=f.gpu_hours_wasted,
+        **{name: getattr(f, name) for name in _NOTICE_FACTS},
     )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuwatch.cli.render import OutputFormat, format_option
 from gpuwatch.clock import utcnow
 from gpuwatch.views.evaluations import WINDOW_NAMES
 from gpuwatch.views.evidence import evidence_sentences
@@ -116,7 +117,7 @@ def _when(v: datetime | None) -> str:
 
 
 def render_text(d: dict[str, Any]) -> str:
-    from gpuwatch.cli.render import OutputFormat, render
+    from gpuwatch.cli.render import render
 
     j = d["job"]
     lines = [
@@ -196,14 +197,7 @@ def _plot(d: dict[str, Any], path: Path) -> None:
 
 @click.command("job")
 @click.argument("job_id")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Text for people, or JSON for tools.",
-)
+@format_option(OutputFormat.TABLE, OutputFormat.JSON, help="Text for people, or JSON for tools.")
 @click.option(
     "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also write the timeline as a PNG."
 )

@@ -14,7 +14,7 @@ something new, add its key to :data:`HEADERS` and :data:`JOB_KEYS`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -140,16 +140,10 @@ def low_util_row(job: LowUtilJob) -> dict[str, Any]:
 def low_util_filters(options: dict[str, Any], now: datetime) -> LowUtilFilters:
     base = filters_from_options(options, now)
     return LowUtilFilters(
-        user=base.user,
-        account=base.account,
-        partition=base.partition,
-        node=base.node,
-        states=base.states,
-        since=base.since,
+        **{f.name: getattr(base, f.name) for f in fields(base)},
         evaluated_since=base.since,
         cause=options.get("cause"),
         sort=options.get("sort") or "wasted",
-        limit=base.limit,
     )
 
 

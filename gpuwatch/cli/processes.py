@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, render
 from gpuwatch.clock import utcnow
 
 if TYPE_CHECKING:
@@ -49,35 +49,25 @@ def _gib(value: int | None) -> float | None:
     return None if value is None else round(value / GIB, 3)
 
 
+def _row(x: Any, columns: list[Column], **derived: Any) -> dict[str, Any]:
+    """A row keyed by ``columns``: ``x``'s attribute of that name, or the ``derived`` value."""
+    return {key: derived[key] if key in derived else getattr(x, key) for key, _ in columns}
+
+
 def _summary_rows(summaries: Iterable[ProcessSummary]) -> list[dict[str, Any]]:
     return [
-        {
-            "gpu_index": x.gpu_index,
-            "pid": x.pid,
-            "job_id": x.job_id,
-            "first_ts": x.first_ts,
-            "last_ts": x.last_ts,
-            "readings": x.readings,
-            "max_used_memory_gib": _gib(x.max_used_memory_bytes),
-            "mean_sm_util_ratio": None if x.mean_sm_util_ratio is None else round(x.mean_sm_util_ratio, 4),
-        }
+        _row(
+            x,
+            SUMMARY_COLUMNS,
+            max_used_memory_gib=_gib(x.max_used_memory_bytes),
+            mean_sm_util_ratio=None if x.mean_sm_util_ratio is None else round(x.mean_sm_util_ratio, 4),
+        )
         for x in summaries
     ]
 
 
 def _each(readings: Iterable[ProcessReading]) -> list[dict[str, Any]]:
-    return [
-        {
-            "ts": r.ts,
-            "gpu_index": r.gpu_index,
-            "pid": r.pid,
-            "job_id": r.job_id,
-            "used_memory_gib": _gib(r.used_memory_bytes),
-            "sm_util_ratio": r.sm_util_ratio,
-            "memory_util_ratio": r.memory_util_ratio,
-        }
-        for r in readings
-    ]
+    return [_row(r, EACH_COLUMNS, used_memory_gib=_gib(r.used_memory_bytes)) for r in readings]
 
 
 def _parse_time(text: str) -> datetime:

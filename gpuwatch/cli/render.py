@@ -25,15 +25,20 @@ class OutputFormat(str, Enum):
     CSV = "csv"
 
 
+def format_option(*formats: OutputFormat, help: str) -> Any:
+    """A command's ``--format`` (into ``fmt``): the formats it offers, the first the default."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice([f.value for f in formats]),
+        default=formats[0].value,
+        show_default=True,
+        help=help,
+    )
+
+
 #: ``--format`` for every command that lists rows
-FORMAT_OPTION = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in OutputFormat]),
-    default=OutputFormat.TABLE.value,
-    show_default=True,
-    help="Output as a table for people, or JSON/CSV for tools.",
-)
+FORMAT_OPTION = format_option(*OutputFormat, help="Output as a table for people, or JSON/CSV for tools.")
 
 
 Column = tuple[str, str]  # (key, header)

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuwatch.cli.render import OutputFormat, format_option
+
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
@@ -170,20 +172,12 @@ def import_trace(engine: sa.Engine, batches_path: Path, jobs_doc: Any, group: in
     help="Evaluate the imported jobs at this ISO 8601 time, or 'end' (each job at its end, or at its "
     "last GPU minute), store the verdicts and print the low-util table.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-    help="Format of the low-util table printed with --classify-at.",
-)
+@format_option(*OutputFormat, help="Format of the low-util table printed with --classify-at.")
 @click.pass_obj
 def import_(ctx: Context, file: Path, jobs_file: Path, classify_at: str | None, fmt: str) -> None:
     """Load wire-format batches (JSONL) and a job file into the database; optionally classify."""
     from gpuwatch.classify.runner import evaluate_jobs
     from gpuwatch.cli.jobs import render_low_util
-    from gpuwatch.cli.render import OutputFormat
     from gpuwatch.sql import migrate
     from gpuwatch.views import LowUtilFilters, low_util_jobs
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-from gpuwatch.config import Settings
+from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire.v1 import _Sample
 
 log = logging.getLogger(__name__)
@@ -28,25 +28,41 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def read_optional(
-    path: Path, parse: Callable[[str], T], missing: Collection[int] = (errno.ENOENT,)
-) -> T | None:
-    """``parse(text of path)``, or None when the file is absent ("no data", not a failure).
+def parse_uint(text: str) -> int:
+    """A file holding one non-negative decimal integer: a sysfs counter, a cgroup's
+    ``memory.current`` or ``cpuacct.usage``."""
+    value = text.strip()
+    if not value.isdigit():
+        raise ValueError(f"not a non-negative integer: {value!r}")
+    return int(value)
+
+
+def read_parsed(path: Path, parse: Callable[[str], T]) -> T:
+    """``parse(text of path)`` for a file the collector cannot do without.
 
     A parse error names the file, so the collector's recorded error says which one was bad.
-    ``missing`` lists the errnos that mean absent (cgroup files of a job that just ended also
-    raise ENODEV).
     """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        if exc.errno in missing:
-            return None
-        raise
+    text = path.read_text()
     try:
         return parse(text)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
+
+
+def read_optional(
+    path: Path, parse: Callable[[str], T], missing: Collection[int] = (errno.ENOENT,)
+) -> T | None:
+    """:func:`read_parsed`, or None when the file is absent ("no data", not a failure).
+
+    ``missing`` lists the errnos that mean absent (cgroup files of a job that just ended also
+    raise ENODEV).
+    """
+    try:
+        return read_parsed(path, parse)
+    except OSError as exc:
+        if exc.errno in missing:
+            return None
+        raise
 
 
 class Collector(ABC):
@@ -112,3 +128,15 @@ def register(name: str) -> Callable[[CollectorFactory], CollectorFactory]:
         return factory
 
     return deco
+
+
+def register_proc_file(name: str, proc_file: str, make: Callable[[HostPaths], Collector]) -> CollectorFactory:
+    """Register the collector of one ``/proc`` file (``proc_file`` below ``host_paths.proc``):
+    its factory gives None where that file is absent (not Linux)."""
+
+    def factory(settings: Settings) -> Collector | None:
+        paths = settings.host_paths
+        return make(paths) if (paths.proc / proc_file).exists() else None
+
+    factory.__doc__ = f"The {name} collector, or None where there is no ``/proc/{proc_file}`` (not Linux)."
+    return register(name)(factory)

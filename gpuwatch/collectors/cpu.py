@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuwatch.collectors.base import Collector, read_optional, register
-from gpuwatch.config import HostPaths, Settings
+from gpuwatch.collectors.base import Collector, read_optional, read_parsed, register_proc_file
+from gpuwatch.config import HostPaths
 from gpuwatch.wire import CpuSample
 
 log = logging.getLogger(__name__)
@@ -188,11 +188,7 @@ class CpuCollector(Collector):
         self._threads_per_core: int | None = None
 
     def collect(self, now: datetime) -> Sequence[CpuSample]:
-        text = self._stat_path.read_text()
-        try:
-            snap = parse_proc_stat(text)
-        except ValueError as exc:
-            raise ValueError(f"{self._stat_path}: {exc}") from exc
+        snap = read_parsed(self._stat_path, parse_proc_stat)
         load1 = self._read_load1()
         online = frozenset(snap.per_core)
         if online != self._topology_of:
@@ -237,10 +233,4 @@ class CpuCollector(Collector):
         return read_optional(self._loadavg_path, parse_loadavg)
 
 
-@register("cpu")
-def make_cpu(settings: Settings) -> Collector | None:
-    """The CPU collector, or None where there is no ``/proc/stat`` (not Linux)."""
-    paths = settings.host_paths
-    if not (paths.proc / "stat").exists():
-        return None
-    return CpuCollector(paths)
+make_cpu = register_proc_file("cpu", "stat", CpuCollector)

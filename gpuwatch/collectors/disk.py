@@ -27,8 +27,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
-from gpuwatch.collectors.base import Collector, register
-from gpuwatch.config import HostPaths, Settings
+from gpuwatch.collectors.base import Collector, read_parsed, register_proc_file
+from gpuwatch.config import HostPaths
 from gpuwatch.wire import DiskSample
 
 log = logging.getLogger(__name__)
@@ -126,12 +126,8 @@ class DiskCollector(Collector):
         self._prev: tuple[float, dict[str, DiskCounters]] | None = None
 
     def collect(self, now: datetime) -> Sequence[DiskSample]:
-        text = self._path.read_text()
+        parsed = read_parsed(self._path, parse_diskstats)
         mono = self._clock()
-        try:
-            parsed = parse_diskstats(text)
-        except ValueError as exc:
-            raise ValueError(f"{self._path}: {exc}") from exc
         cur = {name: c for name, c in parsed.items() if is_whole_disk(name, self._sys_block, self._exclude)}
         prev, self._prev = self._prev, (mono, cur)
         if prev is None:
@@ -145,10 +141,4 @@ class DiskCollector(Collector):
         return samples
 
 
-@register("disk")
-def make_disk(settings: Settings) -> Collector | None:
-    """The disk collector, or None where there is no ``/proc/diskstats`` (not Linux)."""
-    paths = settings.host_paths
-    if not (paths.proc / "diskstats").exists():
-        return None
-    return DiskCollector(paths)
+make_disk = register_proc_file("disk", "diskstats", DiskCollector)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from gpuwatch.collectors.base import Collector, read_optional, register
+from gpuwatch.collectors.base import Collector, parse_uint, read_optional, register
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import InfinibandSample
 
@@ -61,14 +61,6 @@ class PortSnapshot:
 
     counters: PortCounters
     link_rate_bytes_per_s: float | None
-
-
-def parse_counter(text: str) -> int:
-    """One sysfs counter file: a single non-negative decimal integer."""
-    value = text.strip()
-    if not value.isdigit():
-        raise ValueError(f"not a non-negative integer: {value!r}")
-    return int(value)
 
 
 def parse_rate(text: str) -> float:
@@ -129,7 +121,7 @@ def _read_port(port_dir: Path) -> PortSnapshot:
     counters_dir = port_dir / "counters"
     raw: dict[str, int | None] = {}
     for name in _COUNTER_FILES:
-        raw[name] = read_optional(counters_dir / name, parse_counter)
+        raw[name] = read_optional(counters_dir / name, parse_uint)
     try:
         counters = port_counters(raw)
     except ValueError as exc:

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-from gpuwatch.collectors.base import Collector, register
+from gpuwatch.collectors.base import Collector, parse_uint, register
 from gpuwatch.collectors.keptfiles import GONE, FdBudget, KeptFile, read_once
 from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import JobSample
@@ -83,20 +83,12 @@ LIMITS_REFRESH_S = 60.0
 # ---------------------------------------------------------------- pure parsers
 
 
-def parse_int(text: str) -> int:
-    """A cgroup file holding one non-negative integer (``memory.current``, ``cpuacct.usage``)."""
-    value = text.strip()
-    if not value.isdigit():
-        raise ValueError(f"not a non-negative integer: {value!r}")
-    return int(value)
-
-
 def parse_cpu_stat_usage_ns(text: str) -> int:
     """``cpu.stat`` (v2) ``usage_usec`` line, returned in nanoseconds like v1's ``cpuacct.usage``."""
     for line in text.splitlines():
         fields = line.split()
         if len(fields) == 2 and fields[0] == "usage_usec":
-            return parse_int(fields[1]) * 1000
+            return parse_uint(fields[1]) * 1000
     raise ValueError("no usage_usec line")
 
 
@@ -104,12 +96,12 @@ def parse_memory_max(text: str) -> int | None:
     """``memory.max`` (v2): bytes, or ``max`` meaning no limit (None)."""
     if text.strip() == "max":
         return None
-    return parse_int(text)
+    return parse_uint(text)
 
 
 def parse_v1_limit(text: str) -> int | None:
     """``memory.limit_in_bytes`` (v1): bytes, None for the kernel's "unlimited" value."""
-    value = parse_int(text)
+    value = parse_uint(text)
     return None if value >= V1_UNLIMITED_FROM else value
 
 
@@ -189,8 +181,8 @@ _MEMSW = "memsw_bytes"
 
 V2_COUNTERS = (
     CgroupFile("cpu_usage_ns", "cpu.stat", parse_cpu_stat_usage_ns),
-    CgroupFile("memory_used_bytes", "memory.current", parse_int),
-    CgroupFile("memory_swap_bytes", "memory.swap.current", parse_int),
+    CgroupFile("memory_used_bytes", "memory.current", parse_uint),
+    CgroupFile("memory_swap_bytes", "memory.swap.current", parse_uint),
     CgroupFile("memory_pressure_ratio", "memory.pressure", parse_pressure_some_avg10),
 )
 V2_LIMITS = (
@@ -199,9 +191,9 @@ V2_LIMITS = (
 )
 V1_CONTROLLERS = ("cpuacct", "memory", "cpuset")
 V1_COUNTERS = (
-    CgroupFile("cpu_usage_ns", "cpuacct.usage", parse_int, "cpuacct"),
-    CgroupFile("memory_used_bytes", "memory.usage_in_bytes", parse_int, "memory"),
-    CgroupFile(_MEMSW, "memory.memsw.usage_in_bytes", parse_int, "memory"),
+    CgroupFile("cpu_usage_ns", "cpuacct.usage", parse_uint, "cpuacct"),
+    CgroupFile("memory_used_bytes", "memory.usage_in_bytes", parse_uint, "memory"),
+    CgroupFile(_MEMSW, "memory.memsw.usage_in_bytes", parse_uint, "memory"),
 )
 V1_LIMITS = (
     CgroupFile("memory_limit_bytes", "memory.limit_in_bytes", parse_v1_limit, "memory"),

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuwatch.collectors.base import Collector, read_optional, register
-from gpuwatch.config import HostPaths, Settings
+from gpuwatch.collectors.base import Collector, read_optional, read_parsed, register_proc_file
+from gpuwatch.config import HostPaths
 from gpuwatch.wire import MemorySample
 
 log = logging.getLogger(__name__)
@@ -115,11 +115,7 @@ class MemoryCollector(Collector):
         self._prev: tuple[float, SwapCounters] | None = None
 
     def collect(self, now: datetime) -> Sequence[MemorySample]:
-        text = self._meminfo_path.read_text()
-        try:
-            info = parse_meminfo(text)
-        except ValueError as exc:
-            raise ValueError(f"{self._meminfo_path}: {exc}") from exc
+        info = read_parsed(self._meminfo_path, parse_meminfo)
         swap = self._read_swap()
         mono = self._clock()
         swap_in = swap_out = None
@@ -148,10 +144,4 @@ class MemoryCollector(Collector):
         return SwapCounters(None, None) if swap is None else swap
 
 
-@register("memory")
-def make_memory(settings: Settings) -> Collector | None:
-    """The memory collector, or None where there is no ``/proc/meminfo`` (not Linux)."""
-    paths = settings.host_paths
-    if not (paths.proc / "meminfo").exists():
-        return None
-    return MemoryCollector(paths)
+make_memory = register_proc_file("memory", "meminfo", MemoryCollector)

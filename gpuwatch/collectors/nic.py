@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 
-from gpuwatch.collectors.base import Collector, register
-from gpuwatch.config import HostPaths, Settings
+from gpuwatch.collectors.base import Collector, read_parsed, register_proc_file
+from gpuwatch.config import HostPaths
 from gpuwatch.wire import NicSample
 
 log = logging.getLogger(__name__)
@@ -126,22 +126,12 @@ class NicCollector(Collector):
         self._prev: tuple[float, dict[str, NetDevCounters]] | None = None
 
     def collect(self, now: datetime) -> Sequence[NicSample]:
-        text = self._path.read_text()
+        cur = read_parsed(self._path, parse_net_dev)
         mono = self._clock()
-        try:
-            cur = parse_net_dev(text)
-        except ValueError as exc:
-            raise ValueError(f"{self._path}: {exc}") from exc
         prev, self._prev = self._prev, (mono, cur)
         if prev is None:
             return []
         return nic_samples(prev[1], cur, mono - prev[0], now, self._exclude)
 
 
-@register("nic")
-def make_nic(settings: Settings) -> Collector | None:
-    """The NIC collector, or None where there is no ``/proc/net/dev`` (not Linux)."""
-    paths = settings.host_paths
-    if not (paths.proc / "net" / "dev").exists():
-        return None
-    return NicCollector(paths)
+make_nic = register_proc_file("nic", "net/dev", NicCollector)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from gpuwatch.config.section import Section
 
@@ -248,6 +248,13 @@ class EnforcementConfig(Section):
         return self
 
 
+#: the placeholder each template setting must hold, with an example
+_TEMPLATES: dict[str, tuple[str, str]] = {
+    "user_email_pattern": ("{user}", "{user}@example.edu"),
+    "job_url": ("{job_id}", "https://gpuwatch.example.edu/jobs/{job_id}"),
+}
+
+
 class AlertsConfig(Section):
     """Everything about notices; see docs/alerts.md."""
 
@@ -283,18 +290,12 @@ class AlertsConfig(Section):
             return {k: [v] if isinstance(v, str) else v for k, v in value.items()}
         return value
 
-    @field_validator("user_email_pattern")
+    @field_validator(*_TEMPLATES)
     @classmethod
-    def _pattern(cls, value: str | None) -> str | None:
-        if value is not None and "{user}" not in value:
-            raise ValueError("must contain {user}, e.g. '{user}@example.edu'")
-        return value
-
-    @field_validator("job_url")
-    @classmethod
-    def _job_url(cls, value: str | None) -> str | None:
-        if value is not None and "{job_id}" not in value:
-            raise ValueError("must contain {job_id}, e.g. 'https://gpuwatch.example.edu/jobs/{job_id}'")
+    def _template(cls, value: str | None, info: ValidationInfo) -> str | None:
+        placeholder, example = _TEMPLATES[info.field_name]
+        if value is not None and placeholder not in value:
+            raise ValueError(f"must contain {placeholder}, e.g. {example!r}")
         return value
 
     @model_validator(mode="after")

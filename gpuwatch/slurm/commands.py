@@ -85,6 +85,20 @@ class SlurmClient:
             raise SlurmCommandError(cmd, proc.returncode, proc.stderr or "")
         return proc.stdout or ""
 
+    def _json(self, argv: list[str], answers: bool | None, fallback: str) -> tuple[bool, str | None]:
+        """Whether this Slurm answers ``argv`` (a ``--json`` command) and its output; where it is
+        too old (``answers`` False: known from an earlier try), False and None: the caller runs
+        ``fallback``. Any other failure raises."""
+        if answers is False:
+            return False, None
+        try:
+            return True, self.run(argv)
+        except SlurmCommandError as err:
+            if not _json_unsupported(err):
+                raise
+            log.warning("%s unsupported (%s); using %s", " ".join(argv[:2]), err, fallback)
+            return False, None
+
     def jobs(self) -> list[SlurmJob]:
         """Every job the controller knows (pending, running, and recently ended ones).
 
@@ -92,17 +106,11 @@ class SlurmClient:
         also carries per-node GPU ``IDX``). A document that does not parse raises
         :class:`SlurmParseError` (no silent fallback: that would hide a format change).
         """
-        if self.squeue_json is not False:
-            try:
-                out = self.run(["squeue", "--json", "--all"])
-            except SlurmCommandError as err:
-                if not _json_unsupported(err):
-                    raise
-                log.warning("squeue --json unsupported (%s); using scontrol show job -d -o", err)
-                self.squeue_json = False
-            else:
-                self.squeue_json = True
-                return parse_squeue_json(out)
+        self.squeue_json, out = self._json(
+            ["squeue", "--json", "--all"], self.squeue_json, "scontrol show job -d -o"
+        )
+        if out is not None:
+            return parse_squeue_json(out)
         return parse_scontrol_jobs(self.run(["scontrol", "show", "job", "-d", "-o"]))
 
     def finished_jobs(self, since: datetime, until: datetime | None = None) -> list[SlurmJob]:
@@ -119,17 +127,11 @@ class SlurmClient:
             "-E",
             _relative(until, now) if until else "now",
         ]
-        if self.sacct_json is not False:
-            try:
-                out = self.run(["sacct", "--json", "-a", "-X", *window])
-            except SlurmCommandError as err:
-                if not _json_unsupported(err):
-                    raise
-                log.warning("sacct --json unsupported (%s); using sacct -P", err)
-                self.sacct_json = False
-            else:
-                self.sacct_json = True
-                return parse_sacct_json(out)
+        self.sacct_json, out = self._json(
+            ["sacct", "--json", "-a", "-X", *window], self.sacct_json, "sacct -P"
+        )
+        if out is not None:
+            return parse_sacct_json(out)
         fields = ",".join(DEFAULT_FIELDS)
         out = self.run(["sacct", "-a", "-X", "-P", "-n", *window, "-o", fields])
         return parse_sacct_parsable(out, DEFAULT_FIELDS)

@@ -94,6 +94,16 @@ def _count(column: sa.ColumnElement) -> sa.ColumnElement:
     return sa.func.count(column)
 
 
+def _sum_n(name: str, expr: sa.ColumnElement) -> list[sa.ColumnElement]:
+    """``<name>_sum`` and ``<name>_n``: what a mean over minutes is built from (nulls not counted)."""
+    return [sa.func.sum(expr).label(f"{name}_sum"), _count(expr).label(f"{name}_n")]
+
+
+def _sums_n(*columns: sa.Column) -> list[sa.ColumnElement]:
+    """:func:`_sum_n` of each column under its own name."""
+    return [part for column in columns for part in _sum_n(column.name, column)]
+
+
 def _sum_if(condition: sa.ColumnElement) -> sa.ColumnElement:
     return sa.func.sum(sa.case((condition, 1), else_=0))
 
@@ -153,29 +163,26 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
     others = sa.func.replace(sa.func.replace(reasons, '"gpu_idle"', ""), '"sw_power_cap"', "")
     power_capped_only = sa.and_(reasons.like('%"sw_power_cap"%'), others.not_like('%"%'))
 
-    def sum_n(name: str, expr: sa.ColumnElement) -> list[sa.ColumnElement]:
-        return [sa.func.sum(expr).label(f"{name}_sum"), _count(expr).label(f"{name}_n")]
-
     columns = [
         g.node_id,
         g.gpu_index,
         minute_bucket(conn, g.ts).label("minute"),
         sa.func.count().label("samples"),
         _sum_if(g.state == "lost").label("lost_samples"),
-        *sum_n("util_gpu_ratio", util),
-        *sum_n("util_gpu_idle_fraction_ratio", g.util_gpu_idle_fraction_ratio),
-        *sum_n("util_memory_ratio", g.util_memory_ratio),
-        *sum_n("sm_active_ratio", g.sm_active_ratio),
-        *sum_n("sm_occupancy_ratio", g.sm_occupancy_ratio),
-        *sum_n("tensor_active_ratio", g.tensor_active_ratio),
-        *sum_n("dram_active_ratio", g.dram_active_ratio),
-        *sum_n("fp32_active_ratio", g.fp32_active_ratio),
-        *sum_n("fp16_active_ratio", g.fp16_active_ratio),
-        *sum_n("power_watts", g.power_watts),
-        *sum_n("pcie_bytes_per_s", g.pcie_tx_bytes_per_s + g.pcie_rx_bytes_per_s),
-        *sum_n("nvlink_bytes_per_s", g.nvlink_tx_bytes_per_s + g.nvlink_rx_bytes_per_s),
-        *sum_n("fp64_active_ratio", g.fp64_active_ratio),
-        *sum_n("sm_clock_ratio", _clock_ratio(g)),
+        *_sum_n("util_gpu_ratio", util),
+        *_sum_n("util_gpu_idle_fraction_ratio", g.util_gpu_idle_fraction_ratio),
+        *_sum_n("util_memory_ratio", g.util_memory_ratio),
+        *_sum_n("sm_active_ratio", g.sm_active_ratio),
+        *_sum_n("sm_occupancy_ratio", g.sm_occupancy_ratio),
+        *_sum_n("tensor_active_ratio", g.tensor_active_ratio),
+        *_sum_n("dram_active_ratio", g.dram_active_ratio),
+        *_sum_n("fp32_active_ratio", g.fp32_active_ratio),
+        *_sum_n("fp16_active_ratio", g.fp16_active_ratio),
+        *_sum_n("power_watts", g.power_watts),
+        *_sum_n("pcie_bytes_per_s", g.pcie_tx_bytes_per_s + g.pcie_rx_bytes_per_s),
+        *_sum_n("nvlink_bytes_per_s", g.nvlink_tx_bytes_per_s + g.nvlink_rx_bytes_per_s),
+        *_sum_n("fp64_active_ratio", g.fp64_active_ratio),
+        *_sum_n("sm_clock_ratio", _clock_ratio(g)),
         sa.func.sum(util * util).label("util_gpu_ratio_sumsq"),
         sa.func.max(util).label("util_gpu_ratio_max"),
         *bins,
@@ -208,10 +215,7 @@ def _job_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         j.job_id,
         minute_bucket(conn, j.ts).label("minute"),
         sa.func.count().label("samples"),
-        sa.func.sum(j.cpu_used_cores).label("cpu_used_cores_sum"),
-        _count(j.cpu_used_cores).label("cpu_used_cores_n"),
-        sa.func.sum(j.memory_pressure_ratio).label("memory_pressure_ratio_sum"),
-        _count(j.memory_pressure_ratio).label("memory_pressure_ratio_n"),
+        *_sums_n(j.cpu_used_cores, j.memory_pressure_ratio),
         sa.func.max(j.cpu_allocated_cores).label("cpu_allocated_cores"),
         sa.func.max(j.memory_used_bytes).label("memory_used_bytes_max"),
         sa.func.max(j.memory_cache_bytes).label("memory_cache_bytes_max"),
@@ -252,18 +256,12 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
     c, m, g = cpu_samples.c, memory_samples.c, gpu_minutes.c
     grouped(
         cpu_samples,
-        sa.func.sum(c.busy_ratio).label("busy_ratio_sum"),
-        _count(c.busy_ratio).label("busy_ratio_n"),
-        sa.func.sum(c.iowait_ratio).label("iowait_ratio_sum"),
-        _count(c.iowait_ratio).label("iowait_ratio_n"),
+        *_sums_n(c.busy_ratio, c.iowait_ratio),
         sa.func.max(c.threads_per_core).label("threads_per_core"),
     )
     grouped(
         memory_samples,
-        sa.func.sum(m.swap_in_bytes_per_s).label("swap_in_bytes_per_s_sum"),
-        _count(m.swap_in_bytes_per_s).label("swap_in_bytes_per_s_n"),
-        sa.func.sum(m.swap_out_bytes_per_s).label("swap_out_bytes_per_s_sum"),
-        _count(m.swap_out_bytes_per_s).label("swap_out_bytes_per_s_n"),
+        *_sums_n(m.swap_in_bytes_per_s, m.swap_out_bytes_per_s),
         sa.func.min(m.available_bytes).label("available_bytes_min"),
         sa.func.max(m.total_bytes).label("total_bytes"),
     )

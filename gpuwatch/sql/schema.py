@@ -105,6 +105,19 @@ def _i(name: str) -> sa.Column:
     return sa.Column(name, sa.BigInteger, nullable=True)
 
 
+def _doubles(*names: str) -> list[sa.Column]:
+    return [_d(name) for name in names]
+
+
+def _bigints(*names: str) -> list[sa.Column]:
+    return [_i(name) for name in names]
+
+
+def _device_key() -> list[sa.Column]:
+    """The key of a per-device sample table (a NIC, a block device, an HCA and its ports)."""
+    return [sa.Column("device", sa.String(64), primary_key=True)]
+
+
 gpu_samples = _sample_table(
     "gpu_samples",
     [sa.Column("gpu_index", sa.SmallInteger, primary_key=True)],
@@ -176,11 +189,7 @@ cpu_samples = _sample_table(
     "cpu_samples",
     [],
     sa.Column("cores", sa.Integer, nullable=False),
-    _d("busy_ratio"),
-    _d("user_ratio"),
-    _d("system_ratio"),
-    _d("iowait_ratio"),
-    _d("steal_ratio"),
+    *_doubles("busy_ratio", "user_ratio", "system_ratio", "iowait_ratio", "steal_ratio"),
     sa.Column("per_core_busy_ratio", Json, nullable=True),
     _d("load1"),
     sa.Column("threads_per_core", sa.SmallInteger, nullable=True),
@@ -189,47 +198,31 @@ cpu_samples = _sample_table(
 memory_samples = _sample_table(
     "memory_samples",
     [],
-    _i("total_bytes"),
-    _i("available_bytes"),
-    _i("used_bytes"),
-    _i("swap_total_bytes"),
-    _i("swap_used_bytes"),
+    *_bigints("total_bytes", "available_bytes", "used_bytes", "swap_total_bytes", "swap_used_bytes"),
     _d("swap_in_bytes_per_s"),
     _d("swap_out_bytes_per_s"),
 )
 
 nic_samples = _sample_table(
     "nic_samples",
-    [sa.Column("device", sa.String(64), primary_key=True)],
-    _d("rx_bytes_per_s"),
-    _d("tx_bytes_per_s"),
-    _d("rx_packets_per_s"),
-    _d("tx_packets_per_s"),
+    _device_key(),
+    *_doubles("rx_bytes_per_s", "tx_bytes_per_s", "rx_packets_per_s", "tx_packets_per_s"),
     _i("rx_errors"),
     _i("tx_errors"),
 )
 
 infiniband_samples = _sample_table(
     "infiniband_samples",
-    [
-        sa.Column("device", sa.String(64), primary_key=True),
-        sa.Column("port", sa.SmallInteger, primary_key=True),
-    ],
-    _d("rx_bytes_per_s"),
-    _d("tx_bytes_per_s"),
-    _d("rx_packets_per_s"),
-    _d("tx_packets_per_s"),
-    _d("link_rate_bytes_per_s"),
+    [*_device_key(), sa.Column("port", sa.SmallInteger, primary_key=True)],
+    *_doubles(
+        "rx_bytes_per_s", "tx_bytes_per_s", "rx_packets_per_s", "tx_packets_per_s", "link_rate_bytes_per_s"
+    ),
 )
 
 disk_samples = _sample_table(
     "disk_samples",
-    [sa.Column("device", sa.String(64), primary_key=True)],
-    _d("read_bytes_per_s"),
-    _d("write_bytes_per_s"),
-    _d("reads_per_s"),
-    _d("writes_per_s"),
-    _d("busy_ratio"),
+    _device_key(),
+    *_doubles("read_bytes_per_s", "write_bytes_per_s", "reads_per_s", "writes_per_s", "busy_ratio"),
 )
 
 job_samples = _sample_table(
@@ -237,10 +230,7 @@ job_samples = _sample_table(
     [sa.Column("job_id", sa.String(64), primary_key=True)],
     _d("cpu_used_cores"),
     _d("cpu_allocated_cores"),
-    _i("memory_used_bytes"),
-    _i("memory_limit_bytes"),
-    _i("memory_swap_bytes"),
-    _i("memory_cache_bytes"),
+    *_bigints("memory_used_bytes", "memory_limit_bytes", "memory_swap_bytes", "memory_cache_bytes"),
     _d("memory_pressure_ratio"),
     sa.Column("cgroup_version", sa.SmallInteger, nullable=True),
 )
@@ -261,9 +251,7 @@ attribution_samples = _sample_table(
 agent_samples = _sample_table(
     "agent_samples",
     [],
-    _i("spool_batches"),
-    _i("spool_bytes"),
-    _i("dropped_batches_total"),
+    *_bigints("spool_batches", "spool_bytes", "dropped_batches_total"),
     sa.Column("collector_errors", Json, nullable=True),
     sa.Column("collector_seconds", Json, nullable=True),
 )

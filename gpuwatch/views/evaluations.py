@@ -200,25 +200,31 @@ def shown_select(
     return sa.select(*(picked.c[name] for name in LISTED_COLUMNS)).where(picked.c.pick == 1)
 
 
+#: ``verdicts`` columns a :class:`VerdictRow` holds under the same name, as stored
+_AS_STORED = (
+    "job_id",
+    "evaluated_at",
+    "window_kind",
+    "window_start",
+    "window_end",
+    "cause",
+    "gpus",
+    "gpu_hours",
+    "gpu_hours_wasted",
+    "mean_util_ratio",
+    "summary",
+    "fix",
+    "rules_version",
+)
+
+
 def verdict_of(r: Any) -> VerdictRow:
     """A :class:`VerdictRow` from a row mapping holding the ``verdicts`` columns."""
     return VerdictRow(
         verdict_id=r["id"],
-        job_id=r["job_id"],
-        evaluated_at=r["evaluated_at"],
-        window_kind=r["window_kind"],
-        window_start=r["window_start"],
-        window_end=r["window_end"],
-        cause=r["cause"],
         confidence=float(r["confidence"]),
-        gpus=r["gpus"],
-        gpu_hours=r["gpu_hours"],
-        gpu_hours_wasted=r["gpu_hours_wasted"],
-        mean_util_ratio=r["mean_util_ratio"],
-        summary=r["summary"],
-        fix=r["fix"],
         stored_evidence=r.get("evidence"),
-        rules_version=r["rules_version"],
+        **{name: r[name] for name in _AS_STORED},
     )
 
 

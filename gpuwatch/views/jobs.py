@@ -156,6 +156,10 @@ def apply_job_filters(stmt: Any, f: Any) -> Any:
     return stmt
 
 
+#: ``slurm_jobs`` columns a :class:`JobSummary` holds under the same name, as stored
+_AS_STORED = ("name", "account", "partition", "state", "submit_at", "gpus", "exit_code", "exit_signal")
+
+
 def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSummary]:
     j = slurm_jobs.c
     stmt = apply_job_filters(sa.select(slurm_jobs), f)
@@ -183,23 +187,16 @@ def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSu
             JobSummary(
                 job_id=job_id,
                 display_id=display,
-                name=r["name"],
                 user=r["user_name"],
-                account=r["account"],
-                partition=r["partition"],
-                state=r["state"],
-                submit_at=r["submit_at"],
                 start_at=start,
                 end_at=end,
                 duration_s=duration if duration is not None else r["elapsed_s"],
                 nodes=list(r["nodes"] or []),
-                gpus=r["gpus"],
                 gpu_list=gpu_list,
                 mean_util_ratio=mean,
                 util_samples=n,
                 matched_by=matched,
-                exit_code=r["exit_code"],
-                exit_signal=r["exit_signal"],
+                **{name: r[name] for name in _AS_STORED},
             )
         )
     return out

@@ -3,6 +3,7 @@ and ``-`` where there is none."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 
@@ -28,3 +29,12 @@ def gib(value: int | None) -> str:
 
 def when(value: datetime | None) -> str:
     return "-" if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
+
+
+def table(columns: Sequence[str], rows: Sequence[str], *, empty: str, css: str | None = None) -> str:
+    """A page's table: a header of ``columns`` over ``rows`` (each a whole ``<tr>``), or the
+    sentence ``empty`` where there are no rows, so every page's tables read alike."""
+    if not rows:
+        return f"<p>{empty}</p>"
+    head = "".join(f"<th>{c}</th>" for c in columns)
+    return f"<table{'' if css is None else f' class={css}'}><tr>{head}</tr>{''.join(rows)}</table>"

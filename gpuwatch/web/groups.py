@@ -14,7 +14,7 @@ from urllib.parse import quote
 from gpuwatch.views import GroupBy, JobSummary, ReportRow
 from gpuwatch.views.report import WeekRow
 from gpuwatch.web import charts
-from gpuwatch.web.cells import num, pct
+from gpuwatch.web.cells import num, pct, table
 
 #: the URL path of each kind of group page
 PATHS = {GroupBy.USER: "users", GroupBy.ACCOUNT: "accounts"}
@@ -68,26 +68,22 @@ def _trend(weeks: list[WeekRow]) -> str:
     )
 
 
+def _job_row(r: JobSummary, other: GroupBy) -> str:
+    jid = escape(r.display_id)
+    start = "-" if r.start_at is None else f"{r.start_at:%Y-%m-%d %H:%M}"
+    whose = r.account if other is GroupBy.ACCOUNT else r.user
+    href = quote(r.display_id, safe="")
+    return (
+        f'<tr><td><a href="/jobs/{href}">{jid}</a></td><td>{escape(r.name or "-")}</td>'
+        f"<td>{link(other, whose)}</td><td>{escape(r.state or '-')}</td><td>{start}</td>"
+        f"<td>{r.gpus if r.gpus is not None else '-'}</td><td>{pct(r.mean_util_ratio)}</td></tr>"
+    )
+
+
 def _jobs(rows: list[JobSummary], by: GroupBy) -> str:
-    if not rows:
-        return "<p>No jobs in the last 7 days.</p>"
     other = GroupBy.ACCOUNT if by is GroupBy.USER else GroupBy.USER
-    out = [
-        f"<table class=jobs><tr><th>job</th><th>name</th><th>{other.value}</th><th>state</th><th>start</th>"
-        "<th>GPUs</th><th>mean util</th></tr>"
-    ]
-    for r in rows:
-        jid = escape(r.display_id)
-        start = "-" if r.start_at is None else f"{r.start_at:%Y-%m-%d %H:%M}"
-        whose = r.account if other is GroupBy.ACCOUNT else r.user
-        href = quote(r.display_id, safe="")
-        out.append(
-            f'<tr><td><a href="/jobs/{href}">{jid}</a></td><td>{escape(r.name or "-")}</td>'
-            f"<td>{link(other, whose)}</td><td>{escape(r.state or '-')}</td><td>{start}</td>"
-            f"<td>{r.gpus if r.gpus is not None else '-'}</td><td>{pct(r.mean_util_ratio)}</td></tr>"
-        )
-    out.append("</table>")
-    return "".join(out)
+    columns = ("job", "name", other.value, "state", "start", "GPUs", "mean util")
+    return table(columns, [_job_row(r, other) for r in rows], empty="No jobs in the last 7 days.", css="jobs")
 
 
 def group_body(

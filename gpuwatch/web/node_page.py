@@ -12,8 +12,9 @@ from html import escape
 from urllib.parse import quote
 
 from gpuwatch.views import GroupBy, NodeView
+from gpuwatch.views.node import NodeGpu, NodeJob
 from gpuwatch.web import charts
-from gpuwatch.web.cells import gib, pct, when
+from gpuwatch.web.cells import gib, pct, table, when
 from gpuwatch.web.groups import link
 
 
@@ -24,55 +25,58 @@ def node_link(name: str | None) -> str:
     return f'<a href="/nodes/{quote(name, safe="")}">{escape(name)}</a>'
 
 
-def _gpus(view: NodeView) -> str:
-    if not view.gpus:
-        return "<p>No GPU data in this span.</p>"
-    rows = [
-        "<table class=gpus><tr><th>GPU</th><th>model</th><th>minutes</th><th>util</th><th>SM active</th>"
-        "<th>memory max (GiB)</th><th>memory (GiB)</th><th>power mean (W)</th><th>faults</th></tr>"
-    ]
-    for g in view.gpus:
-        fault = g.fault
-        if g.parent_index is not None:  # a MIG instance, after its card
-            share = (
-                ""
-                if g.card_fraction is None
-                else f" ({Fraction(g.card_fraction).limit_denominator(8)} of gpu{g.parent_index})"
-            )
-            label = f"&nbsp;&nbsp;MIG gpu{g.index}{share}"
-        else:
-            label = f"gpu{g.index}"
-        util = "in its MIG instances" if g.split else pct(g.util_mean)
-        rows.append(
-            f"<tr{' class=faulted' if fault else ''}><td>{label}</td><td>{escape(g.model or '-')}</td>"
-            f"<td>{g.minutes}</td><td>{util}</td><td>{pct(g.sm_active_mean)}</td>"
-            f"<td>{gib(g.memory_used_max_bytes)}</td><td>{gib(g.memory_total_bytes)}</td>"
-            f"<td>{'-' if g.power_mean_watts is None else f'{g.power_mean_watts:.0f}'}</td>"
-            f"<td>{escape(fault or '-')}</td></tr>"
+def _gpu_row(g: NodeGpu) -> str:
+    fault = g.fault
+    if g.parent_index is not None:  # a MIG instance, after its card
+        share = (
+            ""
+            if g.card_fraction is None
+            else f" ({Fraction(g.card_fraction).limit_denominator(8)} of gpu{g.parent_index})"
         )
-    rows.append("</table>")
-    return "".join(rows)
+        label = f"&nbsp;&nbsp;MIG gpu{g.index}{share}"
+    else:
+        label = f"gpu{g.index}"
+    util = "in its MIG instances" if g.split else pct(g.util_mean)
+    return (
+        f"<tr{' class=faulted' if fault else ''}><td>{label}</td><td>{escape(g.model or '-')}</td>"
+        f"<td>{g.minutes}</td><td>{util}</td><td>{pct(g.sm_active_mean)}</td>"
+        f"<td>{gib(g.memory_used_max_bytes)}</td><td>{gib(g.memory_total_bytes)}</td>"
+        f"<td>{'-' if g.power_mean_watts is None else f'{g.power_mean_watts:.0f}'}</td>"
+        f"<td>{escape(fault or '-')}</td></tr>"
+    )
+
+
+def _job_row(j: NodeJob) -> str:
+    jid = escape(j.job_id)
+    wasted = "-" if j.gpu_hours_wasted is None else f"{j.gpu_hours_wasted:.2f}"
+    return (
+        f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
+        f"<td>{link(GroupBy.USER, j.user)}</td><td>{link(GroupBy.ACCOUNT, j.account)}</td>"
+        f"<td>{escape(j.state or '-')}</td><td>{when(j.start_at)}</td><td>{when(j.end_at)}</td>"
+        f"<td>{','.join(f'gpu{i}' for i in j.gpu_indices)}</td>"
+        f"<td class=cause>{escape(j.cause or '-')}</td><td>{wasted}</td></tr>"
+    )
+
+
+def _gpus(view: NodeView) -> str:
+    columns = (
+        "GPU",
+        "model",
+        "minutes",
+        "util",
+        "SM active",
+        "memory max (GiB)",
+        "memory (GiB)",
+        "power mean (W)",
+    )
+    rows = [_gpu_row(g) for g in view.gpus]
+    return table((*columns, "faults"), rows, empty="No GPU data in this span.", css="gpus")
 
 
 def _jobs(view: NodeView) -> str:
-    if not view.jobs:
-        return "<p>No Slurm job held this node's GPUs in this span.</p>"
-    rows = [
-        "<table class=jobs><tr><th>job</th><th>user</th><th>account</th><th>state</th><th>start</th>"
-        "<th>end</th><th>GPUs here</th><th>cause</th><th>GPU-h wasted</th></tr>"
-    ]
-    for j in view.jobs:
-        jid = escape(j.job_id)
-        wasted = "-" if j.gpu_hours_wasted is None else f"{j.gpu_hours_wasted:.2f}"
-        rows.append(
-            f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
-            f"<td>{link(GroupBy.USER, j.user)}</td><td>{link(GroupBy.ACCOUNT, j.account)}</td>"
-            f"<td>{escape(j.state or '-')}</td><td>{when(j.start_at)}</td><td>{when(j.end_at)}</td>"
-            f"<td>{','.join(f'gpu{i}' for i in j.gpu_indices)}</td>"
-            f"<td class=cause>{escape(j.cause or '-')}</td><td>{wasted}</td></tr>"
-        )
-    rows.append("</table>")
-    return "".join(rows)
+    columns = ("job", "user", "account", "state", "start", "end", "GPUs here", "cause", "GPU-h wasted")
+    rows = [_job_row(j) for j in view.jobs]
+    return table(columns, rows, empty="No Slurm job held this node's GPUs in this span.", css="jobs")
 
 
 def node_body(view: NodeView) -> str:

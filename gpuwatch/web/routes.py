@@ -27,6 +27,7 @@ from gpuwatch.config.web import WebAuth, WebConfig
 from gpuwatch.views import (
     GPU_METRICS,
     WINDOW_NAMES,
+    GpuSummary,
     JobFilters,
     JobView,
     LowUtilJob,
@@ -42,7 +43,7 @@ from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
 from gpuwatch.web.cells import cards as card_count
-from gpuwatch.web.cells import pct
+from gpuwatch.web.cells import pct, table
 from gpuwatch.web.groups import group_body, link
 from gpuwatch.web.job_filters import BadFilter, filter_form, job_query, pager
 from gpuwatch.web.node_page import node_body, node_link
@@ -101,26 +102,34 @@ def _hours(value: float | None) -> str:
     return f'<td data-value="{value!r}">{value:.2f}</td>'
 
 
+def _job_row(r: LowUtilJob) -> str:
+    jid = escape(r.job_id)
+    return (
+        f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
+        f"<td>{link(GroupBy.USER, r.user)}</td>"
+        f"<td>{_fmt(r.name)}</td><td>{','.join(node_link(n) for n in r.nodes) or '-'}</td>"
+        f"<td class=cause>{_fmt(r.cause)}</td>"
+        f"<td>{_fmt(WINDOW_NAMES.get(r.window_kind, r.window_kind))}</td>"
+        f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{pct(r.mean_util_ratio)}</td>"
+        f"{_hours(r.gpu_hours_wasted)}<td>{_fmt(r.evidence_text)}</td></tr>"
+    )
+
+
 def _jobs_table(rows: list[LowUtilJob]) -> str:
-    if not rows:
-        return "<p>No low-utilization jobs right now.</p>"
-    out = [
-        "<table class=jobs><tr><th>job</th><th>user</th><th>name</th><th>node(s)</th><th>cause</th>"
-        "<th>window</th><th>conf</th><th>GPUs</th><th>util</th><th>GPU-h wasted</th><th>evidence</th></tr>"
-    ]
-    for r in rows:
-        jid = escape(r.job_id)
-        out.append(
-            f'<tr data-job="{jid}"><td><a href="/jobs/{jid}">{jid}</a></td>'
-            f"<td>{link(GroupBy.USER, r.user)}</td>"
-            f"<td>{_fmt(r.name)}</td><td>{','.join(node_link(n) for n in r.nodes) or '-'}</td>"
-            f"<td class=cause>{_fmt(r.cause)}</td>"
-            f"<td>{_fmt(WINDOW_NAMES.get(r.window_kind, r.window_kind))}</td>"
-            f"<td>{r.confidence:.2f}</td><td>{_fmt(r.gpus)}</td><td>{pct(r.mean_util_ratio)}</td>"
-            f"{_hours(r.gpu_hours_wasted)}<td>{_fmt(r.evidence_text)}</td></tr>"
-        )
-    out.append("</table>")
-    return "".join(out)
+    columns = (
+        "job",
+        "user",
+        "name",
+        "node(s)",
+        "cause",
+        "window",
+        "conf",
+        "GPUs",
+        "util",
+        "GPU-h wasted",
+        "evidence",
+    )
+    return table(columns, [_job_row(r) for r in rows], empty="No low-utilization jobs right now.", css="jobs")
 
 
 # ---------------------------------------------------------------------------- auth
@@ -372,22 +381,18 @@ def _short(label: str, one_node: bool) -> str:
     return label.rsplit("/", 1)[-1] if one_node else label
 
 
+def _gpu_row(g: GpuSummary) -> str:
+    memory = None if g.memory_used_bytes_max is None else g.memory_used_bytes_max / 2**30
+    return (
+        f"<tr><td>{_fmt(g.node)}</td><td>{g.gpu_index}</td><td>{pct(g.util_gpu_mean)}</td>"
+        f"<td>{pct(g.sm_active_mean)}</td><td>{pct(g.tensor_active_mean)}</td>"
+        f"<td>{_fmt(memory)}</td><td>{_fmt(g.power_watts_mean)}</td></tr>"
+    )
+
+
 def _gpu_table(view: JobView) -> str:
-    if not view.gpus:
-        return "<p>No GPUs known.</p>"
-    rows = [
-        "<table><tr><th>node</th><th>GPU</th><th>util</th><th>SM active</th><th>tensor</th>"
-        "<th>memory max (GiB)</th><th>power mean (W)</th></tr>"
-    ]
-    for g in view.gpus:
-        memory = None if g.memory_used_bytes_max is None else g.memory_used_bytes_max / 2**30
-        rows.append(
-            f"<tr><td>{_fmt(g.node)}</td><td>{g.gpu_index}</td><td>{pct(g.util_gpu_mean)}</td>"
-            f"<td>{pct(g.sm_active_mean)}</td><td>{pct(g.tensor_active_mean)}</td>"
-            f"<td>{_fmt(memory)}</td><td>{_fmt(g.power_watts_mean)}</td></tr>"
-        )
-    rows.append("</table>")
-    return "".join(rows)
+    columns = ("node", "GPU", "util", "SM active", "tensor", "memory max (GiB)", "power mean (W)")
+    return table(columns, [_gpu_row(g) for g in view.gpus], empty="No GPUs known.")
 
 
 def _gpu_list(gpus: Any) -> str:

@@ -15,7 +15,7 @@ from gpuwatch.agent import Outcome
 from gpuwatch.agent.runner import BUNDLE_RETRY_AFTER_S
 from gpuwatch.wire import v2 as wire_v2
 from tests.agent.fakes import Reply, ScriptedDaemon, agent_config
-from tests.agent.test_agent_runner import make_agent, wait_for
+from tests.agent.test_agent_runner import make_agent, run_until_sent
 
 
 def make_config(tmp_path: Path, url: str, **overrides: object):
@@ -138,27 +138,12 @@ def test_unexpected_answer_to_a_bundle_keeps_everything(daemon: ScriptedDaemon, 
         assert len(agent.spool) == 3 and agent.sent_batches == 0  # type: ignore[arg-type]
 
 
-def _run_until_sent(agent, cycles: int, sent: int) -> None:
-    """Run ``cycles`` cycles, wait until ``sent`` batches went, close the agent."""
-    try:
-        agent.run(threading.Event(), max_cycles=cycles)
-        wait_for(lambda: agent.sent_batches == sent)
-    finally:
-        agent.close()
-
-
 def test_push_every_sends_one_bundle_per_n_cycles(daemon: ScriptedDaemon, tmp_path: Path) -> None:
     # bundles of at most 4 too: a sender that wakes late still sends 4 at a time
     config = make_config(tmp_path, daemon.url, push_every=4, bundle_max_batches=4)
-    agent = make_agent(config)
-    stop = threading.Event()
-    try:
-        agent.run(stop, max_cycles=10)  # returns after 10 cycles; the sender thread goes on
-        wait_for(lambda: agent.sent_batches == 8)
+    with run_until_sent(config, cycles=10, sent=8) as agent:
         time.sleep(0.2)  # the 2 left wait for 2 more cycles
         assert agent.sent_batches == 8 and len(agent.spool) == 2  # type: ignore[arg-type]
-    finally:
-        agent.close()
     # the 2 held went at shutdown, as one more bundle
     assert [len(r.batches) for r in daemon.received] == [4, 4, 2]
     assert all(r.bundle for r in daemon.received)
@@ -168,7 +153,8 @@ def test_push_every_sends_one_bundle_per_n_cycles(daemon: ScriptedDaemon, tmp_pa
 
 def test_push_every_does_not_hold_back_a_retry(daemon: ScriptedDaemon, tmp_path: Path) -> None:
     daemon.script = [Reply(503)]
-    _run_until_sent(make_agent(make_config(tmp_path, daemon.url, push_every=5)), cycles=5, sent=5)
+    with run_until_sent(make_config(tmp_path, daemon.url, push_every=5), cycles=5, sent=5):
+        pass
     # the bundle of 5 refused once (503), then sent again at once, not after 5 more cycles
     assert [(r.status, len(r.batches)) for r in daemon.received] == [(503, 5), (200, 5)]
 

@@ -4,14 +4,13 @@ a merged batch the daemon refuses goes again as a bundle, so only a bad batch is
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 from gpuwatch.agent import Outcome, merge
 from gpuwatch.wire import v2 as wire_v2
 from tests.agent.fakes import Reply, ScriptedDaemon
 from tests.agent.fakes import agent_config as make_config
-from tests.agent.test_agent_runner import make_agent, wait_for
+from tests.agent.test_agent_runner import make_agent, run_until_sent
 
 
 def _spool(agent, n: int) -> list:
@@ -239,14 +238,8 @@ def test_push_every_sends_n_cycles_as_one_merged_batch(daemon: ScriptedDaemon, t
     """A large cluster's steady state: one request of N cycles, one batch, and what is held at
     shutdown goes merged too."""
     config = make_config(tmp_path, daemon.url, push_every=4, bundle_max_batches=4)
-    agent = make_agent(config)
-    stop = threading.Event()
-    try:
-        agent.run(stop, max_cycles=10)  # returns after 10 cycles; the sender thread goes on
-        wait_for(lambda: agent.sent_batches == 8)
+    with run_until_sent(config, cycles=10, sent=8) as agent:
         assert agent.merged_sends == 2 and len(agent.spool) == 2  # type: ignore[arg-type]
-    finally:
-        agent.close()
     assert [(r.bundle, len(r.decoded), r.decoded[0].seq) for r in daemon.received] == [
         (False, 1, 3),
         (False, 1, 7),

@@ -5,17 +5,15 @@ clean stop makes one more attempt at once."""
 from __future__ import annotations
 
 import random
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from gpuwatch.agent import Agent, Pusher, Spool
 from gpuwatch.agent.push import Outcome, PushResult, daemon_down
 from gpuwatch.agent.recovery import ENDED_BACKOFF, ENDED_INTERRUPTED, ENDED_PROBE, Recovery
-from tests.agent.fakes import CpuCollector, Reply, ScriptedDaemon
+from tests.agent.fakes import Reply, ScriptedDaemon
 from tests.agent.fakes import agent_config as make_config
+from tests.agent.test_agent_runner import make_agent, wait_for
 
 UP = PushResult(Outcome.OK, 200, "healthy")
 DOWN = PushResult(Outcome.RETRY, None, "connection refused")
@@ -104,13 +102,13 @@ def test_the_agent_probes_and_sends_soon_after_the_daemon_is_back(
         recovery_jitter_s=0.05,
     )
     daemon.down()
-    agent = _agent(config)
+    agent = make_agent(config)
     try:
         agent.cycle()
         agent.start_sender()
-        _wait_for(lambda: agent.retried_sends >= 1 and agent.probes >= 2)
+        wait_for(lambda: agent.retried_sends >= 1 and agent.probes >= 2, 10)
         daemon.up()
-        _wait_for(lambda: agent.sent_batches == 1, 30)
+        wait_for(lambda: agent.sent_batches == 1, 30)
     finally:
         agent.close()
     [wait] = [w for w in agent.waits if w.ended == ENDED_PROBE]
@@ -124,25 +122,12 @@ def test_a_clean_stop_makes_one_attempt_in_the_middle_of_a_back_off(
     for it: one attempt goes at once, and here it is stored."""
     daemon.script = [Reply(503, {"detail": "daemon busy"}, headers={"Retry-After": "120"})]
     config = make_config(tmp_path, daemon.url, backoff_max_s=300.0)
-    agent = _agent(config)
+    agent = make_agent(config)
     try:
         agent.cycle()
         agent.start_sender()
-        _wait_for(lambda: agent.retried_sends == 1)
+        wait_for(lambda: agent.retried_sends == 1, 10)
         assert agent.drain(timeout_s=20.0), "the final attempt emptied the spool"
     finally:
         agent.close()
     assert [r.status for r in daemon.received] == [503, 200] and agent.sent_batches == 1
-
-
-def _agent(config) -> Agent:  # type: ignore[no-untyped-def]
-    spool = Spool(config.spool_dir, config.spool_max_bytes)
-    pusher = Pusher(config.daemon_url, config.node, config.resolve_token(), config.push_timeout_s)
-    return Agent(config, [CpuCollector()], spool, pusher, rng=random.Random(0), idle_poll_s=0.05)
-
-
-def _wait_for(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        threading.Event().wait(0.01)

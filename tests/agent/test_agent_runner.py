@@ -9,7 +9,8 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -58,6 +59,19 @@ def make_agent(config: AgentConfig, collectors: Sequence[Collector] | None = Non
         idle_poll_s=0.05,
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+@contextmanager
+def run_until_sent(config: AgentConfig, cycles: int, sent: int) -> Iterator[Agent]:
+    """An agent that ran ``cycles`` cycles (its sender thread goes on) until ``sent`` batches went;
+    closed on leaving, when what it still holds goes."""
+    agent = make_agent(config)
+    try:
+        agent.run(threading.Event(), max_cycles=cycles)
+        wait_for(lambda: agent.sent_batches == sent)
+        yield agent
+    finally:
+        agent.close()
 
 
 def run_in_thread(agent: Agent, stop: threading.Event, max_cycles: int | None) -> threading.Thread:

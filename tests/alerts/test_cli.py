@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from click.testing import CliRunner
 
 from gpuwatch.alerts import outbox
 from gpuwatch.cli.main import cli
 from gpuwatch.clock import utcnow
-from gpuwatch.sql import migrate
-from gpuwatch.sql.engine import create_engine
 from tests.alerts.conftest import add_job, add_verdict, make_config
-
-
-@pytest.fixture
-def db(db_url):
-    engine = create_engine(db_url)
-    migrate.upgrade(engine)
-    yield db_url, engine
-    engine.dispose()
 
 
 def run(db_url: str, *args: str):
@@ -28,8 +17,8 @@ def run(db_url: str, *args: str):
     return result
 
 
-def test_send_dry_run_then_send_list_attempts(db, monkeypatch, slack_server, smtp_server):
-    url, engine = db
+def test_send_dry_run_then_send_list_attempts(migrated, monkeypatch, slack_server, smtp_server):
+    url, engine = migrated
     cfg = make_config(
         slack_url=slack_server.url,
         smtp_port=smtp_server.port,
@@ -64,8 +53,8 @@ def test_send_dry_run_then_send_list_attempts(db, monkeypatch, slack_server, smt
     assert [a["outcome"] for a in attempts] == ["sent"]
 
 
-def test_retry_and_test_commands(db, monkeypatch, slack_server, smtp_server):
-    url, _ = db
+def test_retry_and_test_commands(migrated, monkeypatch, slack_server, smtp_server):
+    url, _ = migrated
     cfg = make_config(
         slack_url=slack_server.url, smtp_port=smtp_server.port, admin_emails=["ops@example.edu"]
     )
@@ -83,8 +72,8 @@ def test_retry_and_test_commands(db, monkeypatch, slack_server, smtp_server):
     assert run(url, "retry", "12345").output.strip() == "0 notice(s) queued again"
 
 
-def test_unconfigured_channel(db, monkeypatch):
-    url, _ = db
+def test_unconfigured_channel(migrated, monkeypatch):
+    url, _ = migrated
     monkeypatch.setattr("gpuwatch.cli.alerts._config", make_config)
     out = CliRunner().invoke(cli, ["--db", url, "alerts", "test", "email"])
     assert out.exit_code == 1 and "alerts.email is not configured" in out.output

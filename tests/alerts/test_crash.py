@@ -9,25 +9,13 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
 from gpuwatch.alerts import outbox
 from gpuwatch.alerts.rules import evaluate
 from gpuwatch.alerts.worker import Worker
 from gpuwatch.clock import utcnow
-from gpuwatch.sql import migrate
-from gpuwatch.sql.engine import create_engine
 from tests.alerts.conftest import Clock, add_job, add_verdict, make_config
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def url_engine(db_url):
-    engine = create_engine(db_url)
-    migrate.upgrade(engine)
-    yield db_url, engine
-    engine.dispose()
 
 
 def _crash(url: str, cfg, phase: str) -> None:
@@ -62,8 +50,8 @@ def _setup(engine, smtp_port: int, in_doubt: str = "resend"):
     return cfg, clock
 
 
-def test_crash_after_claim_before_send_delivers_once(url_engine, smtp_server):
-    url, engine = url_engine
+def test_crash_after_claim_before_send_delivers_once(migrated, smtp_server):
+    url, engine = migrated
     cfg, clock = _setup(engine, smtp_server.port)
     _crash(url, cfg, "claimed")
     assert smtp_server.messages == []
@@ -78,8 +66,8 @@ def test_crash_after_claim_before_send_delivers_once(url_engine, smtp_server):
     assert [a["outcome"] for a in outbox.attempts_of(engine, row.id)] == ["lost", "sent"]
 
 
-def test_crash_at_handoff_before_data_delivers_once(url_engine, smtp_server):
-    url, engine = url_engine
+def test_crash_at_handoff_before_data_delivers_once(migrated, smtp_server):
+    url, engine = migrated
     cfg, clock = _setup(engine, smtp_server.port, in_doubt="hold")
     _crash(url, cfg, "handoff")
     assert smtp_server.messages == []
@@ -94,10 +82,10 @@ def test_crash_at_handoff_before_data_delivers_once(url_engine, smtp_server):
     assert len(smtp_server.messages) == 1
 
 
-def test_crash_after_send_before_mark_resend_keeps_message_id(url_engine, smtp_server):
+def test_crash_after_send_before_mark_resend_keeps_message_id(migrated, smtp_server):
     """At-least-once: the SMTP server accepted the message, the worker died before recording it.
     The resend carries the same Message-ID, so one message reaches the user's mailbox."""
-    url, engine = url_engine
+    url, engine = migrated
     cfg, clock = _setup(engine, smtp_server.port, in_doubt="resend")
     _crash(url, cfg, "sent")
     assert len(smtp_server.messages) == 1
@@ -112,8 +100,8 @@ def test_crash_after_send_before_mark_resend_keeps_message_id(url_engine, smtp_s
     assert [a["outcome"] for a in outbox.attempts_of(engine, row.id)] == ["in_doubt", "sent"]
 
 
-def test_crash_after_send_before_mark_hold_is_at_most_once(url_engine, smtp_server):
-    url, engine = url_engine
+def test_crash_after_send_before_mark_hold_is_at_most_once(migrated, smtp_server):
+    url, engine = migrated
     cfg, clock = _setup(engine, smtp_server.port, in_doubt="hold")
     _crash(url, cfg, "sent")
     _past_lease(engine, clock)

@@ -16,7 +16,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpuwatch.collectors.base import Collector
+import pytest
+
+from gpuwatch.collectors.base import Collector, run_collector
 from gpuwatch.config import HostPaths
 from gpuwatch.wire.v1 import _Sample
 
@@ -76,3 +78,18 @@ def real_host_two_reads(collector: Collector, pause_s: float = 0.2) -> list[_Sam
     collector.collect(NOW)
     time.sleep(pause_s)
     return list(collector.collect(LATER))
+
+
+def real_host(proc_file: str) -> HostPaths:
+    """This machine's paths, for a test that reads ``/proc/<proc_file>``: skipped where it is absent."""
+    paths = HostPaths()
+    if not (paths.proc / proc_file).exists():
+        pytest.skip(f"no /proc/{proc_file} here")
+    return paths
+
+
+def assert_fails_naming_the_file(collector: Collector, match: str) -> None:
+    """``collect`` raises naming the bad file (``match``), and a run records it as its error."""
+    with pytest.raises(ValueError, match=match):
+        collector.collect(NOW)
+    assert run_collector(collector, NOW).error is not None

@@ -6,20 +6,18 @@ import shutil
 import time
 
 import pytest
-from hosttrees import FIXTURES, LATER, NOW, paths_at
+from hosttrees import FIXTURES, LATER, NOW, paths_at, real_host
 
 from gpuwatch.collectors.base import run_collector
 from gpuwatch.collectors.cpu import (
     CpuCollector,
     CpuTimes,
     cpu_ratios,
-    make_cpu,
     parse_cpu_list,
     parse_proc_stat,
     per_core_busy,
     threads_per_core,
 )
-from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import CpuSample
 
 
@@ -114,15 +112,8 @@ def test_missing_stat_is_a_failure(tmp_path):
     assert run.error is not None and "FileNotFoundError" in run.error
 
 
-def test_factory(host, tmp_path):
-    assert isinstance(make_cpu(Settings(host_paths=host("typical").paths)), CpuCollector)
-    assert make_cpu(Settings(host_paths=paths_at(tmp_path / "nowhere"))) is None
-
-
 def test_real_host():
-    paths = HostPaths()
-    if not (paths.proc / "stat").exists():
-        pytest.skip("no /proc/stat here")
+    paths = real_host("stat")
     collector = CpuCollector(paths)
     assert collector.collect(NOW) == []
     time.sleep(0.2)

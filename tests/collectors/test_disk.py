@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import pytest
-from hosttrees import LATER, NOW, paths_at, real_host_two_reads, two_snapshots
+from hosttrees import (
+    LATER,
+    NOW,
+    assert_fails_naming_the_file,
+    paths_at,
+    real_host,
+    real_host_two_reads,
+    two_snapshots,
+)
 
-from gpuwatch.collectors.base import run_collector
 from gpuwatch.collectors.disk import (
     DiskCollector,
     DiskCounters,
     disk_sample,
     is_whole_disk,
-    make_disk,
     parse_diskstats,
 )
-from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import DiskSample
 
 
@@ -77,21 +82,11 @@ def test_malformed_diskstats_raises_naming_the_file(copied_host, line):
     root = copied_host("typical", "t0")
     path = root / "proc" / "diskstats"
     path.write_text(path.read_text() + line)
-    collector = DiskCollector(paths_at(root))
-    with pytest.raises(ValueError, match=r"proc/diskstats: "):
-        collector.collect(NOW)
-    assert run_collector(collector, NOW).error is not None
-
-
-def test_factory(host, tmp_path):
-    assert isinstance(make_disk(Settings(host_paths=host("typical").paths)), DiskCollector)
-    assert make_disk(Settings(host_paths=paths_at(tmp_path / "nowhere"))) is None
+    assert_fails_naming_the_file(DiskCollector(paths_at(root)), r"proc/diskstats: ")
 
 
 def test_real_host():
-    paths = HostPaths()
-    if not (paths.proc / "diskstats").exists():
-        pytest.skip("no /proc/diskstats here")
+    paths = real_host("diskstats")
     samples = real_host_two_reads(DiskCollector(paths))
     assert all(isinstance(s, DiskSample) for s in samples)
     assert not any(s.device.startswith(("loop", "ram", "zram")) for s in samples)

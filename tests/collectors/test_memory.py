@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from hosttrees import LATER, NOW, paths_at, real_host_two_reads, two_snapshots
+from hosttrees import LATER, NOW, paths_at, real_host, real_host_two_reads, two_snapshots
 
 from gpuwatch.collectors.base import run_collector
 from gpuwatch.collectors.memory import (
     MemoryCollector,
-    make_memory,
     page_rate,
     parse_meminfo,
     parse_vmstat_swap,
 )
-from gpuwatch.config import HostPaths, Settings
 from gpuwatch.wire import MemorySample
 
 KIB = 1024
@@ -107,15 +105,8 @@ def test_malformed_vmstat_raises(copied_host):
         MemoryCollector(paths_at(root), page_size=4096).collect(NOW)
 
 
-def test_factory(host, tmp_path):
-    assert isinstance(make_memory(Settings(host_paths=host("typical").paths)), MemoryCollector)
-    assert make_memory(Settings(host_paths=paths_at(tmp_path / "nowhere"))) is None
-
-
 def test_real_host():
-    paths = HostPaths()
-    if not (paths.proc / "meminfo").exists():
-        pytest.skip("no /proc/meminfo here")
+    paths = real_host("meminfo")
     [sample] = real_host_two_reads(MemoryCollector(paths))
     assert isinstance(sample, MemorySample)
     assert 0 < sample.available_bytes <= sample.total_bytes

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from hosttrees import LATER, NOW, paths_at, real_host_two_reads, two_snapshots
+from hosttrees import (
+    LATER,
+    NOW,
+    assert_fails_naming_the_file,
+    paths_at,
+    real_host,
+    real_host_two_reads,
+    two_snapshots,
+)
 
-from gpuwatch.collectors.base import run_collector
-from gpuwatch.collectors.nic import NetDevCounters, NicCollector, make_nic, nic_samples, parse_net_dev
-from gpuwatch.config import HostPaths, Settings
+from gpuwatch.collectors.nic import NetDevCounters, NicCollector, nic_samples, parse_net_dev
 from gpuwatch.wire import NicSample
 
 
@@ -65,21 +71,11 @@ def test_malformed_net_dev_raises_naming_the_file(copied_host, line):
     root = copied_host("typical", "t0")
     path = root / "proc" / "net" / "dev"
     path.write_text(path.read_text() + line)
-    collector = NicCollector(paths_at(root))
-    with pytest.raises(ValueError, match=r"proc/net/dev: eth0: "):
-        collector.collect(NOW)
-    assert run_collector(collector, NOW).error is not None
-
-
-def test_factory(host, tmp_path):
-    assert isinstance(make_nic(Settings(host_paths=host("typical").paths)), NicCollector)
-    assert make_nic(Settings(host_paths=paths_at(tmp_path / "nowhere"))) is None
+    assert_fails_naming_the_file(NicCollector(paths_at(root)), r"proc/net/dev: eth0: ")
 
 
 def test_real_host():
-    paths = HostPaths()
-    if not (paths.proc / "net" / "dev").exists():
-        pytest.skip("no /proc/net/dev here")
+    paths = real_host("net/dev")
     samples = real_host_two_reads(NicCollector(paths))
     assert all(isinstance(s, NicSample) for s in samples)
     assert "lo" not in {s.device for s in samples}

@@ -7,7 +7,6 @@ it the promtool tests skip locally and fail in CI (``CI=true``).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -23,7 +22,6 @@ from tests.prometheus.test_prometheus_scrape import require_promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-alerts.rules.yml"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 DAEMON = {"job": "gpuwatch-daemon", "instance": "d1:8470"}
 AGENT = {"job": "gpuwatch-agent", "instance": "gpu017", "hostname": "gpu017"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -19,7 +18,6 @@ from gpuwatch.sql.schema import metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 UNITS = ("gpuwatch-agent.service", "gpuwatch-daemon.service", "gpuwatch.slice")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -33,17 +32,9 @@ def test_agent_process_pushes_serves_metrics_and_records(tmp_path, sqlite_url):
     daemon.start()
     metrics_port = free_port()
     record = tmp_path / "gpu.jsonl"
-    env = dict(
-        os.environ,
-        GPUWATCH_AGENT__NODE="proc-node",
-        GPUWATCH_AGENT__DAEMON_URL=daemon.url,
-        GPUWATCH_AGENT__TOKEN=token,
-        GPUWATCH_AGENT__INTERVAL_S="0.5",
-        GPUWATCH_AGENT__SPOOL_DIR=str(tmp_path / "spool"),
-        GPUWATCH_AGENT__METRICS_LISTEN=f"127.0.0.1:{metrics_port}",
-        GPUWATCH_GPU__BACKEND="sim",
-        GPUWATCH_GPU__SIM_GPUS="2",
-    )
+    metrics = f"127.0.0.1:{metrics_port}"
+    spool = tmp_path / "spool"
+    env = daemon.agent_env("proc-node", token, spool, gpus=2, interval_s=0.5, metrics_listen=metrics)
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", "agent", "--cycles", "8", "--record", str(record)],
         env=env,

@@ -9,14 +9,13 @@ must say it judged without SM activity and that the mixed-precision rule was not
 from __future__ import annotations
 
 import os
-import tempfile
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.collectors.amdsmi_backend import AmdSmiBackend
 from tests.gpu.fake_amdsmi import FakeAmdSmi, FakeProcess
+from tests.live_daemon import paused_daemon, recent_span, run_agent
 
 pytestmark = pytest.mark.slow
 
@@ -35,50 +34,22 @@ def _small_work_card() -> FakeAmdSmi:
 
 
 def test_amd_job_gets_a_verdict_that_names_the_missing_signals(tmp_path: Path) -> None:
-    from gpuwatch.agent import Agent, Pusher, Spool
     from gpuwatch.collectors.gpu import GpuCollector
-    from gpuwatch.config import AgentConfig, Settings
-    from gpuwatch.daemon.server import BackgroundServer
-    from gpuwatch.sql.nodes import create_token
-    from gpuwatch.sql.rollups import floor_minute
     from gpuwatch.workload.validate import ScenarioOutcome, classify_run, validate_thresholds
 
     fake = _small_work_card()
     backend = AmdSmiBackend(amdsmi=fake, start_poller=False, clock=fake.clock)
-    settings = Settings().with_overrides(
-        database={"url": f"sqlite:///{tmp_path / 'amd.db'}"}, daemon={"listen": "127.0.0.1:0"}
-    )
-    start = floor_minute(datetime.now(timezone.utc)) - timedelta(minutes=MINUTES + 5)
-    cycles = int(MINUTES * 60 / INTERVAL_S)
-    end = start + timedelta(seconds=cycles * INTERVAL_S)
+    span = recent_span(MINUTES, INTERVAL_S)
     outcome = ScenarioOutcome("amd-small-work", "small_work", "job")
-    with BackgroundServer(settings) as server:
-        server.scheduler.pause()  # the test rolls up and classifies itself
+
+    def poll() -> None:
+        for _ in range(2):  # two 1 s-style polls per interval
+            fake.advance(INTERVAL_S / 2)
+            backend.poll()
+
+    with paused_daemon(f"sqlite:///{tmp_path / 'amd.db'}") as server:
         node = "mi300x-node01"
-        token = create_token(server.engine, node)
-        spool_dir = Path(tempfile.mkdtemp(prefix="spool-", dir=tmp_path))
-        config = AgentConfig(node=node, daemon_url=server.url, token=token, spool_dir=spool_dir)
-        clock = {"now": start}
-        agent = Agent(
-            config,
-            [GpuCollector(backend)],
-            Spool(spool_dir, config.spool_max_bytes),
-            Pusher(server.url, node, token, config.push_timeout_s),
-            now=lambda: clock["now"],
-        )
-        agent.start_sender()
-        drained = False
-        try:
-            for k in range(cycles + 1):
-                for _ in range(2):  # two 1 s-style polls per interval
-                    fake.advance(INTERVAL_S / 2)
-                    backend.poll()
-                clock["now"] = start + timedelta(seconds=k * INTERVAL_S)
-                agent.cycle()
-        finally:
-            drained = agent.drain(60)
-            agent.close()
-        assert drained, "the daemon did not take every batch"
+        run_agent(server, node, [GpuCollector(backend)], span, tmp_path, poll)
         classify_run(
             server.engine,
             validate_thresholds(MINUTES),
@@ -87,8 +58,8 @@ def test_amd_job_gets_a_verdict_that_names_the_missing_signals(tmp_path: Path) -
             node=node,
             gpus=[0],
             cpus=8,
-            start=start,
-            end=end,
+            start=span.start,
+            end=span.end,
         )
     assert outcome.error is None, outcome.verdicts
     job = next(v for v in outcome.verdicts if v["window"] == "job")

@@ -14,8 +14,7 @@ GPU-hours are the instance's share of the card, not whole GPU-hours — and A mu
 from __future__ import annotations
 
 import json
-import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from click.testing import CliRunner
 
 from gpuwatch.collectors.nvml_backend import NvmlBackend, mig_index
 from tests.gpu.fake_pynvml import FakeNvml
+from tests.live_daemon import paused_daemon, recent_span, run_agent
 
 pytestmark = pytest.mark.slow
 
@@ -47,16 +47,13 @@ def _mixed_node() -> tuple[FakeNvml, dict[str, str]]:
 
 
 def test_mig_jobs_through_agent_daemon_classifier_and_cli(tmp_path: Path, db_url: str) -> None:
-    from gpuwatch.agent import Agent, Pusher, Spool
     from gpuwatch.classify.runner import evaluate_running
     from gpuwatch.cli.main import cli
     from gpuwatch.collectors.attribution import AttributionCollector
     from gpuwatch.collectors.gpu import GpuCollector
     from gpuwatch.collectors.gpu_processes import GPU_PROCESSES
-    from gpuwatch.config import AgentConfig, HostPaths, Settings
-    from gpuwatch.daemon.server import BackgroundServer
-    from gpuwatch.sql.nodes import create_token
-    from gpuwatch.sql.rollups import Rollup, floor_minute
+    from gpuwatch.config import HostPaths
+    from gpuwatch.sql.rollups import Rollup
     from gpuwatch.sql.schema import gpus, slurm_jobs
     from gpuwatch.workload.validate import validate_thresholds
 
@@ -70,38 +67,20 @@ def test_mig_jobs_through_agent_daemon_classifier_and_cli(tmp_path: Path, db_url
         (host.gpu_map_dir / uuid).write_text(
             f"job_id={job}\nuid=2001\nuser=alice\nstep=\ngpu_index=\ngpu_uuid={uuid}\nwritten_at=1\n"
         )
-    settings = Settings().with_overrides(database={"url": db_url}, daemon={"listen": "127.0.0.1:0"})
-    start = floor_minute(datetime.now(timezone.utc)) - timedelta(minutes=MINUTES + 5)
-    cycles = int(MINUTES * 60 / INTERVAL_S)
-    end = start + timedelta(seconds=cycles * INTERVAL_S)
+    span = recent_span(MINUTES, INTERVAL_S)
+    start, end = span.start, span.end
     node = "h200-mig01"
+
+    def poll() -> None:
+        fake.advance(INTERVAL_S)
+        backend.poll()
+
     try:
-        with BackgroundServer(settings) as server:
-            server.scheduler.pause()  # the test rolls up and classifies itself
-            token = create_token(server.engine, node)
-            spool_dir = Path(tempfile.mkdtemp(prefix="spool-", dir=tmp_path))
-            config = AgentConfig(node=node, daemon_url=server.url, token=token, spool_dir=spool_dir)
-            clock = {"now": start}
+        with paused_daemon(db_url) as server:
             # the GPU collector publishes its samples on the process-wide board, which the
             # attribution collector reads in the same cycle
-            agent = Agent(
-                config,
-                [GpuCollector(backend), AttributionCollector(host, max_age_s=INTERVAL_S / 2)],
-                Spool(spool_dir, config.spool_max_bytes),
-                Pusher(server.url, node, token, config.push_timeout_s),
-                now=lambda: clock["now"],
-            )
-            agent.start_sender()
-            try:
-                for k in range(cycles + 1):
-                    fake.advance(INTERVAL_S)
-                    backend.poll()
-                    clock["now"] = start + timedelta(seconds=k * INTERVAL_S)
-                    agent.cycle()
-            finally:
-                drained = agent.drain(60)
-                agent.close()
-            assert drained, "the daemon did not take every batch"
+            collectors = [GpuCollector(backend), AttributionCollector(host, max_age_s=INTERVAL_S / 2)]
+            run_agent(server, node, collectors, span, tmp_path, poll)
             engine = server.engine
             with engine.begin() as conn:
                 conn.execute(

@@ -8,50 +8,20 @@ port, on SQLite and on PostgreSQL, so it can be killed with SIGKILL.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.agent import Agent, Spool
-from gpuwatch.collectors import build_collectors
-from gpuwatch.config import load_settings
 from gpuwatch.daemon.store.batch_store import count_rows
-from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
-from tests.pushers import RecordingPusher
+from tests.fault.conftest import node_agent, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def _agent(daemon, engine, tmp_path, interval_s=0.25, node="sim-node01"):
-    token = create_token(engine, node)
-    settings = load_settings(
-        None,
-        agent={
-            "node": node,
-            "daemon_url": daemon.url,
-            "token": token,
-            "interval_s": interval_s,
-            "spool_dir": str(tmp_path / "spool"),
-            "backoff_initial_s": 0.05,
-            "backoff_max_s": 0.3,
-            "push_timeout_s": 2,
-        },
-        gpu={"backend": "sim", "sim_scenario": "training", "sim_gpus": 4, "sim_seed": 7},
-    )
-    pusher = RecordingPusher(daemon.url, node, token, 2.0)
-    agent = Agent(settings, build_collectors(settings), Spool(settings.agent.spool_dir, 16 * 2**20), pusher)
-    return agent, pusher
-
-
-def _wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def _agent(daemon, engine, tmp_path, interval_s=0.25):
+    return node_agent(daemon.url, engine, tmp_path, "sim-node01", interval_s=interval_s, push_timeout_s=2.0)
 
 
 def test_stored_rows_match_what_the_agent_sent(daemon_process, tmp_path):
@@ -102,10 +72,10 @@ def test_daemon_killed_mid_run_loses_and_duplicates_nothing(daemon_process, tmp_
     runner = threading.Thread(target=agent.run, args=(stop,), kwargs={"max_cycles": 25})
     runner.start()
     try:
-        _wait(lambda: len(pusher.delivered) >= 4, 30, "first batches delivered")
+        wait_for(lambda: len(pusher.delivered) >= 4, 30, "first batches delivered")
         daemon.kill9()
         down_at = agent.cycles
-        _wait(lambda: agent.cycles >= down_at + 4, 30, "cycles while the daemon is down")
+        wait_for(lambda: agent.cycles >= down_at + 4, 30, "cycles while the daemon is down")
         assert len(agent.spool) >= 3, "batches should pile up in the spool while the daemon is down"
         daemon.start()
         runner.join(timeout=60)

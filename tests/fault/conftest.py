@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -26,8 +27,7 @@ from gpuwatch.agent import Agent, Spool
 from gpuwatch.clock import utcnow
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
-from gpuwatch.sql import migrate
-from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.schema import gpu_samples, ingested_batches
 from tests.conftest import free_port
 from tests.pushers import RecordingPusher
@@ -75,7 +75,9 @@ def make_agent(
     merge_backlog: bool = True,
     agent_settings: dict | None = None,
     rng: random.Random | None = None,
+    push_timeout_s: float = 3.0,
 ) -> tuple[Agent, RecordingPusher]:
+    """An agent of ``node`` on simulated GPUs pushing to ``url`` through a RecordingPusher."""
     settings = load_settings(
         None,
         agent={
@@ -86,13 +88,13 @@ def make_agent(
             "spool_dir": str(spool_dir),
             "backoff_initial_s": 0.05,
             "backoff_max_s": 0.3,
-            "push_timeout_s": 3,
+            "push_timeout_s": push_timeout_s,
             "merge_backlog": merge_backlog,
             **(agent_settings or {}),
         },
         gpu={"backend": "sim", "sim_scenario": "training", "sim_gpus": gpus, "sim_seed": 7},
     )
-    pusher = RecordingPusher(url, node, token, 3.0)
+    pusher = RecordingPusher(url, node, token, push_timeout_s)
     kwargs: dict = {"rng": rng}
     if clock is not None:
         kwargs.update(clock=clock.clock, sleep=clock.sleep, now=clock.now)
@@ -100,6 +102,13 @@ def make_agent(
         kwargs["now"] = now
     agent = Agent(settings, build_collectors(settings), Spool(spool_dir, spool_max_bytes), pusher, **kwargs)
     return agent, pusher
+
+
+def node_agent(
+    url: str, engine: sa.Engine, spool_parent: Path, node: str, **kwargs: Any
+) -> tuple[Agent, RecordingPusher]:
+    """:func:`make_agent` for a new node: its token made, its spool ``spool_parent / node``."""
+    return make_agent(url, create_token(engine, node), spool_parent / node, node=node, **kwargs)
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, step_s: float = 0.05) -> None:
@@ -142,14 +151,6 @@ def assert_exactly_once(
     assert len(stamps) == len(pushers) * cycles, f"{len(stamps)} cycles acknowledged, {cycles} made per agent"
     assert set(stamps.values()) == {gpus}, "each cycle's GPUs in one acknowledged batch"
     assert gpu_row_count(engine) == len(pushers) * cycles * gpus
-
-
-@pytest.fixture
-def migrated(db_url) -> Iterator[tuple[str, sa.Engine]]:
-    engine = create_engine(db_url)
-    migrate.upgrade(engine)
-    yield db_url, engine
-    engine.dispose()
 
 
 class OwnPostgres:

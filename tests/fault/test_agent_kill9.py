@@ -8,7 +8,6 @@ ever sent, and at most one cycle per kill is lost.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -48,19 +47,9 @@ def test_kill9_during_spool_writes_then_replay_stores_each_batch_whole_once(migr
     token = create_token(engine, "kill-node")
     daemon = DaemonProcess(db_url, tmp_path / "daemon.log")  # not started until the replay
     spool = tmp_path / "spool"
-    env = dict(
-        os.environ,
-        GPUWATCH_AGENT__NODE="kill-node",
-        GPUWATCH_AGENT__DAEMON_URL=daemon.url,
-        GPUWATCH_AGENT__TOKEN=token,
-        GPUWATCH_AGENT__INTERVAL_S="0.05",
-        GPUWATCH_AGENT__SPOOL_DIR=str(spool),
-        GPUWATCH_AGENT__BACKOFF_INITIAL_S="0.05",
-        GPUWATCH_AGENT__BACKOFF_MAX_S="0.2",
-        GPUWATCH_GPU__BACKEND="sim",
-        GPUWATCH_GPU__SIM_GPUS=str(GPUS),
+    env = daemon.agent_env(
+        "kill-node", token, spool, gpus=GPUS, interval_s=0.05, backoff_initial_s="0.05", backoff_max_s="0.2"
     )
-    env.pop("GPUWATCH_CONFIG", None)
     rng = random.Random(7)
     temp_seen = 0
     for _ in range(KILLS):

@@ -22,9 +22,8 @@ import pytest
 
 from gpuwatch.agent.recovery import ENDED_PROBE
 from gpuwatch.clock import utcnow
-from gpuwatch.sql.nodes import create_token
 from tests.daemon_process import DaemonProcess
-from tests.fault.conftest import assert_exactly_once, make_agent, wait_for
+from tests.fault.conftest import assert_exactly_once, node_agent, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -85,11 +84,11 @@ def test_sixty_seconds_down_then_every_backlog_within_fifteen_seconds(migrated, 
     agents = []
     for i in range(AGENTS):
         node = f"outage{i:02d}"
-        agent, pusher = make_agent(
+        agent, pusher = node_agent(
             daemon.url,
-            create_token(engine, node),
-            tmp_path / node,
-            node=node,
+            engine,
+            tmp_path,
+            node,
             interval_s=10.0,
             gpus=GPUS,
             clock=clock,  # type: ignore[arg-type]

@@ -11,9 +11,8 @@ import threading
 import pytest
 import requests
 
-from gpuwatch.sql.nodes import create_token
 from tests.daemon_process import DaemonProcess
-from tests.fault.conftest import VirtualTime, assert_exactly_once, make_agent, recent_start
+from tests.fault.conftest import VirtualTime, assert_exactly_once, node_agent, recent_start
 
 pytestmark = pytest.mark.slow
 
@@ -32,15 +31,7 @@ def test_agents_shed_by_a_busy_daemon_deliver_everything_once(migrated, tmp_path
     for i in range(AGENTS):
         node = f"storm{i:02d}"
         vt = VirtualTime(recent_start(minutes=11))
-        agent, pusher = make_agent(
-            daemon.url,
-            create_token(engine, node),
-            tmp_path / node,
-            node=node,
-            interval_s=10.0,
-            gpus=GPUS,
-            clock=vt,
-        )
+        agent, pusher = node_agent(daemon.url, engine, tmp_path, node, interval_s=10.0, gpus=GPUS, clock=vt)
         agents.append((agent, pusher, vt))
     stop = threading.Event()
 

@@ -11,9 +11,8 @@ from gpuwatch.config.alerts import AlertsConfig
 from gpuwatch.daemon.leader import LeaderLock
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.nodes import create_token
 from tests.daemon_process import DaemonProcess
-from tests.fault.conftest import make_agent, wait_for
+from tests.fault.conftest import node_agent, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -61,16 +60,7 @@ def test_two_replicas_share_ingest_and_elect_one_leader(pg_url, tmp_path, monkey
         for i in range(AGENTS):
             node = f"rep-node{i}"
             daemon = list(replicas.values())[i % 2]  # agents split across the two replicas
-            agents.append(
-                make_agent(
-                    daemon.url,
-                    create_token(engine, node),
-                    tmp_path / node,
-                    node=node,
-                    interval_s=0.1,
-                    gpus=GPUS,
-                )
-            )
+            agents.append(node_agent(daemon.url, engine, tmp_path, node, interval_s=0.1, gpus=GPUS))
         stop = threading.Event()
         runners = [
             threading.Thread(target=a.run, args=(stop,), kwargs={"max_cycles": CYCLES}) for a, _ in agents

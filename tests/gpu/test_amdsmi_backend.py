@@ -21,6 +21,7 @@ from gpuwatch.config import Settings
 from gpuwatch.wire import GpuSample
 from gpuwatch.wire import v2 as wire_v2
 from tests.gpu.fake_amdsmi import CARDS, NA, STATUS, FakeAmdSmi, FakeProcess
+from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 MIB = 1024**2
@@ -28,22 +29,11 @@ GIB = 1024**3
 #: wire fields amdsmi has no source for, on every card
 NEVER_ON_AMD = {
     "memory_reserved_bytes",
-    "sm_active_ratio",
-    "sm_occupancy_ratio",
-    "tensor_active_ratio",
-    "dram_active_ratio",
-    "fp32_active_ratio",
-    "fp16_active_ratio",
-    "fp64_active_ratio",
+    *GPM_ACTIVITY,
     "gr_engine_active_ratio",
     "xid_errors",
     "frameworks",  # the GPU collector adds it from /proc, not the backend
-    # MIG instances only (compute partitions are not read)
-    "parent_gpu_index",
-    "parent_uuid",
-    "mig_gpu_instance_id",
-    "mig_compute_instance_id",
-    "card_fraction_ratio",
+    *MIG_INSTANCE_ONLY,  # compute partitions are not read
 }
 
 

@@ -13,7 +13,9 @@ import pytest
 
 from gpuwatch.collectors.gpu_backend import GpuBackendUnavailable
 from gpuwatch.collectors.nvml_backend import NvmlBackend, reasons_from_mask
+from gpuwatch.wire import GpuSample
 from tests.gpu.fake_pynvml import CARDS, FakeNvml
+from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY
 
 NoPermission = pynvml.NVMLError_NoPermission
 
@@ -26,14 +28,14 @@ def open_backend(fake: FakeNvml) -> NvmlBackend:
     return NvmlBackend(nvml=fake, start_poller=False, clock=fake.clock)
 
 
-#: GpuSample fields only a MIG instance has, in the model's order
-MIG_INSTANCE_ONLY = [
-    "parent_gpu_index",
-    "parent_uuid",
-    "mig_gpu_instance_id",
-    "mig_compute_instance_id",
-    "card_fraction_ratio",
-]
+def first_sample(fake: FakeNvml) -> GpuSample:
+    """The first card's sample 10 s after a backend opened on ``fake`` (then closed)."""
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        return backend.sample(NOW)[0]
+    finally:
+        backend.close()
 
 
 @pytest.fixture
@@ -250,12 +252,7 @@ def test_polls_give_idle_fraction_and_stddev() -> None:
 def test_a100_has_no_gpm_and_uses_pcie_throughput() -> None:
     fake = FakeNvml(["A100"])
     fake.gpus[0].pcie_tx_kib, fake.gpus[0].pcie_rx_kib = 2000, 1000
-    backend = open_backend(fake)
-    try:
-        fake.advance(10)
-        s = backend.sample(NOW)[0]
-    finally:
-        backend.close()
+    s = first_sample(fake)
     assert s.sm_active_ratio is None and s.tensor_active_ratio is None and s.nvlink_tx_bytes_per_s is None
     assert fake.calls["nvmlGpmSampleAlloc"] == 0 and fake.calls["nvmlGpmMetricsGet"] == 0
     assert s.pcie_tx_bytes_per_s == 2000 * 1024
@@ -449,12 +446,7 @@ def test_h200_every_field_present(h200: tuple[FakeNvml, NvmlBackend]) -> None:
 def test_k80_fields_that_are_absent() -> None:
     """The old card: exactly the unsupported readings are None, the rest are there."""
     fake = FakeNvml(["K80"])
-    backend = open_backend(fake)
-    try:
-        fake.advance(10)
-        s = backend.sample(NOW)[0]
-    finally:
-        backend.close()
+    s = first_sample(fake)
     none = {name for name in type(s).model_fields if getattr(s, name) is None}
     assert none == {
         "util_gpu_stddev_ratio",  # one poll only
@@ -466,13 +458,7 @@ def test_k80_fields_that_are_absent() -> None:
         "nvlink_rx_bytes_per_s",
         "ecc_corrected_errors",
         "ecc_uncorrected_errors",
-        "sm_active_ratio",
-        "sm_occupancy_ratio",
-        "tensor_active_ratio",
-        "dram_active_ratio",
-        "fp32_active_ratio",
-        "fp16_active_ratio",
-        "fp64_active_ratio",
+        *GPM_ACTIVITY,
         "gr_engine_active_ratio",
         *MIG_INSTANCE_ONLY,
         "frameworks",  # added by the GPU collector

@@ -17,6 +17,7 @@ from gpuwatch.collectors.sim_backend import (
     parse_scenario_spec,
 )
 from gpuwatch.wire import GpuSample
+from tests.gpu.fields import GPM_ACTIVITY
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -231,15 +232,7 @@ def test_energy_before_virtual_zero_is_monotonic() -> None:
 def test_a100_has_no_gpm() -> None:
     s = window("training", model="NVIDIA A100-SXM4-80GB")
     assert s.name == "NVIDIA A100-SXM4-80GB"
-    for field in (
-        "sm_active_ratio",
-        "sm_occupancy_ratio",
-        "tensor_active_ratio",
-        "dram_active_ratio",
-        "fp32_active_ratio",
-        "fp16_active_ratio",
-        "fp64_active_ratio",
-    ):
+    for field in GPM_ACTIVITY:
         assert getattr(s, field) is None, field
     # NVLink without GPM: the real backend reads the NVLink throughput field values
     assert s.nvlink_tx_bytes_per_s is not None and s.nvlink_rx_bytes_per_s is not None

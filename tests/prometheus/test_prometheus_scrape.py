@@ -9,7 +9,6 @@ the test skips locally and fails in CI (``CI=true``); ``tests/prometheus/install
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -22,10 +21,9 @@ import pytest
 
 from gpuwatch import catalog
 from gpuwatch.agent.metrics import AgentMetrics, MetricsServer, start_metrics_server
-from tests.conftest import free_port
+from tests.conftest import free_port, missing
 from tests.prometheus.full_batch import NODE, AgentCounters, fake_node, full_batch
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 PROMETHEUS = shutil.which("prometheus") or (
     "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
 )
@@ -34,20 +32,14 @@ PROMETHEUS = shutil.which("prometheus") or (
 def require_prometheus() -> str:
     if PROMETHEUS is not None:
         return PROMETHEUS
-    message = "prometheus binary not found (run tests/prometheus/install.sh)"
-    if IN_CI:
-        pytest.fail(message + " (CI=true: the Prometheus scrape test must run)")
-    pytest.skip(message)
+    missing("prometheus binary not found (run tests/prometheus/install.sh)", "the Prometheus scrape test")
 
 
 def require_promtool(what: str) -> str:
     """promtool's path; without it ``what`` is skipped locally and fails in CI."""
     found = shutil.which("promtool")
     if found is None:
-        message = "promtool not installed (tests/prometheus/install.sh installs it)"
-        if IN_CI:
-            pytest.fail(message + f" (CI=true: {what} must run)")
-        pytest.skip(message)
+        missing("promtool not installed (tests/prometheus/install.sh installs it)", what)
     return found
 
 

@@ -10,7 +10,7 @@ from gpuwatch.classify.rules import communication_bound
 from gpuwatch.classify.verdict import Cause, Skipped, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
 
-from .window import window
+from .window import assert_verdict, window
 
 #: two H200s on one node waiting on all-reduce: NVLink busy, SMs 20 % active, NVML reads busy
 NVLINK_BOUND = {
@@ -36,11 +36,7 @@ def network_bound(**changes: object):
 
 def test_heavy_nvlink_with_idle_sms() -> None:
     v = communication_bound.rule(nvlink_bound(), T)
-    assert (
-        isinstance(v, Verdict)
-        and v.cause is Cause.COMMUNICATION_BOUND
-        and v.evidence["confidence"]["base"] == 0.85
-    )
+    assert_verdict(v, Cause.COMMUNICATION_BOUND, 0.85)
     assert v.gpu_hours_wasted == pytest.approx(1.6)  # 1 - SM activity of two GPU-hours
     assert v.summary == (
         "job j1: 2 GPUs on 1 node bound by communication — NVLink 150.0 GB/s per GPU, SM activity 20%"
@@ -126,11 +122,7 @@ def test_the_sm_activity_threshold(sm_active: float, fires: bool) -> None:
 def test_without_gpm_and_low_util_a_weak_claim() -> None:
     no_gpm = nvlink_bound(has_gpm=False, sm_active=None, util_mean=0.3)
     v = communication_bound.rule(no_gpm, T)
-    assert (
-        isinstance(v, Verdict)
-        and v.cause is Cause.COMMUNICATION_BOUND
-        and v.evidence["confidence"]["base"] == 0.55
-    )
+    assert_verdict(v, Cause.COMMUNICATION_BOUND, 0.55)
     assert v.gpu_hours_wasted == pytest.approx(1.4)  # 1 - NVML utilization
     assert v.summary.endswith("NVLink 150.0 GB/s per GPU, SM activity n/a")
     assert v.evidence["missing"] == ["sm_active"]

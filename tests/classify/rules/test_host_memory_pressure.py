@@ -10,7 +10,7 @@ from gpuwatch.classify.rules import host_memory_pressure
 from gpuwatch.classify.verdict import Cause, Skipped, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
 
-from .window import window
+from .window import assert_verdict, window
 
 GIB = 2**30
 
@@ -27,11 +27,7 @@ def at_limit(**changes: object):
 
 def test_a_job_at_its_memory_limit() -> None:
     v = host_memory_pressure.rule(at_limit(), T)
-    assert (
-        isinstance(v, Verdict)
-        and v.cause is Cause.HOST_MEMORY_PRESSURE
-        and v.evidence["confidence"]["base"] == 0.8
-    )
+    assert_verdict(v, Cause.HOST_MEMORY_PRESSURE, 0.8)
     assert v.gpu_hours_wasted == pytest.approx(0.8)  # 1 - SM activity
     assert v.summary == (
         "job j1: host memory job memory (page cache aside) at 99% of its limit; GPU busy only 30%"

@@ -14,7 +14,7 @@ from gpuwatch.classify.rules import idle_allocation
 from gpuwatch.classify.verdict import Cause, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
 
-from .window import gpu, window
+from .window import assert_verdict, gpu, window
 
 
 def idle_gpu(index: int) -> GpuFeatures:
@@ -36,11 +36,7 @@ def job(*gpus: GpuFeatures, **changes: object):
 
 def test_every_gpu_idle() -> None:
     v = idle_allocation.rule(job(idle_gpu(0), idle_gpu(1), util_mean=0.0, job_util_max=0.0), T)
-    assert (
-        isinstance(v, Verdict)
-        and v.cause is Cause.IDLE_ALLOCATION
-        and v.evidence["confidence"]["base"] == 0.88
-    )
+    assert_verdict(v, Cause.IDLE_ALLOCATION, 0.88)
     assert v.gpu_hours == 2.0 and v.gpu_hours_wasted == 2.0
     assert v.summary == "job j1: all 2 GPUs idle (0 % in every sample) — n1/gpu0, n1/gpu1"
     signals = v.evidence["signals"]

@@ -8,7 +8,7 @@ from gpuwatch.classify.rules import input_bound
 from gpuwatch.classify.verdict import Cause, Skipped, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
 
-from .window import window
+from .window import assert_verdict, window
 
 #: the H200 replay of the reference input-bound workload (tests/gpu/fixtures/h200/run2)
 H200_STARVED = {"util_mean": 0.02, "idle_fraction_mean": 0.87, "burst_util": 0.15, "sm_active": 0.01}
@@ -16,9 +16,7 @@ H200_STARVED = {"util_mean": 0.02, "idle_fraction_mean": 0.87, "burst_util": 0.1
 
 def test_saturated_cpus_with_visible_bursts() -> None:
     v = input_bound.rule(window(util_mean=0.4, idle_fraction_mean=0.55, burst_util=0.9, cpu_ratio=0.95), T)
-    assert (
-        isinstance(v, Verdict) and v.cause is Cause.INPUT_BOUND and v.evidence["confidence"]["base"] == 0.85
-    )
+    assert_verdict(v, Cause.INPUT_BOUND, 0.85)
 
 
 def test_short_bursts_with_busy_cpus_are_the_loaders() -> None:

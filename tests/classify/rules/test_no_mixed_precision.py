@@ -10,7 +10,7 @@ from gpuwatch.classify.rules import no_mixed_precision
 from gpuwatch.classify.verdict import Cause, Skipped, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
 
-from .window import window
+from .window import assert_verdict, window
 
 #: fp32 pipe activity at or above this makes the claim surer: a constant in the rule, not a threshold
 FP32_HEAVY = 0.3
@@ -25,11 +25,7 @@ def fp32(**changes: object):
 
 def test_fp32_training_on_tensor_cores() -> None:
     v = no_mixed_precision.rule(fp32(gpu_count=2, gpu_hours=2.0), T)
-    assert (
-        isinstance(v, Verdict)
-        and v.cause is Cause.NO_MIXED_PRECISION
-        and v.evidence["confidence"]["base"] == 0.85
-    )
+    assert_verdict(v, Cause.NO_MIXED_PRECISION, 0.85)
     assert v.gpu_hours_wasted == 1.0  # half of the two GPU-hours
     assert v.summary == "job j1: SMs busy (80%) but tensor cores idle (0%) — no mixed precision"
     signals = v.evidence["signals"]

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpuwatch.classify.features import GpuFeatures, WindowFeatures
+from gpuwatch.classify.verdict import Cause, Verdict
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 
@@ -51,3 +52,8 @@ _BUSY_GPU = GpuFeatures(
 def gpu(**changes: Any) -> GpuFeatures:
     """One busy H200 over the window, with ``changes``."""
     return replace(_BUSY_GPU, **changes)
+
+
+def assert_verdict(v: object, cause: Cause, base: float) -> None:
+    """``v`` is a verdict of ``cause`` whose confidence starts from ``base``."""
+    assert isinstance(v, Verdict) and v.cause is cause and v.evidence["confidence"]["base"] == base, v
