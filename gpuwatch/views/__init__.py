@@ -19,81 +19,25 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 * :func:`evidence_sentences` — a verdict's evidence as sentences, for every surface.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from gpuwatch.views.evaluations import WINDOW_NAMES, Evaluation, VerdictRow, latest_evaluations
-    from gpuwatch.views.evidence import evidence_sentences
-    from gpuwatch.views.idle import IdleJob, idle_jobs
-    from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
-    from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
-    from gpuwatch.views.lowutil import (
-        SORTS,
-        LowUtilFilters,
-        LowUtilJob,
-        LowUtilPage,
-        low_util_jobs,
-        low_util_page,
-    )
-    from gpuwatch.views.node import NodeView, node_view
-    from gpuwatch.views.nodes import NodeSummary, node_summaries
-    from gpuwatch.views.overview import Overview, cluster_overview
-    from gpuwatch.views.report import GroupBy, ReportRow, usage_report
-    from gpuwatch.views.summary_text import summary_rows
-    from gpuwatch.views.waste import JobWaste, waste_in_period
-
-#: each public name -> the module that holds it; a name is imported when first asked for, so a
-#: command that lists jobs does not import the report, the node view or the job charts
-_HOME = {
-    "WINDOW_NAMES": "gpuwatch.views.evaluations",
-    "Evaluation": "gpuwatch.views.evaluations",
-    "VerdictRow": "gpuwatch.views.evaluations",
-    "latest_evaluations": "gpuwatch.views.evaluations",
-    "evidence_sentences": "gpuwatch.views.evidence",
-    "IdleJob": "gpuwatch.views.idle",
-    "idle_jobs": "gpuwatch.views.idle",
-    "GPU_METRICS": "gpuwatch.views.job",
-    "GpuSummary": "gpuwatch.views.job",
-    "JobCharts": "gpuwatch.views.job",
-    "JobInfo": "gpuwatch.views.job",
-    "JobView": "gpuwatch.views.job",
-    "downsample": "gpuwatch.views.job",
-    "job_view": "gpuwatch.views.job",
-    "JobFilters": "gpuwatch.views.jobs",
-    "JobSummary": "gpuwatch.views.jobs",
-    "jobs_query": "gpuwatch.views.jobs",
-    "SORTS": "gpuwatch.views.lowutil",
-    "LowUtilFilters": "gpuwatch.views.lowutil",
-    "LowUtilJob": "gpuwatch.views.lowutil",
-    "LowUtilPage": "gpuwatch.views.lowutil",
-    "low_util_jobs": "gpuwatch.views.lowutil",
-    "low_util_page": "gpuwatch.views.lowutil",
-    "NodeView": "gpuwatch.views.node",
-    "node_view": "gpuwatch.views.node",
-    "NodeSummary": "gpuwatch.views.nodes",
-    "node_summaries": "gpuwatch.views.nodes",
-    "Overview": "gpuwatch.views.overview",
-    "cluster_overview": "gpuwatch.views.overview",
-    "GroupBy": "gpuwatch.views.report",
-    "ReportRow": "gpuwatch.views.report",
-    "usage_report": "gpuwatch.views.report",
-    "summary_rows": "gpuwatch.views.summary_text",
-    "JobWaste": "gpuwatch.views.waste",
-    "waste_in_period": "gpuwatch.views.waste",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
+from gpuwatch.views.evaluations import WINDOW_NAMES, Evaluation, VerdictRow, latest_evaluations
+from gpuwatch.views.evidence import evidence_sentences
+from gpuwatch.views.idle import IdleJob, idle_jobs
+from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
+from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
+from gpuwatch.views.lowutil import (
+    SORTS,
+    LowUtilFilters,
+    LowUtilJob,
+    LowUtilPage,
+    low_util_jobs,
+    low_util_page,
+)
+from gpuwatch.views.node import NodeView, node_view
+from gpuwatch.views.nodes import NodeSummary, node_summaries
+from gpuwatch.views.overview import Overview, cluster_overview
+from gpuwatch.views.report import GroupBy, ReportRow, usage_report
+from gpuwatch.views.summary_text import summary_rows
+from gpuwatch.views.waste import JobWaste, waste_in_period
 
 __all__ = [
     "GPU_METRICS",
