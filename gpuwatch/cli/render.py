@@ -45,11 +45,20 @@ Column = tuple[str, str]  # (key, header)
 
 
 def _plain(value: Any) -> Any:
+    """A value JSON and CSV cannot write as it is, as they write it: ISO time, an enum's value."""
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, Enum):
         return value.value
     return value
+
+
+def _json_value(value: Any) -> Any:
+    """``json``'s ``default``: called for what it cannot encode itself."""
+    plain = _plain(value)
+    if plain is value:
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return plain
 
 
 def _human(value: Any) -> str:
@@ -85,7 +94,9 @@ def render(
     if fmt is OutputFormat.JSON:
         # an array with one row per line: as readable as indenting each key, greppable, and
         # written by json's C encoder (indenting takes its pure-Python one, ~10x slower)
-        lines = ",\n".join(json.dumps({k: _plain(r.get(k)) for k, _ in columns}) for r in rows)
+        # (times and plain enums through ``default``, which the encoder calls for them only)
+        keys = [k for k, _ in columns]
+        lines = ",\n".join(json.dumps({k: r.get(k) for k in keys}, default=_json_value) for r in rows)
         return f"[\n{lines}\n]" if rows else "[]"
     if fmt is OutputFormat.CSV:
         buf = io.StringIO()
