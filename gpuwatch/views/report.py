@@ -25,7 +25,6 @@ from typing import NamedTuple
 import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import PRIORITY, Cause
-from gpuwatch.sql.jobs import CHUNK
 from gpuwatch.sql.schema import gpus, job_gpus, nodes, slurm_jobs
 from gpuwatch.views.advice import Advice, right_sizing
 from gpuwatch.views.energy import JOULES_PER_KWH
@@ -336,7 +335,7 @@ def _allocated(
     out: dict[str, _Held] = {}
     with engine.connect() as conn:
         rows = conn.execute(query).all()
-        shares = _card_shares(conn)
+        shares = _card_shares(conn, start, end)
         for r in rows:
             held_from = max(r.start_at, start)
             held_to = min(r.end_at or end, end)
@@ -351,31 +350,28 @@ def _allocated(
     return out
 
 
-def _card_shares(conn: sa.Connection) -> dict[str, float]:
-    """job id -> the mean share of a card of the GPUs it held, for jobs that held a MIG instance
-    (a 1g slice of seven counts 1/7, a whole GPU 1): Slurm counts each instance as one GPU."""
-    jg, g, n = job_gpus.c, gpus.c, nodes.c
-    instances = (
-        sa.select(jg.job_id, sa.func.sum(g.card_fraction_ratio), sa.func.count())
-        .select_from(
-            job_gpus.join(nodes, n.name == jg.node).join(
-                gpus, sa.and_(g.node_id == n.id, g.gpu_index == jg.gpu_index)
-            )
-        )
+def _card_shares(conn: sa.Connection, start: datetime, end: datetime) -> dict[str, float]:
+    """job id -> the mean share of a card of the GPUs it held, for the jobs of ``[start, end)``
+    that held a MIG instance (a 1g slice of seven counts 1/7, a whole GPU 1): Slurm counts each
+    instance as one GPU."""
+    jg, g, n, j = job_gpus.c, gpus.c, nodes.c, slurm_jobs.c
+    gpu = sa.and_(g.node_id == n.id, g.gpu_index == jg.gpu_index)
+    held_instance = (
+        sa.select(jg.job_id)
+        .select_from(job_gpus.join(nodes, n.name == jg.node).join(gpus, gpu))
         .where(g.card_fraction_ratio.is_not(None))
+    )
+    in_period = sa.and_(j.job_id == jg.job_id, j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start))
+    share = sa.func.sum(sa.func.coalesce(g.card_fraction_ratio, 1.0)) / sa.func.count()
+    query = (
+        sa.select(jg.job_id, share)
+        .select_from(
+            job_gpus.join(slurm_jobs, in_period).outerjoin(nodes, n.name == jg.node).outerjoin(gpus, gpu)
+        )
+        .where(jg.job_id.in_(held_instance))
         .group_by(jg.job_id)
     )
-    mig = {job: (float(cards), count) for job, cards, count in conn.execute(instances)}
-    out: dict[str, float] = {}
-    ids = sorted(mig)
-    for i in range(0, len(ids), CHUNK):
-        held = (
-            sa.select(jg.job_id, sa.func.count()).where(jg.job_id.in_(ids[i : i + CHUNK])).group_by(jg.job_id)
-        )
-        for job, total in conn.execute(held):
-            cards, count = mig[job]
-            out[job] = (cards + (total - count)) / total
-    return out
+    return {job_id: float(value) for job_id, value in conn.execute(query)}
 
 
 @dataclass(frozen=True)
