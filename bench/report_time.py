@@ -14,6 +14,11 @@ Sums the job-hours as the rollup pass does (and prints what that costs per hour)
 linearly: job-hours, verdicts and jobs grow with node-days; the minutes read at a period's
 edges grow with nodes only, so the extrapolation overstates them for long periods.
 
+Before timing, the ended jobs' totals are stored as the daemon's totals pass stores them
+(``views/job_totals.py``; the cost per job is printed), so a period that holds a whole job sums
+its stored row; ``--no-totals`` deletes them instead (the baseline: every job from its hours
+and verdicts). Jobs that ended in the last hour have none (their hours are not all summed).
+
 ``--hours-only`` measures a month of a large cluster itself instead of extrapolating: it fills
 what the report reads for whole hours as the rollup pass and the triggers on ``verdicts`` leave
 it (``job_hours``; ``verdict_hours``, a recent-window pick per job-hour and each job's
@@ -46,6 +51,7 @@ from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.views import GroupBy, usage_report, waste_in_period
+from gpuwatch.views.job_totals import store_job_totals
 from gpuwatch.views.period import jobs_in_period
 
 #: a month of a 1,000-node cluster
@@ -161,6 +167,11 @@ def main() -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the generated database (its URL is printed)")
     ap.add_argument("--profile", action="store_true", help="also print cProfile's top of one report by user")
+    ap.add_argument(
+        "--no-totals",
+        action="store_true",
+        help="delete the stored job totals first: every job read from its hours and verdicts",
+    )
     args = ap.parse_args()
     if args.db:
         name, engine = None, create_engine(args.db)
@@ -177,6 +188,12 @@ def main() -> int:
         if args.keep:
             print(f"kept: --db {url}")
     try:
+        if args.no_totals:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DELETE FROM job_totals"))
+            print("job totals: none (deleted); every job is read from its hours and verdicts")
+        else:
+            store_totals(engine)
         parts = {
             "usage_report by user": lambda: usage_report(engine, GroupBy.USER, start, end),
             "usage_report, 30 min past the hours": lambda: usage_report(
@@ -204,6 +221,19 @@ def main() -> int:
         if name is not None and not args.keep:
             drop_db(name)
     return 0
+
+
+def store_totals(engine: sa.Engine) -> None:
+    """What the daemon's totals pass does for the ended jobs that have none, and what it costs."""
+    t0, stored = time.perf_counter(), 0
+    while n := store_job_totals(engine):
+        stored += n
+    took = time.perf_counter() - t0
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE job_totals"))
+        held = conn.execute(sa.text("SELECT count(*) FROM job_totals")).scalar_one()
+    per_job = f", {1000 * took / stored:.1f} ms per job" if stored else ""
+    print(f"job totals: {stored:,} stored in {took:.1f} s{per_job}; {held:,} held")
 
 
 def fill(engine: sa.Engine, args: argparse.Namespace) -> tuple[datetime, datetime]:

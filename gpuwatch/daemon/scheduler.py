@@ -3,7 +3,8 @@
 Jobs now: create partitions ahead (hourly, and once at start); roll raw samples up per
 minute (at :05 of every minute, :data:`ROLLUP_LAG` behind); classify running jobs (every
 ``classify.evaluate_interval_s`` on the clock, just after a rollup, and within a minute of
-start) and store their verdicts; with ``slurm.enabled`` the Slurm sync (squeue every
+start) and store their verdicts; store ended jobs' report totals (every
+:data:`TOTALS_EVERY_S`); with ``slurm.enabled`` the Slurm sync (squeue every
 ``sync_interval_s``, sacct every ``sacct_interval_s``); retention (``[retention]``); alerts
 (``daemon/alert_jobs.py``: rules, outbox worker, digests, enforcement, leader-only).
 """
@@ -33,6 +34,10 @@ ROLLUP_AT_S = 5
 #: after the rollup: a verdict sees the newest minute, and a restart does not shift the grid
 CLASSIFY_AT_S = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: ended jobs' report totals (views/job_totals.py) are stored this often, at most this many
+#: batches a run
+TOTALS_EVERY_S = 300
+TOTALS_BATCHES = 20
 
 
 def first_classification(now: datetime) -> datetime:
@@ -84,6 +89,26 @@ def build_scheduler(
         second=ROLLUP_AT_S,
         id="rollup",
         name="per-minute rollups",
+    )
+
+    def job_totals() -> None:
+        from gpuwatch.views.job_totals import BATCH, store_job_totals
+
+        stored = 0
+        for _ in range(TOTALS_BATCHES):  # a backlog (an upgrade, an outage) over several runs
+            n = store_job_totals(store.engine)
+            stored += n
+            if n < BATCH:
+                break
+        if stored:
+            log.info("stored the totals of %d ended job(s)", stored)
+
+    scheduler.add_job(
+        leader_only(job_totals),
+        "interval",
+        seconds=TOTALS_EVERY_S,
+        id="job-totals",
+        name="ended jobs' report totals",
     )
 
     # jobs that ended are classified once at their end, when their last minutes are rolled up

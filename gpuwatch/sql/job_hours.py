@@ -17,7 +17,16 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from gpuwatch.sql.buckets import as_utc, minute_bucket
-from gpuwatch.sql.schema import gpu_minutes, job_gpus, job_hours, job_minutes, nodes, rollup_state, slurm_jobs
+from gpuwatch.sql.schema import (
+    gpu_minutes,
+    job_gpus,
+    job_hours,
+    job_minutes,
+    job_totals,
+    nodes,
+    rollup_state,
+    slurm_jobs,
+)
 
 HOUR = timedelta(hours=1)
 #: an hour is summed this long after its last minute is rolled up
@@ -107,6 +116,7 @@ def sum_hours(conn: sa.Connection, start: datetime, end: datetime) -> int:
     written = 0
     hour = start
     while hour < end:
+        _forget_totals(conn, hour)
         conn.execute(job_hours.delete().where(job_hours.c.hour == hour))
         rows: dict[str, dict] = {}
         gpu = sa.select(slurm_jobs.c.job_id, *gpu_sums()).select_from(
@@ -120,9 +130,17 @@ def sum_hours(conn: sa.Connection, start: datetime, end: datetime) -> int:
             rows.setdefault(r["job_id"], {"job_id": r["job_id"], "hour": hour}).update(r)
         if rows:
             conn.execute(job_hours.insert(), [_complete(row) for row in rows.values()])
+        _forget_totals(conn, hour)
         written += len(rows)
         hour += HOUR
     return written
+
+
+def _forget_totals(conn: sa.Connection, hour: datetime) -> None:
+    """The jobs of an hour summed again lose their stored totals (``job_totals``, made anew by
+    the next totals pass): called before the hour's rows go and after the new ones are in."""
+    in_hour = sa.select(job_hours.c.job_id).where(job_hours.c.hour == hour)
+    conn.execute(job_totals.delete().where(job_totals.c.job_id.in_(in_hour)))
 
 
 _ZERO = ("gpu_minutes", "util_gpu_ratio_n", "energy_power_samples", "energy_samples")

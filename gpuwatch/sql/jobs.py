@@ -44,6 +44,19 @@ from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
 SLURM, AGENT = "slurm", "agent"
 #: rows per statement for IN lists and multi-row inserts (SQLite's variable limit is 32766)
 CHUNK = 500
+#: ids in one IN list of a read: under SQLite's 32,766 variables with room for the rest of the
+#: statement; one statement instead of many where a report reads the thousands of jobs a
+#: period cuts
+IDS_PER_READ = 30_000
+
+
+def among(conn: sa.Connection, column: sa.ColumnElement, ids: Sequence[str]) -> sa.ColumnElement[bool]:
+    """``column IN ids``; on PostgreSQL ``column = ANY(ids)`` with the ids as ONE array
+    parameter: a statement of thousands of placeholders costs more to send than to run."""
+    if conn.dialect.name == "postgresql":
+        return column == sa.any_(sa.bindparam(None, list(ids), type_=postgresql.ARRAY(sa.String)))
+    return column.in_(list(ids))
+
 
 #: columns the newest non-null report wins (a source that lacks them keeps the old value)
 _COALESCED = (

@@ -532,6 +532,45 @@ verdict_hours = sa.Table(
 )
 sa.Index("ix_verdict_hours_hour", verdict_hours.c.hour)
 
+#: an ended job's report figures over its whole run, stored once its hours are summed
+#: (``views/job_totals.py``): a period that holds the whole job (``data_from``..``data_to``:
+#: its run, its summed hours and its waste verdicts) sums these rows instead of the job's hours
+#: and verdicts. A row counts only while the Slurm facts it was made from (start_at .. billing)
+#: and the job's newest evaluation are unchanged; new or deleted verdicts of the job and
+#: re-summed hours delete it (triggers on ``verdicts``, ``sql/job_hours.py``)
+job_totals = sa.Table(
+    "job_totals",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("start_at", UtcDateTime, nullable=False),
+    sa.Column("end_at", UtcDateTime, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("cpus", sa.Integer, nullable=True),
+    _i("time_limit_s"),
+    sa.Column("state", sa.String(32), nullable=True),
+    _d("billing"),
+    sa.Column("evaluated_at", UtcDateTime, nullable=True),
+    sa.Column("data_from", UtcDateTime, nullable=False),
+    sa.Column("data_to", UtcDateTime, nullable=False),
+    sa.Column("gpu_hours", Double, nullable=False),
+    _d("billing_hours"),
+    sa.Column("lead_cause", sa.String(32), nullable=True),
+    sa.Column("gpu_hours_wasted", Double, nullable=False, server_default="0"),
+    _d("energy_joules"),
+    _d("energy_estimated_joules"),
+    sa.Column("util_sum", Double, nullable=False, server_default="0"),
+    sa.Column("util_samples", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cpu_used_cores", Double, nullable=False, server_default="0"),
+    sa.Column("cpu_allocated_cores", Double, nullable=False, server_default="0"),
+    # the host memory peak / limit, at most 1 (None: no peak or limit measured)
+    _d("memory_ratio"),
+    # the next request should change: the time limit, the memory, the cores (0 or 1)
+    sa.Column("advised_time", sa.SmallInteger, nullable=False, server_default="0"),
+    sa.Column("advised_memory", sa.SmallInteger, nullable=False, server_default="0"),
+    sa.Column("advised_cpus", sa.SmallInteger, nullable=False, server_default="0"),
+)
+sa.Index("ix_job_totals_span", job_totals.c.data_from, job_totals.c.data_to)
+
 #: each job's newest evaluation time, and whether it found waste, kept by triggers on
 #: ``verdicts`` (migrations 0010, 0017): the listing and the job page find a job's latest
 #: verdicts by this and the (job, time) index, without a pass over the verdict history, and a

@@ -31,7 +31,7 @@ from gpuwatch.sql.job_hours import (
     host_sums,
     summed_until,
 )
-from gpuwatch.sql.jobs import CHUNK
+from gpuwatch.sql.jobs import IDS_PER_READ, among
 from gpuwatch.sql.schema import job_hours, job_minutes, slurm_jobs
 from gpuwatch.views.energy import JobEnergy, energy_of
 
@@ -60,14 +60,15 @@ def jobs_in_period(
     engine: sa.Engine, start: datetime, end: datetime, job_ids: Sequence[str] | None = None
 ) -> dict[str, JobInPeriod]:
     """Every job (or ``job_ids``) with GPU- or cgroup-minutes in ``[start, end)``. Many
-    ``job_ids`` are read :data:`~gpuwatch.sql.jobs.CHUNK` at a time (a user's month can hold more
+    ``job_ids`` are read :data:`~gpuwatch.sql.jobs.IDS_PER_READ` at a time (a user's month can hold more
     jobs than one statement may bind: 32,766 on SQLite)."""
     totals: dict[str, dict[str, Any]] = {}
     with engine.connect() as conn:
         until = summed_until(conn)
         first, last = ceil_hour(start), min(floor_hour(end), until) if until is not None else None
         ids = sorted(set(job_ids)) if job_ids is not None else None
-        for chunk in [None] if ids is None else [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]:
+        step = IDS_PER_READ
+        for chunk in [None] if ids is None else [ids[i : i + step] for i in range(0, len(ids), step)]:
             if last is None or last <= first:
                 _add(totals, _minute_rows(conn, start, end, chunk))
             else:
@@ -118,7 +119,7 @@ def _minute_rows(
     c = job_minutes.c
     host = sa.select(c.job_id, *host_sums()).where(c.minute >= start, c.minute < end)
     if job_ids is not None:
-        gpu, host = gpu.where(job.in_(list(job_ids))), host.where(c.job_id.in_(list(job_ids)))
+        gpu, host = gpu.where(among(conn, job, job_ids)), host.where(among(conn, c.job_id, job_ids))
     return [
         *conn.execute(gpu.group_by(job)).mappings(),
         *conn.execute(host.group_by(c.job_id)).mappings(),
@@ -135,5 +136,5 @@ def _hour_rows(
         *(sa.func.max(h[key]).label(key) for key in _PEAKS),
     ).where(h.hour >= start, h.hour < end)
     if job_ids is not None:
-        query = query.where(h.job_id.in_(list(job_ids)))
+        query = query.where(among(conn, h.job_id, job_ids))
     return list(conn.execute(query.group_by(h.job_id)).mappings())

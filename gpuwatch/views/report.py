@@ -17,20 +17,18 @@ week before.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import NamedTuple
 
 import sqlalchemy as sa
 
-from gpuwatch.classify.verdict import PRIORITY, Cause
-from gpuwatch.sql.schema import gpus, job_gpus, nodes, slurm_jobs
-from gpuwatch.views.advice import Advice, right_sizing
+from gpuwatch.sql.schema import slurm_jobs
 from gpuwatch.views.energy import JOULES_PER_KWH
-from gpuwatch.views.period import JobInPeriod, jobs_in_period
-from gpuwatch.views.usage import JobUsage
-from gpuwatch.views.waste import wasted_gpu_hours
+from gpuwatch.views.job_figures import ADVISED, JobFigures, figures, held, wasted_by_job
+from gpuwatch.views.job_totals import covered, covered_sums
+from gpuwatch.views.period import jobs_in_period
 
 
 class GroupBy(str, Enum):
@@ -43,6 +41,9 @@ _COLUMN = {GroupBy.USER: "user_name", GroupBy.ACCOUNT: "account", GroupBy.PARTIT
 #: the group of a job whose user, account or partition Slurm did not give
 UNKNOWN = "(unknown)"
 WEEK = timedelta(days=7)
+#: the jobs a period cuts (or that have no stored totals) are read by id up to this many; more
+#: are read with the whole period's rows, which is faster than long lists of ids
+_BY_ID = 5_000
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ class ReportRow:
 
 @dataclass
 class _Group:
-    """A group's running sums while the report is built."""
+    """A group's running sums while the report is built: from stored job totals (SQL sums,
+    :meth:`add_sums`) and from the jobs the period cuts (one job at a time, :meth:`add`)."""
 
     jobs: int = 0
     flagged: int = 0
@@ -108,19 +110,83 @@ class _Group:
     cpu_alloc: float = 0.0
     memory_weighted: float = 0.0
     memory_hours: float = 0.0
-    cost: float | None = None
-    cost_wasted: float | None = None
+    # cost, priced at the end: jobs with Slurm's billing, and the others
+    billed_jobs: int = 0
+    billing_hours: float = 0.0
+    billing_hours_wasted: float = 0.0
+    unbilled_jobs: int = 0
+    unbilled_gpu_hours: float = 0.0
+    unbilled_wasted: float = 0.0
     advised: dict[str, int] = field(default_factory=dict)
 
+    def add(self, f: JobFigures) -> None:
+        self.jobs += 1
+        self.hours += f.gpu_hours
+        if f.lead_cause is not None:
+            self.flagged += 1
+            self.wasted += f.gpu_hours_wasted
+            self.causes[f.lead_cause] = self.causes.get(f.lead_cause, 0.0) + f.gpu_hours_wasted
+        if f.energy_joules is not None:
+            self.joules += f.energy_joules
+            self.estimated_joules += f.energy_estimated_joules or 0.0
+        self.util_sum += f.util_sum
+        self.util_samples += f.util_samples
+        self.cpu_used += f.cpu_used_cores
+        self.cpu_alloc += f.cpu_allocated_cores
+        if f.memory_ratio is not None and f.gpu_hours > 0:
+            self.memory_weighted += f.memory_ratio * f.gpu_hours
+            self.memory_hours += f.gpu_hours
+        if f.billing_hours is not None:
+            self.billed_jobs += 1
+            self.billing_hours += f.billing_hours
+            share = f.gpu_hours_wasted / f.gpu_hours if f.gpu_hours > 0 else 0.0
+            self.billing_hours_wasted += f.billing_hours * share
+        else:
+            self.unbilled_jobs += 1
+            self.unbilled_gpu_hours += f.gpu_hours
+            self.unbilled_wasted += f.gpu_hours_wasted
+        for kind in f.advised:
+            self.advised[kind] = self.advised.get(kind, 0) + 1
 
-class _Held(NamedTuple):
-    """One job's part of the period: its group, GPU-hours and billing-hours inside it."""
+    def add_sums(self, r: sa.Row) -> None:
+        self.jobs += r.jobs
+        self.flagged += r.flagged
+        self.hours += r.gpu_hours or 0.0
+        self.wasted += r.wasted or 0.0
+        self.joules += r.joules or 0.0
+        self.estimated_joules += r.estimated_joules or 0.0
+        self.util_sum += r.util_sum or 0.0
+        self.util_samples += int(r.util_samples or 0)
+        self.cpu_used += r.cpu_used or 0.0
+        self.cpu_alloc += r.cpu_alloc or 0.0
+        self.memory_weighted += r.memory_weighted or 0.0
+        self.memory_hours += r.memory_hours or 0.0
+        self.billed_jobs += r.billed_jobs or 0
+        self.billing_hours += r.billing_hours or 0.0
+        self.billing_hours_wasted += r.billing_hours_wasted or 0.0
+        self.unbilled_jobs += r.unbilled_jobs or 0
+        self.unbilled_gpu_hours += r.unbilled_gpu_hours or 0.0
+        self.unbilled_wasted += r.unbilled_wasted or 0.0
+        for kind in ADVISED:
+            self.advised[kind] = self.advised.get(kind, 0) + int(getattr(r, f"advised_{kind}") or 0)
 
-    group: str
-    gpu_hours: float
-    billing_hours: float | None
-    #: set for a job that ended inside the period: what its advice rests on (elapsed, limit, ...)
-    ended: sa.Row | None = None
+    def costs(self, prices: Prices) -> tuple[float | None, float | None]:
+        """Billing-hours x their price for jobs Slurm gave a billing, GPU-hours x theirs for the
+        rest (or for all, with no billing price); None where no job had a price."""
+        cost = wasted = None
+        if prices.billing_hour is not None and self.billed_jobs:
+            cost = self.billing_hours * prices.billing_hour
+            wasted = self.billing_hours_wasted * prices.billing_hour
+        if prices.gpu_hour is not None:
+            if prices.billing_hour is None and self.jobs:
+                hours, lost = self.hours, self.wasted
+            elif self.unbilled_jobs:
+                hours, lost = self.unbilled_gpu_hours, self.unbilled_wasted
+            else:
+                return cost, wasted
+            cost = (cost or 0.0) + hours * prices.gpu_hour
+            wasted = (wasted or 0.0) + lost * prices.gpu_hour
+        return cost, wasted
 
 
 def usage_report(
@@ -135,99 +201,51 @@ def usage_report(
     """Every group with a GPU job running inside ``[start, end)``, most wasted GPU-hours first;
     only ``group``'s row when given, read from that group's jobs alone (a user's page)."""
     prices = prices or Prices()
-    held = _allocated(engine, by, start, end, group)
-    jobs = None if group is None else sorted(held)
-    period = jobs_in_period(engine, start, end, job_ids=jobs) if jobs != [] else {}
-    wasted = _wasted_by_job(engine, start, end, jobs)
-    groups: dict[str, _Group] = {}
-    for job_id, h in held.items():
-        g = groups.setdefault(h.group, _Group())
-        g.jobs += 1
-        g.hours += h.gpu_hours
-        _add_measured(g, period.get(job_id), h.gpu_hours)
+    group_col, where = _grouping(by, group)
+    groups: dict[str, _Group] = defaultdict(_Group)
+    with engine.connect() as conn:
+        sums, causes = covered_sums(conn, start, end, group_col, where)
+        cut = held(conn, start, end, group_col, (*where, ~covered(start, end)))
+    for r in sums:
+        groups[r.grp or UNKNOWN].add_sums(r)
+    for r in causes:
+        g = groups[r.grp or UNKNOWN]
+        g.causes[r.lead_cause] = g.causes.get(r.lead_cause, 0.0) + r.wasted
+    ids = sorted(cut) if len(cut) <= _BY_ID else None
+    period = jobs_in_period(engine, start, end, job_ids=ids) if cut else {}
+    wasted = wasted_by_job(engine, start, end, ids) if cut else {}
+    for job_id, h in cut.items():
         lead, hours_wasted = wasted.get(job_id, (None, 0.0))
-        hours_wasted = min(hours_wasted, h.gpu_hours)
-        _add_cost(g, h, hours_wasted, prices)
-        for advice in _next_time(h, period.get(job_id), lead):
-            g.advised[advice.kind] = g.advised.get(advice.kind, 0) + 1
-        if lead is None or hours_wasted <= 0:
-            continue
-        g.flagged += 1
-        g.causes[lead] = g.causes.get(lead, 0.0) + hours_wasted
-        g.wasted += hours_wasted
+        groups[h.group or UNKNOWN].add(figures(h, period.get(job_id), lead, hours_wasted))
     # the default period is the last week: its sums are the trend's last week already
-    known = {(start, end): (held, wasted)}
-    last_week, week_before = _weekly_shares(engine, by, end, known, group)
+    known = {name: (g.hours, g.wasted) for name, g in groups.items()} if end - start == WEEK else None
+    last_week, week_before = _weekly_shares(engine, by, end, group, known)
     out = [
-        _row(group, g, co2_kg_per_kwh, last_week.get(group), week_before.get(group))
-        for group, g in groups.items()
+        _row(name, g, co2_kg_per_kwh, prices, last_week.get(name), week_before.get(name))
+        for name, g in groups.items()
     ]
     return sorted(out, key=lambda row: (-row.gpu_hours_wasted, -row.gpu_hours, row.group))
 
 
-def _add_measured(g: _Group, job: JobInPeriod | None, gpu_hours: float) -> None:
-    """A job's measured sums: energy, GPU utilization, CPU, memory."""
-    if job is None:
-        return
-    if job.energy is not None:
-        g.joules += job.energy.joules
-        g.estimated_joules += job.energy.joules * job.energy.estimated_share
-    g.util_sum += job.util_sum
-    g.util_samples += job.util_samples
-    g.cpu_used += job.cpu_used_cores
-    g.cpu_alloc += job.cpu_allocated_cores
-    if job.memory_used_max_bytes is not None and job.memory_limit_bytes and gpu_hours > 0:
-        g.memory_weighted += min(1.0, job.memory_used_max_bytes / job.memory_limit_bytes) * gpu_hours
-        g.memory_hours += gpu_hours
-
-
-def _next_time(h: _Held, job: JobInPeriod | None, cause: str | None) -> tuple[Advice, ...]:
-    """The advice :func:`gpuwatch.views.advice.right_sizing` gives a job that ended in the period,
-    from what the report has of it: elapsed and limit, its CPU and memory use. GPU counts and
-    sizes need each GPU's figures and are advised per job only (``gpuwatch job ID``)."""
-    r = h.ended
-    if r is None or job is None or not r.gpus:
-        return ()
-    ratio = job.cpu_used_cores / job.cpu_allocated_cores if job.cpu_allocated_cores else None
-    cores = float(r.cpus) if r.cpus else None
-    usage = JobUsage(
-        elapsed_s=int((r.end_at - r.start_at).total_seconds()),
-        time_limit_s=r.time_limit_s,
-        gpus=r.gpus,
-        gpu_hours_allocated=None,
-        gpu_efficiency=job.util_sum / job.util_samples if job.util_samples else None,
-        sm_active=None,
-        idle_gpus=(),
-        gpu_memory_used_max_bytes=None,
-        gpu_memory_total_bytes=None,
-        gpu_model=None,
-        cpu_cores_allocated=cores,
-        cpu_cores_used=None if ratio is None or cores is None else ratio * cores,
-        memory_requested_bytes=job.memory_limit_bytes,
-        memory_used_max_bytes=job.memory_used_max_bytes,
-        measured_minutes=job.gpu_minutes // r.gpus,
-    )
-    return right_sizing(usage, cause, r.state)
-
-
-def _add_cost(g: _Group, h: _Held, hours_wasted: float, prices: Prices) -> None:
-    """Billing-hours x their price where Slurm gave the billing, else GPU-hours x theirs."""
-    if prices.billing_hour is not None and h.billing_hours is not None:
-        cost = h.billing_hours * prices.billing_hour
-    elif prices.gpu_hour is not None:
-        cost = h.gpu_hours * prices.gpu_hour
-    else:
-        return
-    share = hours_wasted / h.gpu_hours if h.gpu_hours > 0 else 0.0
-    g.cost = (g.cost or 0.0) + cost
-    g.cost_wasted = (g.cost_wasted or 0.0) + cost * share
+def _grouping(by: GroupBy, group: str | None) -> tuple[sa.ColumnElement, tuple[sa.ColumnElement, ...]]:
+    """The ``slurm_jobs`` column of ``by``, and the condition for ``group``'s jobs alone."""
+    column = slurm_jobs.c[_COLUMN[by]]
+    if group is None:
+        return column, ()
+    return column, (column.is_(None) if group == UNKNOWN else column == group,)
 
 
 def _row(
-    group: str, g: _Group, co2_kg_per_kwh: float | None, last_week: float | None, week_before: float | None
+    group: str,
+    g: _Group,
+    co2_kg_per_kwh: float | None,
+    prices: Prices,
+    last_week: float | None,
+    week_before: float | None,
 ) -> ReportRow:
     top = max(g.causes.items(), key=lambda item: (item[1], item[0]), default=(None, 0.0))
     kwh = g.joules / JOULES_PER_KWH
+    cost, cost_wasted = g.costs(prices)
     return ReportRow(
         group=group,
         jobs=g.jobs,
@@ -243,8 +261,8 @@ def _row(
         gpu_efficiency=_share(g.util_sum, g.util_samples),
         cpu_efficiency=_share(g.cpu_used, g.cpu_alloc),
         memory_efficiency=_share(g.memory_weighted, g.memory_hours),
-        cost=None if g.cost is None else round(g.cost, 2),
-        cost_wasted=None if g.cost_wasted is None else round(g.cost_wasted, 2),
+        cost=None if cost is None else round(cost, 2),
+        cost_wasted=None if cost_wasted is None else round(cost_wasted, 2),
         wasted_share_last_week=last_week,
         wasted_share_week_before=week_before,
         jobs_advised_time=g.advised.get("time", 0),
@@ -257,121 +275,46 @@ def _share(part: float, whole: float) -> float | None:
     return round(part / whole, 4) if whole > 0 else None
 
 
-def _wasted_by_job(
-    engine: sa.Engine, start: datetime, end: datetime, job_ids: list[str] | None = None
-) -> dict[str, tuple[str, float]]:
-    """job id -> (the cause its waste is credited to, GPU-hours): its largest cause; two causes
-    of one job (idle and CPU-only, say) describe the same GPU-hours, as in the digests. Only
-    ``job_ids`` when given."""
-    if job_ids == []:
-        return {}
-    causes = wasted_gpu_hours(engine, start, end, job_ids)
-    out = {}
-    for job_id, by_cause in causes.items():
-        lead = max(by_cause, key=lambda cause: (by_cause[cause], -_specific(cause)))
-        out[job_id] = (lead, by_cause[lead])
-    return out
+def _held_and_wasted(
+    engine: sa.Engine, by: GroupBy, start: datetime, end: datetime, group: str | None = None
+) -> dict[str, tuple[float, float]]:
+    """group -> (GPU-hours held, wasted) in ``[start, end)``, counted as :func:`usage_report`
+    counts them."""
+    group_col, where = _grouping(by, group)
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    with engine.connect() as conn:
+        sums, _ = covered_sums(conn, start, end, group_col, where, hours_only=True)
+        cut = held(conn, start, end, group_col, (*where, ~covered(start, end)))
+    for r in sums:
+        pair = out[r.grp or UNKNOWN]
+        pair[0] += r.gpu_hours or 0.0
+        pair[1] += r.wasted or 0.0
+    ids = sorted(cut) if len(cut) <= _BY_ID else None
+    wasted = wasted_by_job(engine, start, end, ids) if cut else {}
+    for job_id, h in cut.items():
+        pair = out[h.group or UNKNOWN]
+        pair[0] += h.gpu_hours
+        pair[1] += min(wasted.get(job_id, (None, 0.0))[1], h.gpu_hours)
+    return {name: (hours, lost) for name, (hours, lost) in out.items()}
 
 
 def _weekly_shares(
     engine: sa.Engine,
     by: GroupBy,
     end: datetime,
-    known: dict[tuple[datetime, datetime], tuple[dict[str, _Held], dict[str, tuple[str, float]]]],
     group: str | None = None,
+    last_week: dict[str, tuple[float, float]] | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Each group's (or ``group``'s) wasted share in the 7 days before ``end`` and in the 7 days
-    before those; ``known``: periods whose held and wasted GPU-hours are read already."""
-    weeks = []
-    for k in (1, 2):
-        w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
-        if (w_start, w_end) in known:
-            held, wasted = known[(w_start, w_end)]
-        else:
-            held = _allocated(engine, by, w_start, w_end, group)
-            wasted = _wasted_by_job(engine, w_start, w_end, None if group is None else sorted(held))
-        hours: dict[str, float] = defaultdict(float)
-        lost: dict[str, float] = defaultdict(float)
-        for job_id, h in held.items():
-            hours[h.group] += h.gpu_hours
-            lost[h.group] += min(wasted.get(job_id, (None, 0.0))[1], h.gpu_hours)
-        weeks.append(
-            {group: share for group in hours if (share := _share(lost[group], hours[group])) is not None}
-        )
-    return weeks[0], weeks[1]
+    before those; ``last_week``: the first week's held and wasted GPU-hours, read already."""
+    if last_week is None:
+        last_week = _held_and_wasted(engine, by, end - WEEK, end, group)
+    week_before = _held_and_wasted(engine, by, end - 2 * WEEK, end - WEEK, group)
+    return _shares(last_week.items()), _shares(week_before.items())
 
 
-def _specific(cause: str) -> int:
-    """Rank of a cause in the classifier's tie-break (lower: more specific, as the listing orders
-    equal verdicts): a CPU-only job that is also idle is credited to cpu_only."""
-    try:
-        return PRIORITY[Cause(cause)]
-    except ValueError:
-        return len(PRIORITY)
-
-
-def _allocated(
-    engine: sa.Engine, by: GroupBy, start: datetime, end: datetime, group: str | None = None
-) -> dict[str, _Held]:
-    """job id -> its group, the GPU-hours and billing-hours it held inside the period; only the
-    jobs of ``group`` when given."""
-    j = slurm_jobs.c
-    group_col = j[_COLUMN[by]]
-    query = sa.select(
-        j.job_id,
-        group_col.label("grp"),
-        j.gpus,
-        j.start_at,
-        j.end_at,
-        j.tres["billing"].as_float().label("billing"),
-        j.state,
-        j.time_limit_s,
-        j.cpus,
-    ).where(
-        j.gpus > 0, j.start_at.is_not(None), j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start)
-    )
-    if group is not None:
-        query = query.where(group_col.is_(None) if group == UNKNOWN else group_col == group)
-    out: dict[str, _Held] = {}
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
-        shares = _card_shares(conn, start, end)
-        for r in rows:
-            held_from = max(r.start_at, start)
-            held_to = min(r.end_at or end, end)
-            hours = max(0.0, (held_to - held_from).total_seconds()) / 3600
-            billing = r.billing
-            out[r.job_id] = _Held(
-                r.grp or UNKNOWN,
-                r.gpus * shares.get(r.job_id, 1.0) * hours,
-                None if billing is None else float(billing) * hours,
-                r if r.end_at is not None and r.end_at <= end else None,
-            )
-    return out
-
-
-def _card_shares(conn: sa.Connection, start: datetime, end: datetime) -> dict[str, float]:
-    """job id -> the mean share of a card of the GPUs it held, for the jobs of ``[start, end)``
-    that held a MIG instance (a 1g slice of seven counts 1/7, a whole GPU 1): Slurm counts each
-    instance as one GPU."""
-    jg, g, n, j = job_gpus.c, gpus.c, nodes.c, slurm_jobs.c
-    gpu = sa.and_(g.node_id == n.id, g.gpu_index == jg.gpu_index)
-    held_instance = (
-        sa.select(jg.job_id)
-        .select_from(job_gpus.join(nodes, n.name == jg.node).join(gpus, gpu))
-        .where(g.card_fraction_ratio.is_not(None))
-    )
-    in_period = sa.and_(j.job_id == jg.job_id, j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start))
-    share = sa.func.sum(sa.func.coalesce(g.card_fraction_ratio, 1.0)) / sa.func.count()
-    query = (
-        sa.select(jg.job_id, share)
-        .select_from(
-            job_gpus.join(slurm_jobs, in_period).outerjoin(nodes, n.name == jg.node).outerjoin(gpus, gpu)
-        )
-        .where(jg.job_id.in_(held_instance))
-        .group_by(jg.job_id)
-    )
-    return {job_id: float(value) for job_id, value in conn.execute(query)}
+def _shares(sums: Iterable[tuple[str, tuple[float, float]]]) -> dict[str, float]:
+    return {name: share for name, (hours, lost) in sums if (share := _share(lost, hours)) is not None}
 
 
 @dataclass(frozen=True)
@@ -393,11 +336,6 @@ def weekly_history(
     out = []
     for k in range(weeks, 0, -1):
         w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
-        held = _allocated(engine, by, w_start, w_end, group)
-        wasted = _wasted_by_job(engine, w_start, w_end, sorted(held))
-        hours = lost = 0.0
-        for job_id, h in held.items():
-            hours += h.gpu_hours
-            lost += min(wasted.get(job_id, (None, 0.0))[1], h.gpu_hours)
+        hours, lost = _held_and_wasted(engine, by, w_start, w_end, group).get(group, (0.0, 0.0))
         out.append(WeekRow(w_start, w_end, round(hours, 4), round(lost, 4), _share(lost, hours)))
     return out

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from gpuwatch.sql.job_hours import ceil_hour, floor_hour
-from gpuwatch.sql.jobs import CHUNK
+from gpuwatch.sql.jobs import CHUNK, IDS_PER_READ, among
 from gpuwatch.sql.schema import slurm_jobs, verdict_hours, verdicts
 from gpuwatch.views.evaluations import HEALTHY
 
@@ -75,7 +75,7 @@ def _chunks(job_ids: Sequence[str] | None) -> list[list[str] | None]:
     if job_ids is None:
         return [None]
     ids = sorted(set(job_ids))
-    return [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    return [ids[i : i + IDS_PER_READ] for i in range(0, len(ids), IDS_PER_READ)]
 
 
 class _Pick(NamedTuple):
@@ -125,7 +125,7 @@ def _verdict_picks(
     v = verdicts.c
     wasted = [v.evaluated_at >= start, v.evaluated_at < end, v.cause != HEALTHY, v.gpu_hours_wasted > 0]
     if job_ids is not None:
-        wasted.append(v.job_id.in_(job_ids))
+        wasted.append(among(conn, v.job_id, job_ids))
     whole = v.window_kind == "job"
     for condition, column in ((whole, v.evaluated_at), (sa.not_(whole), v.gpu_hours_wasted)):
         picked = (
@@ -156,7 +156,7 @@ def _hour_picks(
     h = verdict_hours.c
     span = [h.hour >= first, h.hour < last]
     if job_ids is not None:
-        span.append(h.job_id.in_(job_ids))
+        span.append(among(conn, h.job_id, job_ids))
     top = (
         sa.select(
             h.job_id,

@@ -136,7 +136,7 @@ def test_many_job_ids_are_read_a_chunk_at_a_time(engine, monkeypatch) -> None:  
     _state(engine, H10 + timedelta(hours=2))
     start, end = H10 + timedelta(minutes=5), H10 + timedelta(hours=2, minutes=50)
     everything = jobs_in_period(engine, start, end)
-    monkeypatch.setattr(period, "CHUNK", 1)  # each job its own statement
+    monkeypatch.setattr(period, "IDS_PER_READ", 1)  # each job its own statement
     chunked = jobs_in_period(engine, start, end, job_ids=["b", "a", "a", "nobody"])
     assert chunked == everything and set(chunked) == {"a", "b"}
     assert jobs_in_period(engine, start, end, job_ids=[]) == {}

@@ -1,0 +1,228 @@
+"""An ended job's report figures over its whole run, stored once (``job_totals``), and their sums.
+
+A report over a month of a large cluster would read every job-hour and verdict-hour of the
+month and build each job's figures in Python. An ended job's figures stop changing once its
+hours are summed, so :func:`store_job_totals` (the daemon's rollup pass) computes them once,
+with the same code the report uses for any job (:func:`gpuwatch.views.job_figures.figures`),
+over the job's whole run. A period that holds all of a job (its run, its summed hours and its
+waste verdicts: ``data_from`` .. ``data_to``) then adds the stored row, summed per group in SQL
+(:func:`covered_sums`); the report computes the other jobs as before.
+
+A row counts only while it is current (:func:`_current`): the Slurm facts it rests on (start,
+end, GPUs, CPUs, time limit, state, billing) are unchanged, and so is the job's newest
+evaluation time (a newer one: verdicts came after). Storing or deleting verdicts of the job
+deletes its row (triggers on ``verdicts``), so does summing one of its hours again
+(``sql/job_hours.py``); the next pass makes it again. A job whose GPU map (``job_gpus``) is
+replaced after its hours are summed keeps the figures of the old map, as its ``job_hours`` do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpuwatch.slurm.model import TERMINAL_STATES
+from gpuwatch.sql.job_hours import HOUR, floor_hour, summed_until
+from gpuwatch.sql.schema import job_hours, job_totals, newest_evaluations, slurm_jobs, verdicts
+from gpuwatch.views.evaluations import HEALTHY
+from gpuwatch.views.job_figures import HELD_COLUMNS, billing, figures, held, wasted_by_job
+from gpuwatch.views.period import jobs_in_period
+
+#: jobs whose totals one call stores at most (the rest: next call)
+BATCH = 500
+_TICK = timedelta(microseconds=1)
+
+
+def _current(t: Any, j: Any) -> sa.ColumnElement[bool]:
+    """The row ``t`` of job ``j`` rests on the Slurm facts and the evaluation the job has now."""
+    ne = newest_evaluations.c
+    newest = sa.select(ne.evaluated_at).where(ne.job_id == j.job_id).correlate(slurm_jobs).scalar_subquery()
+    return sa.and_(
+        t.job_id == j.job_id,
+        t.start_at == j.start_at,
+        t.end_at == j.end_at,
+        t.gpus == j.gpus,
+        t.cpus.is_not_distinct_from(j.cpus),
+        t.time_limit_s.is_not_distinct_from(j.time_limit_s),
+        t.state.is_not_distinct_from(j.state),
+        t.billing.is_not_distinct_from(billing()),
+        t.evaluated_at.is_not_distinct_from(newest),
+    )
+
+
+def covered(start: datetime, end: datetime) -> sa.ColumnElement[bool]:
+    """The ``slurm_jobs`` row has current totals and ``[start, end)`` holds all of the job."""
+    t = job_totals.c
+    return sa.exists().where(_current(t, slurm_jobs.c), *_inside(t, start, end))
+
+
+def _inside(t: Any, start: datetime, end: datetime) -> tuple[sa.ColumnElement[bool], ...]:
+    """The period holds all of the job, and counts it (as the report counts a job that ran in it)."""
+    j = slurm_jobs.c
+    return (t.data_from >= start, t.data_to <= end, j.start_at < end, j.end_at > start)
+
+
+def covered_sums(
+    conn: sa.Connection,
+    start: datetime,
+    end: datetime,
+    group_col: sa.ColumnElement,
+    where: tuple[sa.ColumnElement, ...] = (),
+    hours_only: bool = False,
+) -> tuple[list[sa.Row], list[sa.Row]]:
+    """The sums per group (``grp``) of the current totals of the jobs ``[start, end)`` holds, and
+    per (group, cause) the GPU-hours wasted credited to it (``hours_only``: held and wasted
+    GPU-hours only, no causes)."""
+    t, j = job_totals.c, slurm_jobs.c
+    joined = job_totals.join(slurm_jobs, _current(t, j))
+    inside = (*_inside(t, start, end), *where)
+    grp = group_col.label("grp")
+    hours = [sa.func.sum(t.gpu_hours).label("gpu_hours"), sa.func.sum(t.gpu_hours_wasted).label("wasted")]
+    if hours_only:
+        query = sa.select(grp, *hours).select_from(joined).where(*inside).group_by(group_col)
+        return conn.execute(query).all(), []
+    billed, memory = t.billing_hours.is_not(None), sa.and_(t.memory_ratio.is_not(None), t.gpu_hours > 0)
+    share = sa.case((t.gpu_hours > 0, t.gpu_hours_wasted / t.gpu_hours), else_=0.0)
+    sums = sa.select(
+        grp,
+        sa.func.count().label("jobs"),
+        sa.func.sum(sa.case((t.lead_cause.is_not(None), 1), else_=0)).label("flagged"),
+        *hours,
+        sa.func.sum(t.energy_joules).label("joules"),
+        sa.func.sum(t.energy_estimated_joules).label("estimated_joules"),
+        sa.func.sum(t.util_sum).label("util_sum"),
+        sa.func.sum(t.util_samples).label("util_samples"),
+        sa.func.sum(t.cpu_used_cores).label("cpu_used"),
+        sa.func.sum(t.cpu_allocated_cores).label("cpu_alloc"),
+        sa.func.sum(sa.case((memory, t.memory_ratio * t.gpu_hours))).label("memory_weighted"),
+        sa.func.sum(sa.case((memory, t.gpu_hours))).label("memory_hours"),
+        sa.func.sum(sa.case((billed, 1), else_=0)).label("billed_jobs"),
+        sa.func.sum(sa.case((billed, t.billing_hours))).label("billing_hours"),
+        sa.func.sum(sa.case((billed, t.billing_hours * share))).label("billing_hours_wasted"),
+        sa.func.sum(sa.case((billed, 0), else_=1)).label("unbilled_jobs"),
+        sa.func.sum(sa.case((billed, 0.0), else_=t.gpu_hours)).label("unbilled_gpu_hours"),
+        sa.func.sum(sa.case((billed, 0.0), else_=t.gpu_hours_wasted)).label("unbilled_wasted"),
+        sa.func.sum(t.advised_time).label("advised_time"),
+        sa.func.sum(t.advised_memory).label("advised_memory"),
+        sa.func.sum(t.advised_cpus).label("advised_cpus"),
+    )
+    causes = sa.select(grp, t.lead_cause, sa.func.sum(t.gpu_hours_wasted).label("wasted"))
+    return (
+        conn.execute(sums.select_from(joined).where(*inside).group_by(group_col)).all(),
+        conn.execute(
+            causes.select_from(joined)
+            .where(*inside, t.lead_cause.is_not(None))
+            .group_by(group_col, t.lead_cause)
+        ).all(),
+    )
+
+
+def store_job_totals(engine: sa.Engine, batch: int = BATCH) -> int:
+    """Store the totals of up to ``batch`` ended GPU jobs that have none current, whose hours are
+    all summed (the hour after their end too: a cgroup seen just after the end); the count."""
+    j, t = slurm_jobs.c, job_totals.c
+    with engine.connect() as conn:
+        until = summed_until(conn)
+        if until is None:
+            return 0
+        pending = (
+            sa.select(j.job_id)
+            .where(
+                j.gpus > 0,
+                j.start_at.is_not(None),
+                j.end_at.is_not(None),
+                j.end_at <= until - HOUR,
+                j.state.in_(sorted(TERMINAL_STATES)),
+                ~sa.exists().where(_current(t, j)),
+            )
+            .order_by(j.end_at, j.job_id)
+            .limit(batch)
+        )
+        ids = list(conn.execute(pending).scalars())
+        if not ids:
+            return 0
+        # the newest evaluation before the verdicts: a later one makes the row not current
+        newest = dict(
+            conn.execute(
+                sa.select(newest_evaluations.c.job_id, newest_evaluations.c.evaluated_at).where(
+                    newest_evaluations.c.job_id.in_(ids)
+                )
+            ).all()
+        )
+        rows = _totals(conn, engine, ids, until, newest)
+    with engine.begin() as conn:
+        conn.execute(job_totals.delete().where(t.job_id.in_(ids)))
+        if rows:
+            conn.execute(job_totals.insert(), rows)
+    return len(rows)
+
+
+def _totals(
+    conn: sa.Connection, engine: sa.Engine, ids: Sequence[str], until: datetime, newest: dict[str, datetime]
+) -> list[dict[str, Any]]:
+    j = slurm_jobs.c
+    query = sa.select(*(j[n] for n in HELD_COLUMNS), billing().label("billing")).where(j.job_id.in_(ids))
+    facts = {r.job_id: r for r in conn.execute(query)}
+    first, last = min(r.start_at for r in facts.values()), max(r.end_at for r in facts.values())
+    # a tick either side: a job that started and ended at once is held for no time, not left out
+    holding = held(conn, first - _TICK, last + _TICK, where=(j.job_id.in_(ids),))
+    h = job_hours.c
+    hour_span = {
+        r.job_id: (r.lo, r.hi + HOUR)
+        for r in conn.execute(
+            sa.select(h.job_id, sa.func.min(h.hour).label("lo"), sa.func.max(h.hour).label("hi"))
+            .where(h.job_id.in_(ids))
+            .group_by(h.job_id)
+        )
+    }
+    v = verdicts.c
+    verdict_span = {
+        r.job_id: (r.lo, r.hi + _TICK)
+        for r in conn.execute(
+            sa.select(
+                v.job_id, sa.func.min(v.evaluated_at).label("lo"), sa.func.max(v.evaluated_at).label("hi")
+            )
+            .where(v.job_id.in_(ids), v.cause != HEALTHY, v.gpu_hours_wasted > 0)
+            .group_by(v.job_id)
+        )
+    }
+    spans = {
+        job_id: (
+            min([r.start_at, *(s[job_id][0] for s in (hour_span, verdict_span) if job_id in s)]),
+            max([r.end_at, *(s[job_id][1] for s in (hour_span, verdict_span) if job_id in s)]),
+        )
+        for job_id, r in facts.items()
+    }
+    # whole hours, all summed: the sums come from job_hours alone
+    period = jobs_in_period(engine, floor_hour(min(lo for lo, _ in spans.values())), until, job_ids=ids)
+    wasted = {}
+    if verdict_span:
+        lo = floor_hour(min(lo for lo, _ in verdict_span.values()))
+        hi = floor_hour(max(hi for _, hi in verdict_span.values())) + HOUR
+        wasted = wasted_by_job(engine, lo, hi, sorted(verdict_span))
+    out = []
+    for job_id, r in facts.items():
+        if job_id not in holding:
+            continue
+        lead, hours_wasted = wasted.get(job_id, (None, 0.0))
+        f = figures(holding[job_id], period.get(job_id), lead, hours_wasted)
+        out.append(
+            {
+                "job_id": job_id,
+                **{name: r[i] for i, name in enumerate(HELD_COLUMNS) if name != "job_id"},
+                "billing": r.billing,
+                "evaluated_at": newest.get(job_id),
+                "data_from": spans[job_id][0],
+                "data_to": spans[job_id][1],
+                **f._asdict(),
+                "advised_time": int("time" in f.advised),
+                "advised_memory": int("memory" in f.advised),
+                "advised_cpus": int("cpus" in f.advised),
+            }
+        )
+    for row in out:
+        del row["advised"]
+    return out
