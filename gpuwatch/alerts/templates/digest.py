@@ -271,7 +271,7 @@ def _usage_fields(row: ReportRow | None, wasted: float) -> list[dict[str, str]]:
 
 
 def _job_mrkdwn(j: UserJobLine, url: str | None) -> str:
-    label = f"*Job {fmt.mrkdwn(j.job_id)}*" + (f" {fmt.mrkdwn(j.job_name)}" if j.job_name else "")
+    label = f"*Job {fmt.mrkdwn(j.job_id)}*" + (f' "{fmt.mrkdwn(j.job_name)}"' if j.job_name else "")
     cause = fmt.mrkdwn(cause_text(j.cause).title)
     lines = [
         f"{label}: {cause}, {fmt.number(j.gpu_hours_wasted)} GPU-hours wasted",
