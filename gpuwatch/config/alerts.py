@@ -267,7 +267,10 @@ class DigestConfig(Section):
     @classmethod
     def _via(cls, value: list[DigestVia]) -> list[DigestVia]:
         if not value:
-            raise ValueError("name at least one of 'email', 'slack_dm' (weekly_user = false turns it off)")
+            raise ValueError(
+                "name at least one of 'email', 'slack_dm' (weekly_user or weekly_account = false "
+                "turns that digest off)"
+            )
         return list(dict.fromkeys(value))  # each way once, in the order given
 
 
@@ -358,8 +361,8 @@ class AlertsConfig(Section):
     @model_validator(mode="after")
     def _lease(self) -> AlertsConfig:
         # a send is a few socket operations, each bounded by its timeout; a lease shorter than
-        # one of them would let a second worker take a notice that is still being sent
-        # one; a Slack DM is two requests (the user's id, then the message)
+        # one of them would let a second worker take a notice that is still being sent. A
+        # Slack DM is two requests (the user's id, then the message)
         timeouts = [c.timeout_s for c in (self.slack, self.email) if c.configured]
         if self.slack_dm.configured:
             timeouts.append(2 * self.slack_dm.timeout_s)
