@@ -17,9 +17,9 @@ Answers (https://docs.slack.dev/apis/web-api/): HTTP 200 with ``{"ok": true}`` i
   ``ratelimited``: retried with back-off.
 
 HTTP 429 carries ``Retry-After`` (seconds): the channel pauses that long. 5xx and connection
-failures are retried with back-off; another 4xx is permanent. ``chat.postMessage`` has no idempotency key, so a POST
-whose answer was lost (read timeout, reset, ``fatal_error``) is *in doubt*; the lookup before
-it never is (nothing is posted by it).
+failures are retried with back-off; another 4xx is permanent. ``chat.postMessage`` has no
+idempotency key, so a POST whose answer was lost (read timeout, reset, ``fatal_error``) is
+*in doubt*; the lookup before it never is (nothing is posted by it).
 """
 
 from __future__ import annotations
