@@ -93,3 +93,20 @@ def test_process_days_cannot_outlive_raw_days():
     with pytest.raises(Exception, match="process_days must be <= raw_days"):
         load_settings(None, retention={"raw_days": 7, "process_days": 8})
     assert load_settings(None, retention={"raw_days": 7, "process_days": 2}).retention.process_days == 2
+
+
+def test_a_check_across_keys_does_not_print_the_section():
+    """A section-wide check names its keys and leaves the section's values out: they may be
+    secrets (a webhook URL, a password)."""
+    with pytest.raises(ConfigError) as exc:
+        load_settings(
+            None,
+            alerts={
+                "slack": {"webhook_url": "https://hooks.slack.com/services/T/B/SECRET"},
+                "email": {"host": "smtp", "password": "hunter2"},
+                "digest": {"weekly_user_via": ["slack_dm"]},
+            },
+        )
+    text = str(exc.value)
+    assert "digest.weekly_user_via names 'slack_dm' but [alerts.slack_dm] has no bot_token" in text
+    assert "SECRET" not in text and "hunter2" not in text

@@ -1,6 +1,8 @@
 """Digests: daily for admins (top wasted GPU-hours by user, account, cause), weekly per user
 (their jobs' waste and their ``gpuwatch report`` row: efficiency, energy, the week before) and
-weekly per account to its owners (the account's report row, its users by waste).
+weekly per account to its owners (the account's report row, its users by waste). The weekly
+ones go by email and/or Slack DM (``digest.weekly_user_via``, ``weekly_account_via``), one
+notice per way, each with its own dedup key.
 
 The waste of a period is :func:`gpuwatch.views.waste_in_period`: per (job, cause), the
 latest whole-job verdict evaluated in it, else the largest recent window (a lower bound). A
@@ -28,7 +30,7 @@ from gpuwatch.alerts.outbox import Notice, dedup_key, existing_keys
 from gpuwatch.alerts.rules import RecipientResolver
 from gpuwatch.alerts.templates import digest as tpl
 from gpuwatch.alerts.templates.causes import cause_text
-from gpuwatch.config.alerts import AlertsConfig, RecipientKind
+from gpuwatch.config.alerts import AlertsConfig, DigestVia, RecipientKind
 from gpuwatch.views import GroupBy, JobWaste, ReportRow, usage_report, waste_in_period
 
 log = logging.getLogger(__name__)
@@ -220,40 +222,54 @@ class Digests:
             )
         return out
 
+    def _ways(self, via: list[DigestVia]) -> list[str]:
+        """The channels of ``via`` that are configured (an unconfigured email means no mail)."""
+        return [w.value for w in via if self.cfg.channel_configured(w.value)]
+
     def _weekly(self, now: datetime) -> list[Notice]:
         start, end = weekly_period(self.cfg, now)
         memo = f"weekly:{end.isoformat()}"
-        if memo in self._done or now - end > WEEKLY_CATCH_UP or not self.cfg.email.configured:
+        digest = self.cfg.digest
+        ways = self._ways(digest.weekly_user_via)
+        if memo in self._done or now - end > WEEKLY_CATCH_UP:
+            return []
+        if not ways and not self._ways(digest.weekly_account_via):
             return []
         self._done.add(memo)
         out = self._weekly_accounts(now, start, end)
+        if not ways:
+            return out
         usage = {r.group: r for r in usage_report(self.engine, GroupBy.USER, start, end)}
-        skip = set(self.cfg.digest.weekly_user_opt_out)
-        for d in user_digests(self.engine, start, end, self.cfg.digest.min_user_gpu_hours_wasted, usage):
+        skip = set(digest.weekly_user_opt_out)  # every way: an opt-out is from the digest
+        for d in user_digests(self.engine, start, end, digest.min_user_gpu_hours_wasted, usage):
             address = None if d.user_name in skip else self.resolver.user_email(d.user_name)
             if not address:
                 continue
-            notice = _weekly_email(
-                ("digest-weekly", d.user_name),
-                address,
-                RecipientKind.USER,
-                (now, start, end),
-                d.gpu_hours_wasted,
-            )
-            out.append(
-                replace(
-                    notice,
-                    subject=tpl.user_subject(d),
-                    payload=tpl.user_email(d, self.cfg.job_link),
-                    user_name=d.user_name,
+            for channel in ways:
+                notice = _weekly_notice(
+                    ("digest-weekly", d.user_name),
+                    channel,
+                    address,
+                    RecipientKind.USER,
+                    (now, start, end),
+                    d.gpu_hours_wasted,
                 )
-            )
+                payload = (
+                    tpl.user_slack(d, self.cfg.job_link)
+                    if channel == "slack_dm"
+                    else tpl.user_email(d, self.cfg.job_link)
+                )
+                out.append(
+                    replace(notice, subject=tpl.user_subject(d), payload=payload, user_name=d.user_name)
+                )
         return out
 
     def _weekly_accounts(self, now: datetime, start: datetime, end: datetime) -> list[Notice]:
-        """Each account with owners (``account_owners``) gets its week, one email per owner."""
+        """Each account with owners (``account_owners``) gets its week, one notice per owner
+        and way (``weekly_account_via``)."""
         digest = self.cfg.digest
-        if not digest.weekly_account:
+        ways = self._ways(digest.weekly_account_via)
+        if not digest.weekly_account or not ways:
             return []
         owned = [a for a in self.cfg.account_owners if self.resolver.owners(a)]
         out = []
@@ -261,36 +277,35 @@ class Digests:
             self.engine, start, end, owned, digest.min_account_gpu_hours_wasted, digest.top_n
         ):
             for address in self.resolver.owners(d.account):
-                notice = _weekly_email(
-                    ("digest-account", d.account), address, RecipientKind.OWNER, (now, start, end),
-                    d.usage.gpu_hours_wasted,
-                )  # fmt: skip
-                out.append(
-                    replace(
-                        notice,
-                        subject=tpl.account_subject(d),
-                        payload=tpl.account_email(d),
-                        account=d.account,
+                for channel in ways:
+                    notice = _weekly_notice(
+                        ("digest-account", d.account), channel, address, RecipientKind.OWNER,
+                        (now, start, end), d.usage.gpu_hours_wasted,
+                    )  # fmt: skip
+                    payload = tpl.account_slack(d) if channel == "slack_dm" else tpl.account_email(d)
+                    out.append(
+                        replace(notice, subject=tpl.account_subject(d), payload=payload, account=d.account)
                     )
-                )
         return out
 
 
-def _weekly_email(
+def _weekly_notice(
     key: tuple[str, str],
+    channel: str,
     address: str,
     kind: RecipientKind,
     times: tuple[datetime, datetime, datetime],
     gpu_hours_wasted: float,
 ) -> Notice:
-    """A weekly digest email to ``address`` (subject and payload set by the caller), keyed by
-    its kind, whose it is and the period's end: queued once however often it is decided."""
+    """A weekly digest to ``address`` through ``channel`` (subject and payload set by the
+    caller), keyed by its kind, whose it is, the period's end and the channel: queued once
+    however often it is decided, and once per channel for someone who gets it both ways."""
     now, start, end = times
     name, whose = key
     return Notice(
-        dedup_key=dedup_key(name, end, whose, "email", address),
+        dedup_key=dedup_key(name, end, whose, channel, address),
         kind="digest",
-        channel="email",
+        channel=channel,
         recipient=address,
         recipient_kind=kind.value,
         subject="",

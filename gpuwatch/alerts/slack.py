@@ -20,7 +20,8 @@ from gpuwatch.config.alerts import SlackConfig
 log = logging.getLogger(__name__)
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after(value: str | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (the Web API's too); None when absent or a date."""
     if not value:
         return None
     try:
@@ -66,7 +67,7 @@ class SlackChannel(Channel):
                 f"429 rate limited: {body}",
                 retry=True,
                 code=429,
-                retry_after_s=_retry_after(resp.headers.get("Retry-After")),
+                retry_after_s=retry_after(resp.headers.get("Retry-After")),
                 channel_down=True,
             )
         if resp.status_code >= 500:

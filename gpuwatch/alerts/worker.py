@@ -29,6 +29,7 @@ from gpuwatch.alerts import outbox
 from gpuwatch.alerts.base import Channel, ChannelError, Message
 from gpuwatch.alerts.email import EmailChannel
 from gpuwatch.alerts.slack import SlackChannel
+from gpuwatch.alerts.slack_dm import SlackDmChannel
 from gpuwatch.clock import utcnow
 from gpuwatch.config.alerts import AlertsConfig, InDoubtPolicy
 
@@ -43,6 +44,8 @@ def build_channels(cfg: AlertsConfig) -> dict[str, Channel]:
     channels: dict[str, Channel] = {}
     if cfg.slack.configured:
         channels["slack"] = SlackChannel(cfg.slack)
+    if cfg.slack_dm.configured:
+        channels["slack_dm"] = SlackDmChannel(cfg.slack_dm)
     if cfg.email.configured:
         channels["email"] = EmailChannel(cfg.email)
     return channels
@@ -88,7 +91,7 @@ class Worker:
         self.paused_until: dict[str, datetime] = {}
 
     def policy(self, channel: str) -> InDoubtPolicy:
-        return self.cfg.slack.in_doubt if channel == "slack" else self.cfg.email.in_doubt
+        return self.cfg.in_doubt(channel)
 
     def backoff(self, attempts: int) -> timedelta:
         delay = min(self.wcfg.backoff_max_s, self.wcfg.backoff_initial_s * 2 ** max(0, attempts - 1))

@@ -54,7 +54,7 @@ def _engine() -> Any:
 
 @click.group("alerts")
 def alerts() -> None:
-    """Notices to users, account owners and admins (Slack, email)."""
+    """Notices to users, account owners and admins (Slack, Slack DM, email)."""
 
 
 @alerts.command("list")
@@ -98,8 +98,13 @@ def retry_cmd(outbox_ids: tuple[int, ...]) -> None:
 
 
 @alerts.command("test")
-@click.argument("channel", type=click.Choice(["slack", "email"]))
-@click.option("--to", "to", help="Email: the address (default: the first of alerts.admin_emails).")
+@click.argument("channel", type=click.Choice(["slack", "slack_dm", "email"]))
+@click.option(
+    "--to",
+    "to",
+    help="email, slack_dm: the address (slack_dm: or a Slack user id; default: the first of "
+    "alerts.admin_emails).",
+)
 def test_cmd(channel: str, to: str | None) -> None:
     """Send one test message through CHANNEL now, bypassing the outbox."""
     from gpuwatch.alerts.base import ChannelError, Message
@@ -113,17 +118,18 @@ def test_cmd(channel: str, to: str | None) -> None:
         raise click.ClickException(f"alerts.{channel} is not configured")
     now = utcnow()
     text = f"gpuwatch test message, {now:%Y-%m-%d %H:%M:%S} UTC: this channel works."
+    blocks: dict[str, Any] = {
+        "text": text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f":white_check_mark: {text}"}}],
+    }
     if channel == "slack":
         recipient = cfg.slack.channel_name
-        payload: dict[str, Any] = {
-            "text": text,
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f":white_check_mark: {text}"}}],
-        }
+        payload = blocks
     else:
         recipient = to or (cfg.admin_emails[0] if cfg.admin_emails else "")
         if not recipient:
             raise click.ClickException("give --to ADDRESS (no alerts.admin_emails configured)")
-        payload = {"text": text + "\n", "html": f"<p>{text}</p>\n"}
+        payload = blocks if channel == "slack_dm" else {"text": text + "\n", "html": f"<p>{text}</p>\n"}
     message = Message(0, dedup_key("test", now), recipient, "[gpuwatch] test message", payload)
     try:
         delivery = ch.send(message, lambda: True)

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from gpuwatch.config.section import Section
+from gpuwatch.config.section import Section, secret_of
 
 #: every cause the classifier writes; 'healthy' is never alerted
 CAUSES: tuple[str, ...] = (
@@ -37,6 +37,13 @@ class RecipientKind(str, Enum):
     USER = "user"  # the job's owner, by email
     OWNER = "owner"  # the Slurm account's owner(s), by email (account_owners)
     ADMIN = "admin"  # the admin Slack channel, and admin_emails
+
+
+class DigestVia(str, Enum):
+    """How a weekly digest reaches a person (``digest.weekly_user_via``, ``weekly_account_via``)."""
+
+    EMAIL = "email"  # alerts.email, to the address
+    SLACK_DM = "slack_dm"  # alerts.slack_dm, a direct message to the Slack user of that address
 
 
 class TlsMode(str, Enum):
@@ -151,6 +158,41 @@ class SlackConfig(Section):
         return self.webhook_url is not None or self.webhook_url_file is not None
 
 
+class SlackDmConfig(Section):
+    """A Slack app's bot token for direct messages through the Web API
+    (``users.lookupByEmail``, then ``chat.postMessage`` to the user's id); the token needs the
+    scopes ``users:read.email`` and ``chat:write``."""
+
+    bot_token: SecretStr | None = Field(None, description="xoxb-...; unset (and no file): no Slack DM.")
+    bot_token_file: Path | None = Field(None, description="First line is the bot token.")
+    api_url: str = Field("https://slack.com/api", description="Base of the Web API methods.")
+    timeout_s: float = Field(10.0, gt=0, le=120)
+    in_doubt: InDoubtPolicy = InDoubtPolicy.RESEND
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError(f"must be an http(s) URL, e.g. 'https://slack.com/api', not {value!r}")
+        return value.rstrip("/")
+
+    def resolve_token(self) -> str | None:
+        try:
+            token = secret_of(
+                self.bot_token.get_secret_value() if self.bot_token is not None else None,
+                self.bot_token_file,
+            )
+        except OSError as exc:
+            raise ValueError(
+                f"alerts.slack_dm.bot_token_file: cannot read {self.bot_token_file}: {exc}"
+            ) from None
+        return token.splitlines()[0].strip() if token else None
+
+    @property
+    def configured(self) -> bool:
+        return self.bot_token is not None or self.bot_token_file is not None
+
+
 class EmailConfig(Section):
     """SMTP submission: a local relay by default; STARTTLS or TLS and login when set."""
 
@@ -202,8 +244,15 @@ class DigestConfig(Section):
     weekly_user_opt_out: list[str] = Field(
         default_factory=list, description="Slurm user names that get no weekly digest."
     )
+    weekly_user_via: list[DigestVia] = Field(
+        default_factory=lambda: [DigestVia.EMAIL],
+        description="How users get it: 'email' and/or 'slack_dm' (opt-outs apply to each).",
+    )
     weekly_account: bool = Field(
         True, description="A weekly summary per Slurm account to its owners (account_owners)."
+    )
+    weekly_account_via: list[DigestVia] = Field(
+        default_factory=lambda: [DigestVia.EMAIL], description="How owners get it: 'email' and/or 'slack_dm'."
     )
     min_account_gpu_hours_wasted: float = Field(
         1.0, ge=0, description="Weekly account summary only above this."
@@ -213,6 +262,16 @@ class DigestConfig(Section):
     @classmethod
     def _tz(cls, value: str) -> str:
         return _zone(value)
+
+    @field_validator("weekly_user_via", "weekly_account_via")
+    @classmethod
+    def _via(cls, value: list[DigestVia]) -> list[DigestVia]:
+        if not value:
+            raise ValueError(
+                "name at least one of 'email', 'slack_dm' (weekly_user or weekly_account = false "
+                "turns that digest off)"
+            )
+        return list(dict.fromkeys(value))  # each way once, in the order given
 
 
 class WorkerConfig(Section):
@@ -277,6 +336,7 @@ class AlertsConfig(Section):
     )
     quiet_hours: QuietHours | None = None
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    slack_dm: SlackDmConfig = Field(default_factory=SlackDmConfig)
     email: EmailConfig = Field(default_factory=EmailConfig)
     digest: DigestConfig = Field(default_factory=DigestConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
@@ -301,12 +361,34 @@ class AlertsConfig(Section):
     @model_validator(mode="after")
     def _lease(self) -> AlertsConfig:
         # a send is a few socket operations, each bounded by its timeout; a lease shorter than
-        # one of them would let a second worker take a notice that is still being sent
+        # one of them would let a second worker take a notice that is still being sent. A
+        # Slack DM is two requests (the user's id, then the message)
         timeouts = [c.timeout_s for c in (self.slack, self.email) if c.configured]
+        if self.slack_dm.configured:
+            timeouts.append(2 * self.slack_dm.timeout_s)
         longest = max(timeouts, default=0.0)
         if self.worker.lease_s <= longest:
             raise ValueError(f"worker.lease_s must exceed the channel timeouts ({longest:g} s)")
         return self
+
+    @model_validator(mode="after")
+    def _digest_via(self) -> AlertsConfig:
+        for key in ("weekly_user_via", "weekly_account_via"):
+            if DigestVia.SLACK_DM in getattr(self.digest, key) and not self.slack_dm.configured:
+                raise ValueError(
+                    f"digest.{key} names 'slack_dm' but [alerts.slack_dm] has no bot_token or bot_token_file"
+                )
+        return self
+
+    def channel_configured(self, channel: str) -> bool:
+        """Whether the channel of that name (``slack``, ``slack_dm``, ``email``) has its settings."""
+        section = {"slack": self.slack, "slack_dm": self.slack_dm, "email": self.email}.get(channel)
+        return section is not None and section.configured
+
+    def in_doubt(self, channel: str) -> InDoubtPolicy:
+        """The in-doubt policy of the channel of that name."""
+        section = {"slack": self.slack, "slack_dm": self.slack_dm}.get(channel, self.email)
+        return section.in_doubt
 
     def job_link(self, job_id: str | None) -> str | None:
         if self.job_url is None or not job_id:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -428,10 +429,14 @@ _CONFIG_FILE_CONTEXT: dict[str, Path | None] = {"path": None}
 
 
 def _format_error(exc: ValidationError, origin: str) -> str:
+    """One line per error naming its key and the value given; a whole section's value is left
+    out (a check across keys fails on the section, whose other keys may hold secrets)."""
     lines = [f"invalid configuration ({origin}):"]
     for err in exc.errors():
         key = ".".join(str(part) for part in err["loc"]) or "(root)"
-        lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+        given = err.get("input")
+        got = "" if isinstance(given, Mapping) else f" (got {given!r})"
+        lines.append(f"  {key}: {err['msg']}{got}")
     return "\n".join(lines)
 
 

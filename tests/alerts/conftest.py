@@ -1,5 +1,6 @@
-"""Fixtures of the alert tests: a real HTTP server standing in for the Slack webhook, a real
-SMTP server (aiosmtpd on 127.0.0.1), a driven clock, and rows in ``slurm_jobs``/``verdicts``."""
+"""Fixtures of the alert tests: real HTTP servers standing in for the Slack webhook and the
+Slack Web API, a real SMTP server (aiosmtpd on 127.0.0.1), a driven clock, and rows in
+``slurm_jobs``/``verdicts``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 import sqlalchemy as sa
@@ -95,6 +97,93 @@ def slack_server() -> Iterator[WebhookServer]:
         thread.join(5)
 
 
+# --------------------------------------------------------------------------- Slack Web API
+@dataclass
+class SlackApiServer:
+    """``users.lookupByEmail`` answers from ``users`` (email -> id, else ``users_not_found``);
+    ``chat.postMessage`` answers ok. ``answers[method]``: scripted answers used first
+    (status, headers, JSON body); status None closes the connection unanswered (a lost answer)."""
+
+    api_url: str
+    users: dict[str, str] = field(default_factory=dict)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    answers: dict[str, list[tuple[int | None, dict[str, str], Any]]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def calls(self, method: str) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["method"] == method]
+
+    @property
+    def posted(self) -> list[dict[str, Any]]:
+        """The bodies of every ``chat.postMessage``."""
+        return [r["body"] for r in self.calls("chat.postMessage")]
+
+    def answer(self, method: str, body: dict[str, Any]) -> tuple[int | None, dict[str, str], Any]:
+        scripted = self.answers.get(method)
+        if scripted:
+            return scripted.pop(0)
+        if method == "users.lookupByEmail":
+            user_id = self.users.get(body.get("email", ""))
+            if user_id is None:
+                return 200, {}, {"ok": False, "error": "users_not_found"}
+            return 200, {}, {"ok": True, "user": {"id": user_id, "profile": {"email": body["email"]}}}
+        if method == "chat.postMessage":
+            n = len(self.calls(method))
+            return 200, {}, {"ok": True, "channel": f"D{body['channel']}", "ts": f"1700000000.{n:06d}"}
+        return 200, {}, {"ok": False, "error": "unknown_method"}
+
+
+@pytest.fixture
+def slack_api() -> Iterator[SlackApiServer]:
+    port = free_port()
+    state = SlackApiServer(api_url=f"http://127.0.0.1:{port}/api")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+            content_type = self.headers.get("Content-Type", "")
+            if content_type.startswith("application/json"):
+                body = json.loads(raw)
+            else:
+                body = {k: v[0] for k, v in parse_qs(raw).items()}
+            method = self.path.rsplit("/", 1)[-1]
+            with state.lock:
+                state.requests.append(
+                    {
+                        "path": self.path,
+                        "method": method,
+                        "authorization": self.headers.get("Authorization"),
+                        "content_type": content_type,
+                        "body": body,
+                    }
+                )
+                status, headers, answer = state.answer(method, body)
+            if status is None:
+                self.close_connection = True
+                return
+            data = (answer if isinstance(answer, str) else json.dumps(answer)).encode()
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 # --------------------------------------------------------------------------- SMTP
 class Recorder:
     def __init__(self) -> None:
@@ -142,7 +231,11 @@ def smtp_server() -> Iterator[SmtpServer]:
 
 
 def make_config(
-    *, slack_url: str | None = None, smtp_port: int | None = None, **overrides: Any
+    *,
+    slack_url: str | None = None,
+    smtp_port: int | None = None,
+    slack_api_url: str | None = None,
+    **overrides: Any,
 ) -> AlertsConfig:
     data: dict[str, Any] = {
         "enabled": True,
@@ -152,6 +245,8 @@ def make_config(
     }
     if slack_url:
         data["slack"] = {"webhook_url": slack_url, "timeout_s": 5}
+    if slack_api_url:
+        data["slack_dm"] = {"bot_token": "xoxb-test-token", "api_url": slack_api_url, "timeout_s": 5}
     if smtp_port:
         data["email"] = {
             "host": "127.0.0.1",

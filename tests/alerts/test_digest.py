@@ -143,3 +143,71 @@ def test_weekly_digests_with_usage_reach_users_and_account_owners_over_smtp(engi
     later = Digests(engine, cfg).due(DAY + timedelta(days=7, hours=9, minutes=30))
     alice_later = next(n for n in later if n.recipient == "alice@example.edu")
     assert "67.2 (10%) were wasted; the week before, 0.7% was wasted." in alice_later.payload["text"]
+
+
+def test_weekly_digests_by_slack_dm_and_email(engine, smtp_server, slack_api, clock):
+    """Through the outbox to a real SMTP server and a Slack Web API stand-in: a user asked both
+    ways gets each once (one dedup key per channel); an opted-out user gets neither; an
+    account's owner gets the account's week by DM when weekly_account_via says so."""
+    from gpuwatch.alerts.worker import Worker
+    from gpuwatch.sql.schema import slurm_jobs
+
+    _fill(engine)
+    with engine.begin() as conn:  # both jobs started with the week: 4 GPUs x 168 h each
+        conn.execute(slurm_jobs.update().values(start_at=DAY - timedelta(days=7) + timedelta(hours=9)))
+    slack_api.users |= {"alice@example.edu": "U0ALICE", "pi@example.edu": "U0PI", "bob@example.edu": "U0BOB"}
+    cfg = make_config(
+        smtp_port=smtp_server.port,
+        slack_api_url=slack_api.api_url,
+        account_owners={"nlp": ["pi@example.edu"]},
+        digest={"daily_admin": False, "weekly_weekday": 2, "weekly_at": "09:00",
+                "weekly_user_opt_out": ["bob"], "weekly_user_via": ["email", "slack_dm"],
+                "weekly_account_via": ["slack_dm"]},
+    )  # fmt: skip
+    now = DAY + timedelta(hours=9, minutes=30)
+    notices = Digests(engine, cfg).due(now)
+    assert sorted((n.channel, n.recipient, n.recipient_kind) for n in notices) == [
+        ("email", "alice@example.edu", "user"),
+        ("slack_dm", "alice@example.edu", "user"),
+        ("slack_dm", "pi@example.edu", "owner"),
+    ]
+    assert len({n.dedup_key for n in notices}) == 3
+    assert outbox.enqueue(engine, notices, now) == 3
+    assert Digests(engine, cfg).due(now + timedelta(minutes=5)) == []  # queued once per way
+    assert Worker(engine, cfg, clock=clock).run_once().sent == 3
+
+    assert [m["To"] for m in smtp_server.messages] == ["alice@example.edu"]
+    assert {r["body"]["email"] for r in slack_api.calls("users.lookupByEmail")} == {
+        "alice@example.edu",
+        "pi@example.edu",
+    }
+    dms = {b["channel"]: b for b in slack_api.posted}
+    assert set(dms) == {"U0ALICE", "U0PI"}  # not bob
+    alice = dms["U0ALICE"]
+    assert alice["text"] == "[gpuwatch] Your GPU jobs this week: 5.0 GPU-hours wasted"
+    assert [b["type"] for b in alice["blocks"]] == ["header", "section", "divider", "section", "context"]
+    summary = alice["blocks"][1]
+    assert "your GPU jobs left *5.0 GPU-hours* unused" in summary["text"]["text"]
+    fields = [f["text"] for f in summary["fields"]]
+    assert fields[:2] == ["*GPU-hours*\n672.0", "*Wasted*\n5.0 (0.7%)"]
+    job = alice["blocks"][3]["text"]["text"]
+    assert job.startswith('*Job 1* "train": GPUs allocated but idle, 5.0 GPU-hours wasted\n*Fix:* ')
+    assert job.endswith("<https://gpuwatch.example.edu/jobs/1|job page>")
+    owner = dms["U0PI"]
+    assert owner["text"] == "[gpuwatch] Account nlp this week: 5.0 of 672.0 GPU-hours wasted"
+    assert "1. alice: 5.0 GPU-h (1 job(s))" in owner["blocks"][2]["text"]["text"]
+
+
+def test_weekly_digest_by_slack_dm_alone(engine, slack_api):
+    """No email configured: the weekly digest still goes by DM when asked; unless asked, it does
+    not go at all (email is the default way)."""
+    _fill(engine)
+    now = DAY + timedelta(hours=9, minutes=30)
+    digest = {"daily_admin": False, "weekly_weekday": 2, "weekly_at": "09:00"}
+    dm = make_config(slack_api_url=slack_api.api_url, digest=digest | {"weekly_user_via": ["slack_dm"]})
+    notices = Digests(engine, dm).due(now)
+    assert sorted((n.channel, n.recipient) for n in notices) == [
+        ("slack_dm", "alice@example.edu"),
+        ("slack_dm", "bob@example.edu"),
+    ]
+    assert Digests(engine, make_config(slack_api_url=slack_api.api_url, digest=digest)).due(now) == []

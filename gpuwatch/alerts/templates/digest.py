@@ -1,5 +1,5 @@
 """The daily admin digest (Slack and email), the weekly per-user digest and the weekly
-per-account summary for account owners (email)."""
+per-account summary for account owners (email, and a Slack direct message of the same data)."""
 
 from __future__ import annotations
 
@@ -247,6 +247,78 @@ def user_email(d: UserDigest, job_link: Any = None) -> dict[str, str]:
     return {"text": "\n".join(lines) + "\n", "html": html_doc + "\n"}
 
 
+#: jobs listed in a Slack DM digest: a DM is read at a glance; the email lists up to 20
+SLACK_JOBS = 5
+
+
+def _usage_fields(row: ReportRow | None, wasted: float) -> list[dict[str, str]]:
+    """The week's figures as Block Kit fields: held, wasted (and its share), GPU utilization,
+    the week before; only what was measured."""
+    if row is None:
+        return [{"type": "mrkdwn", "text": f"*Wasted*\n{fmt.number(wasted)} GPU-hours"}]
+    share = f" ({fmt.percent(row.wasted_share)})" if row.wasted_share is not None else ""
+    out = [
+        {"type": "mrkdwn", "text": f"*GPU-hours*\n{fmt.number(row.gpu_hours)}"},
+        {"type": "mrkdwn", "text": f"*Wasted*\n{fmt.number(row.gpu_hours_wasted)}{share}"},
+    ]
+    if row.gpu_efficiency is not None:
+        out.append({"type": "mrkdwn", "text": f"*GPU utilization*\n{fmt.percent(row.gpu_efficiency)}"})
+    if row.wasted_share_week_before is not None:
+        out.append(
+            {"type": "mrkdwn", "text": f"*Week before*\n{fmt.percent(row.wasted_share_week_before)} wasted"}
+        )
+    return out
+
+
+def _job_mrkdwn(j: UserJobLine, url: str | None) -> str:
+    label = f"*Job {fmt.mrkdwn(j.job_id)}*" + (f' "{fmt.mrkdwn(j.job_name)}"' if j.job_name else "")
+    cause = fmt.mrkdwn(cause_text(j.cause).title)
+    lines = [
+        f"{label}: {cause}, {fmt.number(j.gpu_hours_wasted)} GPU-hours wasted",
+        f"*Fix:* {fmt.mrkdwn(j.fix)}",
+    ]
+    if url:
+        lines.append(f"<{url}|job page>")
+    return fmt.clip("\n".join(lines), 3000)
+
+
+def user_slack(d: UserDigest, job_link: Any = None) -> dict[str, Any]:
+    """The weekly user digest as a Slack DM: the week's figures, the top jobs with cause and
+    fix (and a link to each job's page when ``job_link(job_id)`` gives one)."""
+    link = job_link or (lambda _job_id: None)
+    more = len(d.jobs) - SLACK_JOBS
+    return {
+        "text": user_subject(d),
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": "Your GPU jobs this week"}},
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"Between {_period(d)} your GPU jobs left "
+                    f"*{fmt.number(d.gpu_hours_wasted)} GPU-hours* unused.",
+                },
+                "fields": _usage_fields(d.usage, d.gpu_hours_wasted),
+            },
+            {"type": "divider"},
+            *(
+                {"type": "section", "text": {"type": "mrkdwn", "text": _job_mrkdwn(j, link(j.job_id))}}
+                for j in d.jobs[:SLACK_JOBS]
+            ),
+            {
+                "type": "context",
+                "elements": [
+                    {
+                        "type": "mrkdwn",
+                        "text": (f"{more} more job(s) not shown. " if more > 0 else "")
+                        + "gpuwatch weekly digest. You get this because you ran GPU jobs this week.",
+                    }
+                ],
+            },
+        ],
+    }
+
+
 def account_subject(d: AccountDigest) -> str:
     return (
         f"[gpuwatch] Account {d.account} this week: {fmt.number(d.usage.gpu_hours_wasted)} of "
@@ -279,3 +351,41 @@ def account_email(d: AccountDigest) -> dict[str, str]:
         ]
     )
     return {"text": "\n".join(lines) + "\n", "html": html_doc + "\n"}
+
+
+def account_slack(d: AccountDigest) -> dict[str, Any]:
+    """The account's week as a Slack DM to an owner: its figures and its users by waste."""
+    return {
+        "text": account_subject(d),
+        "blocks": [
+            {
+                "type": "header",
+                "text": {"type": "plain_text", "text": fmt.clip(f"Account {d.account} this week", 150)},
+            },
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": fmt.clip(f"GPU use of account *{fmt.mrkdwn(d.account)}*, {_period(d)}.", 3000),
+                },
+                "fields": _usage_fields(d.usage, d.usage.gpu_hours_wasted),
+            },
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": fmt.clip("*Users by GPU-hours wasted*\n" + _ranked_mrkdwn(d.users), 3000),
+                },
+            },
+            {
+                "type": "context",
+                "elements": [
+                    {
+                        "type": "mrkdwn",
+                        "text": "gpuwatch weekly account summary. You get this as an owner of the account "
+                        "(alerts.account_owners).",
+                    }
+                ],
+            },
+        ],
+    }
