@@ -23,11 +23,13 @@ REPORT_KEYS = (
     "top_cause_gpu_hours", "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh",
     "energy_estimated_share", "co2_kg", "cost", "cost_wasted", "wasted_share_last_week",
     "wasted_share_week_before", "jobs_advised_time", "jobs_advised_memory", "jobs_advised_cpus",
+    "jobs_advised_gpus", "jobs_advised_gpu_size", "saving_gpu_hours",
 )  # fmt: skip
 #: the table's columns (the JSON and CSV carry every key): a terminal is narrower than a file
 TABLE_KEYS = (
     "jobs", "jobs_flagged", "gpu_hours", "gpu_hours_wasted", "wasted_share", "trend", "top_cause",
     "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh", "co2_kg", "cost", "next_time",
+    "saving_gpu_hours",
 )  # fmt: skip
 #: the table's short headings
 HEADINGS = {
@@ -35,6 +37,7 @@ HEADINGS = {
     "wasted_share": "wasted", "trend": "wasted, wk before > last", "top_cause": "top cause",
     "gpu_efficiency": "GPU eff", "cpu_efficiency": "CPU eff", "memory_efficiency": "mem eff",
     "energy_kwh": "kWh", "co2_kg": "CO2 kg", "next_time": "jobs to request less/more",
+    "saving_gpu_hours": "fixes return GPU-h",
 }  # fmt: skip
 
 
@@ -46,7 +49,8 @@ def report_rows(rows: list[ReportRow], by: GroupBy) -> list[dict[str, Any]]:
     return out
 
 
-def for_people(row: dict[str, Any]) -> dict[str, Any]:
+def for_people(row: dict[str, Any], advised: list[tuple[str, int]]) -> dict[str, Any]:
+    """A row's figures as the table prints them; ``advised``: :meth:`ReportRow.advised`."""
     out = dict(row)
     for key in ("gpu_hours", "gpu_hours_wasted", "top_cause_gpu_hours"):
         out[key] = f"{row[key]:.1f}"
@@ -62,8 +66,8 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     out["co2_kg"] = "-" if row["co2_kg"] is None else f"{row['co2_kg']:.2f}"
     out["cost"] = "-" if row["cost"] is None else f"{row['cost']:.2f} ({row['cost_wasted']:.2f} wasted)"
     out["trend"] = trend_text(row["wasted_share_week_before"], row["wasted_share_last_week"])
-    advised = [(kind, row[f"jobs_advised_{kind}"]) for kind in ("time", "memory", "cpus")]
-    out["next_time"] = ", ".join(f"{kind} {n}" for kind, n in advised if n) or "-"
+    out["next_time"] = ", ".join(f"{what} {n}" for what, n in advised) or "-"
+    out["saving_gpu_hours"] = "-" if row["saving_gpu_hours"] is None else f"{row['saving_gpu_hours']:.1f}"
     return out
 
 
@@ -116,7 +120,8 @@ def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> No
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
     config = ctx.settings.report
     prices = Prices(gpu_hour=config.gpu_hour_price, billing_hour=config.billing_hour_price)
-    rows = report_rows(usage_report(engine, group, start, end, config.grid_co2_kg_per_kwh, prices), group)
+    found = usage_report(engine, group, start, end, config.grid_co2_kg_per_kwh, prices)
+    rows = report_rows(found, group)
     output = OutputFormat(fmt)
     keys = REPORT_KEYS
     if output is OutputFormat.TABLE:  # CO2 and cost only where the site configured them
@@ -126,7 +131,10 @@ def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> No
         }
         keys = tuple(k for k in TABLE_KEYS if unset.get(k, True) is not None)
     columns = [(group.value, group.value), *((key, _heading(key, config.currency)) for key in keys)]
-    shown = [for_people(r) for r in rows] if output is OutputFormat.TABLE else rows
+    if output is OutputFormat.TABLE:
+        shown = [for_people(r, row.advised()) for r, row in zip(rows, found, strict=True)]
+    else:
+        shown = rows
     title = f"GPU-hours by {group.value}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
     click.echo(render(shown, columns, output, title=title, empty=f"no GPU jobs ran in that period ({since})"))
 

@@ -96,7 +96,7 @@ def build_scheduler(
 
         stored = 0
         for _ in range(TOTALS_BATCHES):  # a backlog (an upgrade, an outage) over several runs
-            n = store_job_totals(store.engine)
+            n = store_job_totals(store.engine, thresholds=settings.classify, now=clock())
             stored += n
             if n < BATCH:
                 break

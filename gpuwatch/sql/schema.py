@@ -568,6 +568,11 @@ job_totals = sa.Table(
     sa.Column("advised_time", sa.SmallInteger, nullable=False, server_default="0"),
     sa.Column("advised_memory", sa.SmallInteger, nullable=False, server_default="0"),
     sa.Column("advised_cpus", sa.SmallInteger, nullable=False, server_default="0"),
+    # over the whole run, as ``gpuwatch job ID`` advises: fewer GPUs, a smaller card or MIG
+    # slice (0 or 1), and the GPU-hours the verdict's fix would return (None: no estimate)
+    sa.Column("advised_gpus", sa.SmallInteger, nullable=False, server_default="0"),
+    sa.Column("advised_gpu_size", sa.SmallInteger, nullable=False, server_default="0"),
+    _d("saving_gpu_hours"),
 )
 sa.Index("ix_job_totals_span", job_totals.c.data_from, job_totals.c.data_to)
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.cards import Card
 from gpuwatch.classify.features import GpuRef, JobScope, load_scope
 from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql.rollups import floor_minute
@@ -172,12 +173,7 @@ def _job_view(
     stored = resolve_job(conn, text)
     if stored is None:
         return None
-    # a job known only from its verdicts (its Slurm row and attribution gone) still shows them
-    scope = load_scope(conn, stored) or JobScope(stored, None, None, None, None, None, (), "none")
-    slurm = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == stored)).mappings().first()
-    stop = now if scope.end is None else min(scope.end, now)
-    end = floor_minute(stop) + series.MINUTE
-    start = floor_minute(scope.start) if scope.start is not None else end - NO_START_SPAN
+    scope, slurm, start, end = _run(conn, stored, now)
     refs = scope.gpus
     minutes = max(1, int((end - start) / series.MINUTE))
     if columns is not None and minutes > columns:
@@ -207,15 +203,8 @@ def _job_view(
         cpus=scope.cpus,
         gpu_source=scope.gpu_source,
     )
-    usage = job_usage(conn, scope, slurm, info.duration_s, start, end, thresholds)
-    shown = found.shown if found is not None else None
-    cause = shown.cause if shown is not None else None
-    advice = right_sizing(usage, cause, info.state, site_cards(site_gpu_models(conn)))
-    saving = None
-    if shown is not None:
-        saving = estimated_saving(
-            usage, cause, shown.window_kind, shown.gpu_hours or 0.0, shown.gpu_hours_wasted or 0.0, advice
-        )
+    cards = site_cards(site_gpu_models(conn))
+    usage, advice, saving = _advise(conn, scope, slurm, found, info.duration_s, start, end, thresholds, cards)
     return JobView(
         job=info,
         gpu_refs=refs,
@@ -232,6 +221,56 @@ def _job_view(
         advice=advice,
         saving=saving,
     )
+
+
+def _run(
+    conn: sa.Connection, stored: str, now: datetime
+) -> tuple[JobScope, sa.RowMapping | None, datetime, datetime]:
+    """A stored job's scope, its Slurm row and its run window in whole minutes up to ``now``."""
+    # a job known only from its verdicts (its Slurm row and attribution gone) still shows them
+    scope = load_scope(conn, stored) or JobScope(stored, None, None, None, None, None, (), "none")
+    slurm = conn.execute(sa.select(slurm_jobs).where(slurm_jobs.c.job_id == stored)).mappings().first()
+    stop = now if scope.end is None else min(scope.end, now)
+    end = floor_minute(stop) + series.MINUTE
+    start = floor_minute(scope.start) if scope.start is not None else end - NO_START_SPAN
+    return scope, slurm, start, end
+
+
+def _advise(
+    conn: sa.Connection,
+    scope: JobScope,
+    slurm: sa.RowMapping | None,
+    found: Evaluation | None,
+    duration_s: int | None,
+    start: datetime,
+    end: datetime,
+    thresholds: Thresholds,
+    cards: tuple[Card, ...],
+) -> tuple[JobUsage, tuple[Advice, ...], Saving | None]:
+    """What the job used, what to request next time, and what its verdict's fix would return."""
+    usage = job_usage(conn, scope, slurm, duration_s, start, end, thresholds)
+    shown = found.shown if found is not None else None
+    cause = shown.cause if shown is not None else None
+    advice = right_sizing(usage, cause, scope.state, cards)
+    saving = None
+    if shown is not None:
+        saving = estimated_saving(
+            usage, cause, shown.window_kind, shown.gpu_hours or 0.0, shown.gpu_hours_wasted or 0.0, advice
+        )
+    return usage, advice, saving
+
+
+def job_advice(
+    conn: sa.Connection, stored: str, now: datetime, thresholds: Thresholds, cards: tuple[Card, ...]
+) -> tuple[tuple[Advice, ...], Saving | None]:
+    """The advice and the estimated saving :func:`job_view` shows for the stored job id, without
+    the rest of the view (a report's totals pass asks this of every job that ended);
+    ``cards``: :func:`gpuwatch.views.advice.site_cards` of the cluster."""
+    scope, slurm, start, end = _run(conn, stored, now)
+    found = latest_evaluations(conn, job_ids=[stored]).get(stored)
+    duration = run_seconds(scope.start, scope.end, scope.state, now)
+    _, advice, saving = _advise(conn, scope, slurm, found, duration, start, end, thresholds, cards)
+    return advice, saving
 
 
 def _any_simulated(conn: sa.Connection, refs: tuple[GpuRef, ...], start: datetime, end: datetime) -> bool:

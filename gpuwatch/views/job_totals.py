@@ -24,12 +24,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.clock import utcnow
+from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.slurm.model import TERMINAL_STATES
 from gpuwatch.sql.job_hours import HOUR, floor_hour, summed_until
 from gpuwatch.sql.schema import job_hours, job_totals, newest_evaluations, slurm_jobs, verdicts
+from gpuwatch.views.advice import site_cards
 from gpuwatch.views.evaluations import HEALTHY
+from gpuwatch.views.job import job_advice
 from gpuwatch.views.job_figures import HELD_COLUMNS, billing, figures, held, wasted_by_job
 from gpuwatch.views.period import jobs_in_period
+from gpuwatch.views.usage import site_gpu_models
 
 #: jobs whose totals one call stores at most (the rest: next call)
 BATCH = 500
@@ -108,6 +113,9 @@ def covered_sums(
         sa.func.sum(t.advised_time).label("advised_time"),
         sa.func.sum(t.advised_memory).label("advised_memory"),
         sa.func.sum(t.advised_cpus).label("advised_cpus"),
+        sa.func.sum(t.advised_gpus).label("advised_gpus"),
+        sa.func.sum(t.advised_gpu_size).label("advised_gpu_size"),
+        sa.func.sum(t.saving_gpu_hours).label("saving_gpu_hours"),
     )
     causes = sa.select(grp, t.lead_cause, sa.func.sum(t.gpu_hours_wasted).label("wasted"))
     return (
@@ -120,9 +128,15 @@ def covered_sums(
     )
 
 
-def store_job_totals(engine: sa.Engine, batch: int = BATCH) -> int:
+def store_job_totals(
+    engine: sa.Engine,
+    batch: int = BATCH,
+    thresholds: Thresholds | None = None,
+    now: datetime | None = None,
+) -> int:
     """Store the totals of up to ``batch`` ended GPU jobs that have none current, whose hours are
-    all summed (the hour after their end too: a cgroup seen just after the end); the count."""
+    all summed (the hour after their end too: a cgroup seen just after the end); the count.
+    ``thresholds``: the classifier's (the job view's advice rests on them)."""
     j, t = slurm_jobs.c, job_totals.c
     with engine.connect() as conn:
         until = summed_until(conn)
@@ -153,6 +167,14 @@ def store_job_totals(engine: sa.Engine, batch: int = BATCH) -> int:
             ).all()
         )
         rows = _totals(conn, engine, ids, until, newest)
+        cards = site_cards(site_gpu_models(conn))
+        for row in rows:
+            advice, saving = job_advice(
+                conn, row["job_id"], now or utcnow(), thresholds or Thresholds(), cards
+            )
+            kinds = {a.kind for a in advice}
+            row["advised_gpus"], row["advised_gpu_size"] = int("gpus" in kinds), int("gpu_size" in kinds)
+            row["saving_gpu_hours"] = None if saving is None else saving.gpu_hours
     with engine.begin() as conn:
         conn.execute(job_totals.delete().where(t.job_id.in_(ids)))
         if rows:

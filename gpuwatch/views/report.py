@@ -90,6 +90,23 @@ class ReportRow:
     jobs_advised_time: int = 0
     jobs_advised_memory: int = 0
     jobs_advised_cpus: int = 0
+    #: ended jobs the period holds whole, advised over their whole run as ``gpuwatch job ID``
+    #: advises each (stored totals, views/job_totals.py): fewer GPUs, a smaller card or MIG
+    #: slice; and the GPU-hours their verdicts' fixes would return (an estimate; None: none)
+    jobs_advised_gpus: int = 0
+    jobs_advised_gpu_size: int = 0
+    saving_gpu_hours: float | None = None
+
+    def advised(self) -> list[tuple[str, int]]:
+        """(what to change, jobs) for each request some jobs should change, as people read it."""
+        found = (
+            ("gpus", self.jobs_advised_gpus),
+            ("card", self.jobs_advised_gpu_size),
+            ("time", self.jobs_advised_time),
+            ("memory", self.jobs_advised_memory),
+            ("cpus", self.jobs_advised_cpus),
+        )
+        return [(what, n) for what, n in found if n]
 
 
 @dataclass
@@ -118,6 +135,7 @@ class _Group:
     unbilled_gpu_hours: float = 0.0
     unbilled_wasted: float = 0.0
     advised: dict[str, int] = field(default_factory=dict)
+    saving: float | None = None
 
     def add(self, f: JobFigures) -> None:
         self.jobs += 1
@@ -167,8 +185,10 @@ class _Group:
         self.unbilled_jobs += r.unbilled_jobs or 0
         self.unbilled_gpu_hours += r.unbilled_gpu_hours or 0.0
         self.unbilled_wasted += r.unbilled_wasted or 0.0
-        for kind in ADVISED:
+        for kind in (*ADVISED, "gpus", "gpu_size"):
             self.advised[kind] = self.advised.get(kind, 0) + int(getattr(r, f"advised_{kind}") or 0)
+        if r.saving_gpu_hours is not None:
+            self.saving = (self.saving or 0.0) + r.saving_gpu_hours
 
     def costs(self, prices: Prices) -> tuple[float | None, float | None]:
         """Billing-hours x their price for jobs Slurm gave a billing, GPU-hours x theirs for the
@@ -268,6 +288,9 @@ def _row(
         jobs_advised_time=g.advised.get("time", 0),
         jobs_advised_memory=g.advised.get("memory", 0),
         jobs_advised_cpus=g.advised.get("cpus", 0),
+        jobs_advised_gpus=g.advised.get("gpus", 0),
+        jobs_advised_gpu_size=g.advised.get("gpu_size", 0),
+        saving_gpu_hours=None if g.saving is None else round(g.saving, 4),
     )
 
 

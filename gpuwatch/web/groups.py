@@ -45,6 +45,8 @@ def _figures(row: ReportRow | None) -> str:
         ("CPU eff", pct(row.cpu_efficiency)),
         ("mem eff", pct(row.memory_efficiency)),
         ("kWh", num(row.energy_kwh, 2)),
+        ("jobs to request less/more", escape(", ".join(f"{what} {n}" for what, n in row.advised()) or "-")),
+        ("fixes return GPU-h", "-" if row.saving_gpu_hours is None else num(row.saving_gpu_hours)),
     ]
     head = "".join(f"<th>{k}</th>" for k, _ in cells)
     body = "".join(f"<td>{v}</td>" for _, v in cells)

@@ -80,6 +80,9 @@ def upgrade() -> None:
         sa.Column("advised_time", sa.SmallInteger, nullable=False, server_default="0"),
         sa.Column("advised_memory", sa.SmallInteger, nullable=False, server_default="0"),
         sa.Column("advised_cpus", sa.SmallInteger, nullable=False, server_default="0"),
+        sa.Column("advised_gpus", sa.SmallInteger, nullable=False, server_default="0"),
+        sa.Column("advised_gpu_size", sa.SmallInteger, nullable=False, server_default="0"),
+        sa.Column("saving_gpu_hours", sa.Float(53), nullable=True),
     )
     op.create_index("ix_job_totals_span", "job_totals", ["data_from", "data_to"])
     for statement in _triggers(op.get_bind().dialect.name):
