@@ -178,7 +178,7 @@ class Digests:
         notices: list[Notice] = []
         if self.cfg.digest.daily_admin:
             notices += self._daily(now)
-        if self.cfg.digest.weekly_user:
+        if self.cfg.digest.weekly_user or self.cfg.digest.weekly_account:
             notices += self._weekly(now)
         if notices:
             with self.engine.connect() as conn:
@@ -230,10 +230,10 @@ class Digests:
         start, end = weekly_period(self.cfg, now)
         memo = f"weekly:{end.isoformat()}"
         digest = self.cfg.digest
-        ways = self._ways(digest.weekly_user_via)
+        ways = self._ways(digest.weekly_user_via) if digest.weekly_user else []
         if memo in self._done or now - end > WEEKLY_CATCH_UP:
             return []
-        if not ways and not self._ways(digest.weekly_account_via):
+        if not ways and not (digest.weekly_account and self._ways(digest.weekly_account_via)):
             return []
         self._done.add(memo)
         out = self._weekly_accounts(now, start, end)

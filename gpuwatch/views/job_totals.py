@@ -42,9 +42,8 @@ _TICK = timedelta(microseconds=1)
 
 
 def _current(t: Any, j: Any) -> sa.ColumnElement[bool]:
-    """The row ``t`` of job ``j`` rests on the Slurm facts and the evaluation the job has now."""
-    ne = newest_evaluations.c
-    newest = sa.select(ne.evaluated_at).where(ne.job_id == j.job_id).correlate(slurm_jobs).scalar_subquery()
+    """The row ``t`` of job ``j`` rests on the Slurm facts and the evaluation the job has now;
+    read from :func:`_totals_and_newest` (the job's newest evaluation joined beside its row)."""
     return sa.and_(
         t.job_id == j.job_id,
         t.start_at == j.start_at,
@@ -54,14 +53,24 @@ def _current(t: Any, j: Any) -> sa.ColumnElement[bool]:
         t.time_limit_s.is_not_distinct_from(j.time_limit_s),
         t.state.is_not_distinct_from(j.state),
         t.billing.is_not_distinct_from(billing()),
-        t.evaluated_at.is_not_distinct_from(newest),
+        t.evaluated_at.is_not_distinct_from(newest_evaluations.c.evaluated_at),
     )
+
+
+def _totals_and_newest() -> sa.Join:
+    """``job_totals`` with each job's newest evaluation beside it (none: NULL), one join."""
+    return job_totals.outerjoin(newest_evaluations, newest_evaluations.c.job_id == job_totals.c.job_id)
 
 
 def covered(start: datetime, end: datetime) -> sa.ColumnElement[bool]:
     """The ``slurm_jobs`` row has current totals and ``[start, end)`` holds all of the job."""
     t = job_totals.c
-    return sa.exists().where(_current(t, slurm_jobs.c), *_inside(t, start, end))
+    return (
+        sa.exists()
+        .select_from(_totals_and_newest())
+        .where(_current(t, slurm_jobs.c), *_inside(t, start, end))
+        .correlate(slurm_jobs)
+    )
 
 
 def _inside(t: Any, start: datetime, end: datetime) -> tuple[sa.ColumnElement[bool], ...]:
@@ -82,7 +91,7 @@ def covered_sums(
     per (group, cause) the GPU-hours wasted credited to it (``hours_only``: held and wasted
     GPU-hours only, no causes)."""
     t, j = job_totals.c, slurm_jobs.c
-    joined = job_totals.join(slurm_jobs, _current(t, j))
+    joined = _totals_and_newest().join(slurm_jobs, _current(t, j))
     inside = (*_inside(t, start, end), *where)
     grp = group_col.label("grp")
     hours = [sa.func.sum(t.gpu_hours).label("gpu_hours"), sa.func.sum(t.gpu_hours_wasted).label("wasted")]
@@ -150,7 +159,7 @@ def store_job_totals(
                 j.end_at.is_not(None),
                 j.end_at <= until - HOUR,
                 j.state.in_(sorted(TERMINAL_STATES)),
-                ~sa.exists().where(_current(t, j)),
+                ~sa.exists().select_from(_totals_and_newest()).where(_current(t, j)).correlate(slurm_jobs),
             )
             .order_by(j.end_at, j.job_id)
             .limit(batch)

@@ -1,17 +1,14 @@
 """Who wastes GPU-hours, by user, account or partition, over a period: ``gpuwatch report``.
 
-A job counts in a period for the part of its run inside it: GPU-hours allocated are its GPUs
-times that overlap (``slurm_jobs``: start, end or now, GPUs), a MIG instance counted as its share
-of the card (Slurm counts it as one GPU). GPU-hours wasted are what
-:func:`gpuwatch.views.waste_in_period` counts from the verdicts evaluated in the period (the
-same figures the digests send): a job's largest cause (two causes of one job describe the same
-GPU-hours), capped at what it held in the period, and credited to that cause. The top cause
-of a group is the one with the most wasted GPU-hours. Energy is the GPUs' own, from the driver's
-energy counter while the jobs held them (:mod:`gpuwatch.views.energy`); CO2 is that energy
-times ``report.grid_co2_kg_per_kwh`` when the site sets it. GPU, CPU and memory efficiency
-come from the same scans of the rollups (:mod:`gpuwatch.views.period`); cost from the site's
-prices (:class:`Prices`); the trend is the wasted share of the period's last week against the
-week before.
+A job counts for the part of its run inside the period (:mod:`gpuwatch.views.job_figures`:
+GPU-hours held, a MIG instance as its share of the card; its largest cause's wasted GPU-hours,
+capped at what it held; energy, utilization, CPU, memory; the advice of its next request). An
+ended job the period holds whole adds its stored totals (:mod:`gpuwatch.views.job_totals`,
+summed per group in SQL); every other job is computed here from its hours and verdicts, so a
+month of a large cluster reads a row per job, not per job-hour. The top cause of a group is
+the one with the most wasted GPU-hours; CO2 is the energy times ``report.grid_co2_kg_per_kwh``
+when the site sets it; cost comes from the site's prices (:class:`Prices`); the trend is the
+wasted share of the period's last week against the week before.
 """
 
 from __future__ import annotations

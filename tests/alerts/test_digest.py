@@ -211,3 +211,21 @@ def test_weekly_digest_by_slack_dm_alone(engine, slack_api):
         ("slack_dm", "bob@example.edu"),
     ]
     assert Digests(engine, make_config(slack_api_url=slack_api.api_url, digest=digest)).due(now) == []
+
+
+def test_account_owners_get_their_week_with_the_users_digest_off(engine):
+    """``weekly_user = false`` stops the users' digests only: the owners still get theirs
+    (``weekly_account``), and with both off nothing weekly is queued."""
+    from gpuwatch.sql.schema import slurm_jobs
+
+    _fill(engine)
+    with engine.begin() as conn:  # the jobs ran through the week
+        conn.execute(slurm_jobs.update().values(start_at=DAY - timedelta(days=7) + timedelta(hours=9)))
+    digest = {"daily_admin": False, "weekly_weekday": 2, "weekly_at": "09:00", "weekly_user": False,
+              "min_account_gpu_hours_wasted": 1}  # fmt: skip
+    owners = {"nlp": ["pi@example.edu"]}
+    now = DAY + timedelta(hours=9, minutes=30)
+    notices = Digests(engine, make_config(smtp_port=2525, account_owners=owners, digest=digest)).due(now)
+    assert [(n.recipient, n.recipient_kind) for n in notices] == [("pi@example.edu", "owner")]
+    off = make_config(smtp_port=2525, account_owners=owners, digest={**digest, "weekly_account": False})
+    assert Digests(engine, off).due(now) == []
