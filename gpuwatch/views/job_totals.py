@@ -86,10 +86,10 @@ def covered_sums(
     group_col: sa.ColumnElement,
     where: tuple[sa.ColumnElement, ...] = (),
     hours_only: bool = False,
-) -> tuple[list[sa.Row], list[sa.Row]]:
-    """The sums per group (``grp``) of the current totals of the jobs ``[start, end)`` holds, and
-    per (group, cause) the GPU-hours wasted credited to it (``hours_only``: held and wasted
-    GPU-hours only, no causes)."""
+) -> list[sa.Row]:
+    """The sums of the current totals of the jobs ``[start, end)`` holds, per group (``grp``) and
+    the cause their waste is credited to (``lead_cause``; None: no waste), in one pass; with
+    ``hours_only`` per group only, held and wasted GPU-hours only."""
     t, j = job_totals.c, slurm_jobs.c
     joined = _totals_and_newest().join(slurm_jobs, _current(t, j))
     inside = (*_inside(t, start, end), *where)
@@ -97,11 +97,12 @@ def covered_sums(
     hours = [sa.func.sum(t.gpu_hours).label("gpu_hours"), sa.func.sum(t.gpu_hours_wasted).label("wasted")]
     if hours_only:
         query = sa.select(grp, *hours).select_from(joined).where(*inside).group_by(group_col)
-        return conn.execute(query).all(), []
+        return list(conn.execute(query).all())
     billed, memory = t.billing_hours.is_not(None), sa.and_(t.memory_ratio.is_not(None), t.gpu_hours > 0)
     share = sa.case((t.gpu_hours > 0, t.gpu_hours_wasted / t.gpu_hours), else_=0.0)
     sums = sa.select(
         grp,
+        t.lead_cause,
         sa.func.count().label("jobs"),
         sa.func.sum(sa.case((t.lead_cause.is_not(None), 1), else_=0)).label("flagged"),
         *hours,
@@ -126,15 +127,8 @@ def covered_sums(
         sa.func.sum(t.advised_gpu_size).label("advised_gpu_size"),
         sa.func.sum(t.saving_gpu_hours).label("saving_gpu_hours"),
     )
-    causes = sa.select(grp, t.lead_cause, sa.func.sum(t.gpu_hours_wasted).label("wasted"))
-    return (
-        conn.execute(sums.select_from(joined).where(*inside).group_by(group_col)).all(),
-        conn.execute(
-            causes.select_from(joined)
-            .where(*inside, t.lead_cause.is_not(None))
-            .group_by(group_col, t.lead_cause)
-        ).all(),
-    )
+    query = sums.select_from(joined).where(*inside).group_by(group_col, t.lead_cause)
+    return list(conn.execute(query).all())
 
 
 def store_job_totals(

@@ -164,6 +164,9 @@ class _Group:
             self.advised[kind] = self.advised.get(kind, 0) + 1
 
     def add_sums(self, r: sa.Row) -> None:
+        """Stored totals summed in SQL, of the jobs whose waste is credited to ``r.lead_cause``."""
+        if r.lead_cause is not None:
+            self.causes[r.lead_cause] = self.causes.get(r.lead_cause, 0.0) + (r.wasted or 0.0)
         self.jobs += r.jobs
         self.flagged += r.flagged
         self.hours += r.gpu_hours or 0.0
@@ -221,13 +224,10 @@ def usage_report(
     group_col, where = _grouping(by, group)
     groups: dict[str, _Group] = defaultdict(_Group)
     with engine.connect() as conn:
-        sums, causes = covered_sums(conn, start, end, group_col, where)
+        sums = covered_sums(conn, start, end, group_col, where)
         cut = held(conn, start, end, group_col, (*where, ~covered(start, end)))
-    for r in sums:
+    for r in sums:  # a row per group and cause
         groups[r.grp or UNKNOWN].add_sums(r)
-    for r in causes:
-        g = groups[r.grp or UNKNOWN]
-        g.causes[r.lead_cause] = g.causes.get(r.lead_cause, 0.0) + r.wasted
     ids = sorted(cut) if len(cut) <= _BY_ID else None
     period = jobs_in_period(engine, start, end, job_ids=ids) if cut else {}
     wasted = wasted_by_job(engine, start, end, ids) if cut else {}
@@ -303,7 +303,7 @@ def _held_and_wasted(
     group_col, where = _grouping(by, group)
     out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     with engine.connect() as conn:
-        sums, _ = covered_sums(conn, start, end, group_col, where, hours_only=True)
+        sums = covered_sums(conn, start, end, group_col, where, hours_only=True)
         cut = held(conn, start, end, group_col, (*where, ~covered(start, end)))
     for r in sums:
         pair = out[r.grp or UNKNOWN]
