@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import requests
 
@@ -30,6 +31,45 @@ def retry_after(value: str | None) -> float | None:
         return None  # an HTTP-date: Slack sends seconds; fall back to back-off
 
 
+def post(
+    session: Any, url: str, what: str, *, timeout: float, may_deliver: bool = True, **body: Any
+) -> requests.Response:
+    """POST to Slack and return the answer, unless it says to try again: a connection failure
+    (in doubt when the request may have reached Slack and ``may_deliver``), 429 (the channel
+    pauses ``Retry-After`` seconds) or 5xx (back-off) raise a ChannelError, its text led by
+    ``what`` (a Web API method; "" for the webhook)."""
+    lead = f"{what}: " if what else ""
+    try:
+        resp = session.post(url, timeout=timeout, **body)
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        # a refused or timed-out connect never reached Slack; anything later may have
+        connected = not isinstance(exc, requests.ConnectTimeout) and "NewConnectionError" not in repr(exc)
+        raise ChannelError(
+            f"{what or 'POST'} failed: {type(exc).__name__}: {exc}",
+            retry=True,
+            in_doubt=may_deliver and connected,
+            channel_down=True,
+        ) from None
+    except requests.RequestException as exc:
+        raise ChannelError(
+            f"{what or 'POST'} failed: {type(exc).__name__}: {exc}", retry=True, in_doubt=may_deliver
+        ) from None
+    text = resp.text[:300]
+    if resp.status_code == 429:
+        raise ChannelError(
+            f"{lead}429 rate limited: {text}",
+            retry=True,
+            code=429,
+            retry_after_s=retry_after(resp.headers.get("Retry-After")),
+            channel_down=True,
+        )
+    if resp.status_code >= 500:
+        raise ChannelError(
+            f"{lead}{resp.status_code}: {text}", retry=True, code=resp.status_code, channel_down=True
+        )
+    return resp
+
+
 class SlackChannel(Channel):
     name = "slack"
 
@@ -46,32 +86,8 @@ class SlackChannel(Channel):
             raise ChannelError("alerts.slack: no webhook_url configured", retry=True, channel_down=True)
         if not on_handoff():
             raise ChannelError("lease lost before the POST", retry=True)
-        session = self._session or requests
-        try:
-            resp = session.post(url, json=message.payload, timeout=self.cfg.timeout_s)
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            # a refused or timed-out connect never reached Slack; anything later may have
-            connected = not isinstance(exc, requests.ConnectTimeout) and "NewConnectionError" not in repr(exc)
-            raise ChannelError(
-                f"POST failed: {type(exc).__name__}: {exc}", retry=True, in_doubt=connected, channel_down=True
-            ) from None
-        except requests.RequestException as exc:
-            raise ChannelError(
-                f"POST failed: {type(exc).__name__}: {exc}", retry=True, in_doubt=True
-            ) from None
+        resp = post(self._session or requests, url, "", timeout=self.cfg.timeout_s, json=message.payload)
         body = resp.text[:300]
         if resp.status_code == 200:
             return Delivery(200, body or "ok")
-        if resp.status_code == 429:
-            raise ChannelError(
-                f"429 rate limited: {body}",
-                retry=True,
-                code=429,
-                retry_after_s=retry_after(resp.headers.get("Retry-After")),
-                channel_down=True,
-            )
-        if resp.status_code >= 500:
-            raise ChannelError(
-                f"{resp.status_code}: {body}", retry=True, code=resp.status_code, channel_down=True
-            )
         raise ChannelError(f"{resp.status_code}: {body}", retry=False, code=resp.status_code)

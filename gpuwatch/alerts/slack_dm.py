@@ -31,7 +31,7 @@ from typing import Any
 import requests
 
 from gpuwatch.alerts.base import Channel, ChannelError, Delivery, Message
-from gpuwatch.alerts.slack import retry_after
+from gpuwatch.alerts.slack import post
 from gpuwatch.config.alerts import SlackDmConfig
 
 log = logging.getLogger(__name__)
@@ -90,40 +90,16 @@ class SlackDmChannel(Channel):
     def _call(self, token: str, method: str, *, posts: bool, **body: Any) -> dict[str, Any]:
         """POST one Web API method; the answer's JSON when ``ok``, else a ChannelError.
         ``posts``: the call may deliver the message, so a lost answer leaves it in doubt."""
-        session = self._session or requests
-        try:
-            resp = session.post(
-                f"{self.cfg.api_url}/{method}",
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=self.cfg.timeout_s,
-                **body,
-            )
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            # a refused or timed-out connect never reached Slack; anything later may have
-            connected = not isinstance(exc, requests.ConnectTimeout) and "NewConnectionError" not in repr(exc)
-            raise ChannelError(
-                f"{method} failed: {type(exc).__name__}: {exc}",
-                retry=True,
-                in_doubt=posts and connected,
-                channel_down=True,
-            ) from None
-        except requests.RequestException as exc:
-            raise ChannelError(
-                f"{method} failed: {type(exc).__name__}: {exc}", retry=True, in_doubt=posts
-            ) from None
+        resp = post(
+            self._session or requests,
+            f"{self.cfg.api_url}/{method}",
+            method,
+            timeout=self.cfg.timeout_s,
+            may_deliver=posts,
+            headers={"Authorization": f"Bearer {token}"},
+            **body,
+        )
         text = resp.text[:300]
-        if resp.status_code == 429:
-            raise ChannelError(
-                f"{method}: 429 rate limited",
-                retry=True,
-                code=429,
-                retry_after_s=retry_after(resp.headers.get("Retry-After")),
-                channel_down=True,
-            )
-        if resp.status_code >= 500:
-            raise ChannelError(
-                f"{method}: {resp.status_code}: {text}", retry=True, code=resp.status_code, channel_down=True
-            )
         if resp.status_code != 200:
             raise ChannelError(f"{method}: {resp.status_code}: {text}", retry=False, code=resp.status_code)
         try:
