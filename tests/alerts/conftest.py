@@ -4,6 +4,7 @@ Slack Web API, a real SMTP server (aiosmtpd on 127.0.0.1), a driven clock, and r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -44,6 +45,32 @@ def clock() -> Clock:
 
 
 # --------------------------------------------------------------------------- Slack stand-in
+def _answer(
+    handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], data: bytes, content_type: str
+) -> None:
+    handler.send_response(status)
+    for k, v in headers.items():
+        handler.send_header(k, v)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+@contextlib.contextmanager
+def _serving(port: int, handler: type[BaseHTTPRequestHandler]) -> Iterator[None]:
+    """A real HTTP server on 127.0.0.1:``port`` in a thread, for the block's length."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 @dataclass
 class WebhookServer:
     url: str
@@ -74,27 +101,13 @@ def slack_server() -> Iterator[WebhookServer]:
                     }
                 )
                 status, headers, text = state.answers.pop(0) if state.answers else (200, {}, "ok")
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            data = text.encode()
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            _answer(self, status, headers, text.encode(), "text/plain")
 
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(port, Handler):
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 # --------------------------------------------------------------------------- Slack Web API
@@ -162,26 +175,13 @@ def slack_api() -> Iterator[SlackApiServer]:
                 self.close_connection = True
                 return
             data = (answer if isinstance(answer, str) else json.dumps(answer)).encode()
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            _answer(self, status, headers, data, "application/json; charset=utf-8")
 
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(port, Handler):
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 # --------------------------------------------------------------------------- SMTP
