@@ -254,6 +254,7 @@ def bench_http(
     version: int = 1,
     merged: int = 1,
     copy_min_rows: int | None = None,
+    source: Path | None = None,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
     like many agents (the case group commit is for); with ``bundle`` > 1, as bundles of that
@@ -275,7 +276,7 @@ def bench_http(
             env.update(GPUWATCH_DAEMON__HTTP_PARSER="h11", GPUWATCH_DAEMON__EVENT_LOOP="asyncio")
         if copy_min_rows is not None:
             env["GPUWATCH_DAEMON__COPY_MIN_ROWS"] = str(copy_min_rows)
-        daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log", env=env)
+        daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log", env=env, source=source)
         daemon.start()
         try:
 
@@ -373,6 +374,12 @@ def main() -> None:
         help="also run each merged mode with daemon.copy_min_rows = 512 (a merged backlog's GPU rows "
         "by binary COPY; the default 0 sends every table by the unnest INSERT), suffix 'c512'",
     )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="a source tree of gpuwatch (e.g. git archive of another commit): each http mode also "
+        "runs as '... base' with the daemon from that tree, side by side (A/B of a daemon change)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
     ap.add_argument(
@@ -397,6 +404,8 @@ def main() -> None:
             modes.append(f"http x{args.clients} w{args.workers} m{int(size)}")
     if args.compare_copy:
         modes = [twin for m in modes for twin in ((m, f"{m} c512") if " m" in m else (m,))]
+    if args.baseline is not None:
+        modes = [twin for m in modes for twin in ((m, f"{m} base") if m.startswith("http") else (m,))]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
     # ratio below must compare modes measured under the same drift
@@ -428,11 +437,22 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             bundle = int(mode.split(" b")[1].split()[0]) if " b" in mode else 1
             clients = args.clients if "x" in mode else 1
             pure_python = " py" in mode
-            version = 2 if mode.endswith(" v2") else 1
+            version = 2 if " v2" in mode else 1
             merged = int(mode.split(" m")[1].split()[0]) if " m" in mode else 1
             copy_min_rows = int(mode.split(" c")[1].split()[0]) if " c" in mode else None
+            source = args.baseline if mode.endswith(" base") else None
             elapsed, lat = bench_http(
-                url, engine, batches, clients, workers, bundle, pure_python, version, merged, copy_min_rows
+                url,
+                engine,
+                batches,
+                clients,
+                workers,
+                bundle,
+                pure_python,
+                version,
+                merged,
+                copy_min_rows,
+                source,
             )
         else:
             elapsed, lat = bench_store(engine, batches, mode)

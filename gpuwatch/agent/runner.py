@@ -494,6 +494,21 @@ class Agent:
             time.sleep(0.01)
         return True
 
+    def settle(self, timeout_s: float) -> bool:
+        """Wait (real time) until the sender has sent what it sends now: everything but the fewer
+        than ``push_every`` batches it holds back; True if that happened within ``timeout_s``.
+
+        For a driver on a virtual clock (``bench/alert_latency.py``) that must let the daemon see
+        what the agents delivered, and no more, before the daemon's jobs look: unlike
+        :meth:`drain`, it does not send the held batches early.
+        """
+        deadline = time.monotonic() + timeout_s
+        while self.spool is not None and len(self.spool) >= max(1, self.config.push_every):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
     # ----------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
