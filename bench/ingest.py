@@ -3,6 +3,7 @@
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
                                      [--clients 32] [--workers 2] [--bundle 6,30] [--rounds 3]
                                      [--skip insert] [--wire 1,2] [--merge 30] [--compare-copy]
+                                     [--steady] [--baseline TREE]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
@@ -26,7 +27,11 @@ an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merg
 and ``http xN wW mK`` the same against ``daemon.workers = W`` when ``--workers`` W > 1.
 With ``--compare-copy`` each merged mode also runs as ``... c512``: the daemon with
 ``daemon.copy_min_rows = 512`` (a group's GPU rows by binary COPY, ``daemon/store/pg_copy.py``), side
-by side with the default (every table by the unnest INSERT).
+by side with the default (every table by the unnest INSERT). ``--steady`` adds ``http xN mK``
+with K = ``agent.push_every``'s default (what every agent sends in steady state) and prints its
+ratio to raw COPY, per round and of the medians. ``--baseline TREE`` runs each http mode a
+second time as ``... base``, against the daemon of another source tree (``git archive <commit> |
+tar -x -C TREE``), side by side: an A/B of a daemon change in one run.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from bench.agent_vs_node_exporter import tree_cpu_seconds
 from gpuwatch import wire
 from gpuwatch.agent import merge
 from gpuwatch.clock import utcnow
+from gpuwatch.config.settings import AgentConfig
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.daemon.store.pg_copy import copy_rows
 from gpuwatch.sql import migrate
@@ -57,6 +63,9 @@ from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import ingested_batches
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
+
+#: ``agent.push_every``'s default: the cycles an agent merges into one request in steady state
+DEFAULT_PUSH_EVERY: int = AgentConfig.model_fields["push_every"].default
 
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -375,6 +384,12 @@ def main() -> None:
         "by binary COPY; the default 0 sends every table by the unnest INSERT), suffix 'c512'",
     )
     ap.add_argument(
+        "--steady",
+        action="store_true",
+        help=f"add the mode of steady state at the default config (merged {DEFAULT_PUSH_EVERY}: "
+        "agent.push_every's default, as agents send) and print its ratio to raw COPY per round",
+    )
+    ap.add_argument(
         "--baseline",
         type=Path,
         help="a source tree of gpuwatch (e.g. git archive of another commit): each http mode also "
@@ -402,6 +417,9 @@ def main() -> None:
         modes.append(f"http x{args.clients} m{int(size)}")
         if args.workers > 1:
             modes.append(f"http x{args.clients} w{args.workers} m{int(size)}")
+    steady = f"http x{args.clients} m{DEFAULT_PUSH_EVERY}"
+    if args.steady and steady not in modes:
+        modes.append(steady)
     if args.compare_copy:
         modes = [twin for m in modes for twin in ((m, f"{m} c512") if " m" in m else (m,))]
     if args.baseline is not None:
@@ -423,6 +441,14 @@ def main() -> None:
             "ratios vs raw COPY (the physical limit): "
             + ", ".join(f"{m} {medians[m] / base:.2f}" for m in modes)
         )
+        if args.steady:
+            print(
+                f"steady state at the default config (agent.push_every = {DEFAULT_PUSH_EVERY} merged, "
+                f"'{steady}'): {medians[steady]:,.0f} vs raw COPY {base:,.0f} samples/s = "
+                f"{medians[steady] / base:.2f} (rounds: "
+                + ", ".join(f"{a / b:.2f}" for a, b in zip(results[steady], results["raw-copy"], strict=True))
+                + ")"
+            )
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> float:

@@ -17,10 +17,11 @@ Printed after ``--warmup`` seconds (not counted: the first look-ups, the day's p
 offered vs stored node-cycles/s; how late requests went out against their schedule (the
 client's threads wait for answers, so a daemon that cannot keep up shows as lateness that
 grows, and as batches due but not sent at the end: the backlog); the daemon's CPU and its
-database backends' CPU per node-cycle (``/proc``; the server's shared background processes,
-and anything else on the machine, are not counted); and this client's own CPU, which shares
-the same cores. ``--baseline TREE`` runs the same load, in alternating rounds, against the
-daemon of another source tree (``git archive <commit> | tar -x -C TREE``).
+database backends' CPU per node-cycle (``/proc``; the daemon's includes its scheduler's jobs,
+the per-minute rollups of every node and the classifier, as in production; the server's shared
+background processes, and anything else on the machine, are not counted); and this client's
+own CPU, which shares the same cores. ``--baseline TREE`` runs the same load, in alternating
+rounds, against the daemon of another source tree (``git archive <commit> | tar -x -C TREE``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class Tally:
     cycles: int = 0
     late_s: list[tuple[float, float]] = field(default_factory=list)  # (due, seconds late)
     failures: int = 0
-    unsent: int = 0
+    unsent: int = 0  # due before the end, not yet sent then (the client was behind)
+    in_flight: int = 0  # sent before the end, answered after it
 
 
 class Bodies:
@@ -163,6 +165,9 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
                                 if wait > 0:
                                     time.sleep(wait)
                                 late = max(0.0, -wait)
+                                if due >= counted_from and due + late > end:
+                                    tally.unsent += 1  # due before the end, its turn after it: a backlog
+                                    continue
                                 node = names[n]
                                 body = bodies.body(node, period)
                                 r = http.post(
@@ -175,8 +180,8 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
                                 )
                                 if due < counted_from:
                                     continue
-                                if time.monotonic() > end:  # answered after the end: not counted
-                                    tally.unsent += 1
+                                if time.monotonic() > end:  # in flight at the end: not counted
+                                    tally.in_flight += 1
                                     continue
                                 tally.late_s.append((due - counted_from, late))
                                 if r.status_code == 200 and r.json()["status"] == "stored":
@@ -207,9 +212,7 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
                 stop_backends = backend_cpu(engine, name)
                 for t in threads:
                     t.join(timeout=60)
-                # due before the end but not sent by then: the backlog a daemon behind leaves
                 unsent = sum(t.unsent for t in tallies)
-                unsent += sum(1 for t in threads if t.is_alive())
             finally:
                 daemon.stop()
     finally:
@@ -227,6 +230,7 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
         "requests": sum(t.sent for t in tallies) / wall,
         "failures": sum(t.failures for t in tallies),
         "unsent": unsent,
+        "in_flight": sum(t.in_flight for t in tallies),
         "late_first_p50": statistics.median(first) if first else 0.0,
         "late_last_p50": statistics.median(last) if last else 0.0,
         "late_last_max": max(last, default=0.0),
@@ -245,7 +249,7 @@ def show(label: str, r: dict[str, float]) -> None:
         f"({r['requests']:,.1f} requests/s), {r['failures']:.0f} failed; lateness p50 first third "
         f"{r['late_first_p50']:.2f} s, last third {r['late_last_p50']:.2f} s "
         f"(max {r['late_last_max']:.2f} s), "
-        f"{r['unsent']:.0f} due but unanswered at the end\n"
+        f"{r['unsent']:.0f} due but not yet sent at the end (backlog), {r['in_flight']:.0f} in flight\n"
         f"      CPU per node-cycle: daemon {r['daemon_ms']:.3f} ms ({r['daemon_cores']:.2f} cores), "
         f"PostgreSQL backends {r['pg_ms']:.3f} ms ({r['pg_cores']:.2f} cores), this client "
         f"{r['client_ms']:.3f} ms -> {'HELD' if held else 'NOT HELD: the backlog grows'}"

@@ -41,6 +41,7 @@ class DaemonProcess:
             GPUWATCH_AGENT__SPOOL_DIR=str(spool_dir),
             GPUWATCH_GPU__BACKEND="sim",
             GPUWATCH_GPU__SIM_GPUS=str(gpus),
+            GPUWATCH_AGENT__PUSH_EVERY="1",  # a push per cycle, unless a test says otherwise
             **{f"GPUWATCH_AGENT__{name.upper()}": value for name, value in agent.items()},
         )
         env.pop("GPUWATCH_CONFIG", None)
