@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -460,7 +461,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             elapsed, lat = bench_raw_copy(engine, batches, gpu_only=mode == "raw-copy gpu")
         elif mode.startswith("http"):
             workers = args.workers if " w" in mode else 1
-            bundle = int(mode.split(" b")[1].split()[0]) if " b" in mode else 1
+            bundle = int(found.group(1)) if (found := re.search(r" b(\d+)", mode)) else 1
             clients = args.clients if "x" in mode else 1
             pure_python = " py" in mode
             version = 2 if " v2" in mode else 1
