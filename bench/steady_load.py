@@ -17,7 +17,8 @@ Printed after ``--warmup`` seconds (not counted: the first look-ups, the day's p
 offered vs stored node-cycles/s; how late requests went out against their schedule (the
 client's threads wait for answers, so a daemon that cannot keep up shows as lateness that
 grows, and as batches due but not sent at the end: the backlog); the daemon's CPU and its
-database backends' CPU per node-cycle (``/proc``; the daemon's includes its scheduler's jobs,
+database backends' CPU per node-cycle (``/proc``, the backends read every 0.5 s so that one
+closed meanwhile still counts; the daemon's includes its scheduler's jobs,
 the per-minute rollups of every node and the classifier, as in production; the server's shared
 background processes, and anything else on the machine, are not counted); and this client's
 own CPU, which shares the same cores. ``--baseline TREE`` runs the same load, in alternating
@@ -116,13 +117,43 @@ def backend_cpu(engine: sa.Engine, database: str) -> dict[int, float]:
     """CPU seconds of each PostgreSQL backend connected to ``database`` (pid -> seconds)."""
     with engine.connect() as conn:
         pids = conn.execute(
-            sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :db"), {"db": database}
+            sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :db AND pid <> pg_backend_pid()"),
+            {"db": database},
         ).scalars()
         out = {}
         for pid in pids:
             with contextlib.suppress(OSError):  # gone since the query
                 out[pid] = cpu_seconds(pid)
     return out
+
+
+class BackendCpu:
+    """The database's backends' CPU over a span, read every ``every_s``: a backend that exits
+    meanwhile (a pool's overflow connection closed) keeps what it had used at its last reading,
+    so at most ``every_s`` of its CPU is missed."""
+
+    def __init__(self, engine: sa.Engine, database: str, every_s: float = 0.5) -> None:
+        self.engine, self.database, self.every_s = engine, database, every_s
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.first = backend_cpu(self.engine, self.database)
+        self.last = dict(self.first)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.last.update(backend_cpu(self.engine, self.database))
+
+    def stop(self) -> float:
+        """CPU seconds the backends used since :meth:`start`."""
+        self._stop.set()
+        self._thread.join()
+        self.last.update(backend_cpu(self.engine, self.database))
+        return sum(s - self.first.get(pid, 0.0) for pid, s in self.last.items())
 
 
 def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]:
@@ -150,6 +181,7 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
                 end = counted_from + args.seconds
                 tallies = [Tally() for _ in range(args.threads)]
                 marks: dict[str, float] = {}
+                backends = BackendCpu(engine, name)
 
                 def client(index: int) -> None:
                     tally = tallies[index]
@@ -196,8 +228,7 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
                     marks[f"{key}_daemon"] = tree_cpu_seconds(daemon.proc.pid)
                     marks[f"{key}_client"] = cpu_seconds(os.getpid())
                     marks[f"{key}_wall"] = time.monotonic()
-                    backends = backend_cpu(engine, name)
-                    marks.update({f"{key}_pg_{pid}": s for pid, s in backends.items()})
+                    backends.start()
 
                 threads = [
                     threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.threads)
@@ -209,7 +240,7 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
                 stop_daemon = tree_cpu_seconds(daemon.proc.pid)
                 stop_client = cpu_seconds(os.getpid())
                 stop_wall = time.monotonic()
-                stop_backends = backend_cpu(engine, name)
+                pg = backends.stop()
                 for t in threads:
                     t.join(timeout=60)
                 unsent = sum(t.unsent for t in tallies)
@@ -219,7 +250,6 @@ def run_round(args: argparse.Namespace, source: Path | None) -> dict[str, float]
         engine.dispose()
         drop_db(name)
     wall = stop_wall - marks["start_wall"]
-    pg = sum(s - marks.get(f"start_pg_{pid}", 0.0) for pid, s in stop_backends.items())
     cycles = sum(t.cycles for t in tallies)
     late = sorted((due, s) for t in tallies for due, s in t.late_s)
     first = [s for due, s in late if due < args.seconds / 3]
