@@ -365,8 +365,8 @@ def run(
                 fires = _next_fires(jobs, clock.now())
                 restarted = True
                 continue
-            for agent in agents:  # what the agents sampled is in before the job looks
-                agent.drain(30)
+            for agent in agents:  # what the agents sent (push_every) is in before the job looks
+                agent.settle(30)
             job_id, at = due_job
             jobs[job_id].func()
             fires[job_id] = jobs[job_id].trigger.get_next_fire_time(at, at + timedelta(microseconds=1))

@@ -3,6 +3,7 @@
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
                                      [--clients 32] [--workers 2] [--bundle 6,30] [--rounds 3]
                                      [--skip insert] [--wire 1,2] [--merge 30] [--compare-copy]
+                                     [--steady] [--baseline TREE]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
 for each mode stores the same realistic batches (one batch = ``--per-batch`` 10 s cycles of
@@ -26,13 +27,18 @@ an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merg
 and ``http xN wW mK`` the same against ``daemon.workers = W`` when ``--workers`` W > 1.
 With ``--compare-copy`` each merged mode also runs as ``... c512``: the daemon with
 ``daemon.copy_min_rows = 512`` (a group's GPU rows by binary COPY, ``daemon/store/pg_copy.py``), side
-by side with the default (every table by the unnest INSERT).
+by side with the default (every table by the unnest INSERT). ``--steady`` adds ``http xN mK``
+with K = ``agent.push_every``'s default (what every agent sends in steady state) and prints its
+ratio to raw COPY, per round and of the medians. ``--baseline TREE`` runs each http mode a
+second time as ``... base``, against the daemon of another source tree (``git archive <commit> |
+tar -x -C TREE``), side by side: an A/B of a daemon change in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -49,6 +55,7 @@ from bench.agent_vs_node_exporter import tree_cpu_seconds
 from gpuwatch import wire
 from gpuwatch.agent import merge
 from gpuwatch.clock import utcnow
+from gpuwatch.config.settings import AgentConfig
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.daemon.store.pg_copy import copy_rows
 from gpuwatch.sql import migrate
@@ -57,6 +64,9 @@ from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.schema import ingested_batches
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
+
+#: ``agent.push_every``'s default: the cycles an agent merges into one request in steady state
+DEFAULT_PUSH_EVERY: int = AgentConfig.model_fields["push_every"].default
 
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -254,6 +264,7 @@ def bench_http(
     version: int = 1,
     merged: int = 1,
     copy_min_rows: int | None = None,
+    source: Path | None = None,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
     like many agents (the case group commit is for); with ``bundle`` > 1, as bundles of that
@@ -275,7 +286,7 @@ def bench_http(
             env.update(GPUWATCH_DAEMON__HTTP_PARSER="h11", GPUWATCH_DAEMON__EVENT_LOOP="asyncio")
         if copy_min_rows is not None:
             env["GPUWATCH_DAEMON__COPY_MIN_ROWS"] = str(copy_min_rows)
-        daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log", env=env)
+        daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log", env=env, source=source)
         daemon.start()
         try:
 
@@ -373,6 +384,18 @@ def main() -> None:
         help="also run each merged mode with daemon.copy_min_rows = 512 (a merged backlog's GPU rows "
         "by binary COPY; the default 0 sends every table by the unnest INSERT), suffix 'c512'",
     )
+    ap.add_argument(
+        "--steady",
+        action="store_true",
+        help=f"add the mode of steady state at the default config (merged {DEFAULT_PUSH_EVERY}: "
+        "agent.push_every's default, as agents send) and print its ratio to raw COPY per round",
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="a source tree of gpuwatch (e.g. git archive of another commit): each http mode also "
+        "runs as '... base' with the daemon from that tree, side by side (A/B of a daemon change)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all modes; medians compared")
     ap.add_argument("--skip", default="", help="comma-separated modes to leave out, e.g. insert")
     ap.add_argument(
@@ -395,8 +418,13 @@ def main() -> None:
         modes.append(f"http x{args.clients} m{int(size)}")
         if args.workers > 1:
             modes.append(f"http x{args.clients} w{args.workers} m{int(size)}")
+    steady = f"http x{args.clients} m{DEFAULT_PUSH_EVERY}"
+    if args.steady and steady not in modes:
+        modes.append(steady)
     if args.compare_copy:
         modes = [twin for m in modes for twin in ((m, f"{m} c512") if " m" in m else (m,))]
+    if args.baseline is not None:
+        modes = [twin for m in modes for twin in ((m, f"{m} base") if m.startswith("http") else (m,))]
     results: dict[str, list[float]] = {m: [] for m in modes}
     # interleaved rounds: this VM's speed drifts by tens of percent over a minute, and every
     # ratio below must compare modes measured under the same drift
@@ -414,6 +442,14 @@ def main() -> None:
             "ratios vs raw COPY (the physical limit): "
             + ", ".join(f"{m} {medians[m] / base:.2f}" for m in modes)
         )
+        if args.steady:
+            print(
+                f"steady state at the default config (agent.push_every = {DEFAULT_PUSH_EVERY} merged, "
+                f"'{steady}'): {medians[steady]:,.0f} vs raw COPY {base:,.0f} samples/s = "
+                f"{medians[steady] / base:.2f} (rounds: "
+                + ", ".join(f"{a / b:.2f}" for a, b in zip(results[steady], results["raw-copy"], strict=True))
+                + ")"
+            )
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> float:
@@ -425,14 +461,25 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             elapsed, lat = bench_raw_copy(engine, batches, gpu_only=mode == "raw-copy gpu")
         elif mode.startswith("http"):
             workers = args.workers if " w" in mode else 1
-            bundle = int(mode.split(" b")[1].split()[0]) if " b" in mode else 1
+            bundle = int(found.group(1)) if (found := re.search(r" b(\d+)", mode)) else 1
             clients = args.clients if "x" in mode else 1
             pure_python = " py" in mode
-            version = 2 if mode.endswith(" v2") else 1
+            version = 2 if " v2" in mode else 1
             merged = int(mode.split(" m")[1].split()[0]) if " m" in mode else 1
             copy_min_rows = int(mode.split(" c")[1].split()[0]) if " c" in mode else None
+            source = args.baseline if mode.endswith(" base") else None
             elapsed, lat = bench_http(
-                url, engine, batches, clients, workers, bundle, pure_python, version, merged, copy_min_rows
+                url,
+                engine,
+                batches,
+                clients,
+                workers,
+                bundle,
+                pure_python,
+                version,
+                merged,
+                copy_min_rows,
+                source,
             )
         else:
             elapsed, lat = bench_store(engine, batches, mode)

@@ -15,9 +15,13 @@ from tests.conftest import free_port
 
 
 class DaemonProcess:
-    def __init__(self, db_url: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, db_url: str, log_path: Path, env: dict[str, str] | None = None, source: Path | None = None
+    ) -> None:
+        """``source``: run the ``gpuwatch`` package of that tree (a benchmark's baseline), not this one."""
         self.db_url = db_url
         self.extra_env = env or {}
+        self.source = source
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -37,6 +41,7 @@ class DaemonProcess:
             GPUWATCH_AGENT__SPOOL_DIR=str(spool_dir),
             GPUWATCH_GPU__BACKEND="sim",
             GPUWATCH_GPU__SIM_GPUS=str(gpus),
+            GPUWATCH_AGENT__PUSH_EVERY="1",  # a push per cycle, unless a test says otherwise
             **{f"GPUWATCH_AGENT__{name.upper()}": value for name, value in agent.items()},
         )
         env.pop("GPUWATCH_CONFIG", None)
@@ -50,9 +55,15 @@ class DaemonProcess:
             **self.extra_env,
         )
         env.pop("GPUWATCH_CONFIG", None)
+        if self.source is not None:  # ``-m`` looks in the working directory first
+            env["PYTHONPATH"] = str(self.source)
         with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuwatch", "daemon"], env=env, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "gpuwatch", "daemon"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.source,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -484,14 +484,35 @@ class Agent:
         """Wait (real time) until the spool is empty; True if it emptied within ``timeout_s``.
 
         A sender in the middle of a back-off makes one attempt at once (a clean stop would
-        otherwise leave everything spooled, however soon the daemon came back).
+        otherwise leave everything spooled, however soon the daemon came back), and batches
+        ``push_every`` holds back go at once: a drain asks for everything.
         """
+        flushing, self._flushing = self._flushing, True
         self._interrupt.set()
+        self._wake.set()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while self.spool is not None and len(self.spool):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.01)
+            return True
+        finally:
+            self._flushing = flushing
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait (real time) until the sender has sent what it sends now: everything but the fewer
+        than ``push_every`` batches it holds back; True if that happened within ``timeout_s``.
+
+        For a driver on a virtual clock (``bench/alert_latency.py``) that must let the daemon see
+        what the agents delivered, and no more, before the daemon's jobs look: unlike
+        :meth:`drain`, it does not send the held batches early.
+        """
         deadline = time.monotonic() + timeout_s
-        while self.spool is not None and len(self.spool):
+        while self.spool is not None and len(self.spool) >= max(1, self.config.push_every):
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.01)
+            time.sleep(0.005)
         return True
 
     # ----------------------------------------------------------------- lifecycle

@@ -53,6 +53,7 @@ from gpuwatch.clock import utcnow
 from gpuwatch.daemon.admission import Admission, Busy
 from gpuwatch.daemon.ingest_log import IngestLog
 from gpuwatch.daemon.store.batch_store import IngestResult, IngestStatus
+from gpuwatch.daemon.token_cache import TokenCache
 from gpuwatch.daemon.writer import IngestWriter
 from gpuwatch.sql import nodes as node_store
 from gpuwatch.wire import Batch, json_schema
@@ -95,30 +96,6 @@ def _bearer(request: Request) -> str:
     if scheme.lower() != "bearer" or not token.strip():
         raise _fail(401, "missing bearer token (Authorization: Bearer <node token>)")
     return token.strip()
-
-
-class AuthCache:
-    """Remembers successful (node, token hash) checks for ``ttl_s`` seconds.
-
-    Saves a database round trip (through the thread pool) on every ingest request. A
-    rotated token (``gpuwatch token create``) therefore stops working within ``ttl_s``
-    on every daemon replica; failures are never cached, so a new token works at once.
-    """
-
-    def __init__(self, ttl_s: float = 30.0) -> None:
-        self.ttl_s = ttl_s
-        self._ok: dict[tuple[str, str], tuple[int, float]] = {}
-
-    def get(self, node: str, token: str) -> int | None:
-        hit = self._ok.get((node, node_store.hash_token(token)))
-        if hit is None or time.monotonic() - hit[1] > self.ttl_s:
-            return None
-        return hit[0]
-
-    def put(self, node: str, token: str, node_id: int) -> None:
-        if len(self._ok) > 100_000:  # bounded: more nodes than any cluster, or an attack
-            self._ok.clear()
-        self._ok[(node, node_store.hash_token(token))] = (node_id, time.monotonic())
 
 
 def authenticate(engine: sa.Engine, node: str, token: str) -> int:
@@ -279,14 +256,22 @@ def build_router(
     admission: Admission,
 ) -> APIRouter:
     router = APIRouter()
-    auth_cache = AuthCache()
+    tokens = TokenCache()
 
     async def node_id_of(node: str, request: Request) -> int:
         token = _bearer(request)
-        node_id = auth_cache.get(node, token)
+        node_id = tokens.get(node, token)
+        if node_id is None and tokens.stale() and not tokens.loading:
+            # one request reloads the copy; others meanwhile are looked up one by one
+            tokens.loading = True
+            try:
+                await _run_sync(tokens.load, engine)
+            finally:
+                tokens.loading = False
+            node_id = tokens.get(node, token)
         if node_id is None:
             node_id = await _run_sync(authenticate, engine, node, token)
-            auth_cache.put(node, token, node_id)
+            tokens.put(node, token, node_id)
         return node_id
 
     def add_endpoints(version: int, model: type[Any]) -> None:

@@ -218,6 +218,8 @@ def agent_config(tmp_path: Path, url: str, **overrides: object) -> AgentConfig:
         "push_timeout_s": 2.0,
         "backoff_initial_s": 0.005,
         "backoff_max_s": 0.02,
+        # a push per cycle: these tests follow each batch; push_every's own tests set it
+        "push_every": 1,
     }
     values.update(overrides)
     return AgentConfig(**values)

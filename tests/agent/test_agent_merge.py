@@ -4,6 +4,7 @@ a merged batch the daemon refuses goes again as a bundle, so only a bad batch is
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from gpuwatch.agent import Outcome, merge
@@ -247,3 +248,28 @@ def test_push_every_sends_n_cycles_as_one_merged_batch(daemon: ScriptedDaemon, t
     ]
     stamps = [s.ts for r in daemon.received for s in r.decoded[0].samples if s.kind == "agent"]
     assert len(stamps) == 10 and stamps == sorted(stamps)  # every cycle once, in order
+
+
+def test_settle_leaves_what_push_every_holds_and_drain_sends_it(
+    daemon: ScriptedDaemon, tmp_path: Path
+) -> None:
+    """``settle`` (a virtual-clock driver's wait) sends what is due and no more; ``drain`` sends
+    the held cycles at once, merged, and holding back resumes after it."""
+    config = make_config(tmp_path, daemon.url, push_every=4)
+    with run_until_sent(config, cycles=6, sent=4) as agent:
+        assert agent.settle(5) and len(agent.spool) == 2  # type: ignore[arg-type]
+        assert agent.drain(5) and agent.sent_batches == 6
+        agent.run(threading.Event(), max_cycles=3)
+        assert agent.settle(5) and len(agent.spool) == 3  # type: ignore[arg-type]
+        assert agent.sent_batches == 6
+    # four due, two drained, three held until the close
+    assert [r.decoded[0].seq for r in daemon.received] == [3, 5, 8]
+
+
+def test_the_default_config_holds_cycles_for_one_merged_push() -> None:
+    """A large cluster's steady state by default: docs/scaling.md's figures are of this value."""
+    from gpuwatch.config.settings import AgentConfig
+
+    defaults = AgentConfig.model_fields
+    assert defaults["push_every"].default == 18 and defaults["merge_backlog"].default is True
+    assert defaults["push_every"].default * defaults["interval_s"].default == 180.0

@@ -90,6 +90,7 @@ def make_agent(
             "backoff_max_s": 0.3,
             "push_timeout_s": push_timeout_s,
             "merge_backlog": merge_backlog,
+            "push_every": 1,  # a push per cycle: the outages, not the holding back, are under test
             **(agent_settings or {}),
         },
         gpu={"backend": "sim", "sim_scenario": "training", "sim_gpus": gpus, "sim_seed": 7},
