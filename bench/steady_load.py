@@ -48,9 +48,9 @@ from bench.ingest import drop_db, fresh_db, make_batches
 from gpuwatch.agent import merge
 from gpuwatch.clock import utcnow
 from gpuwatch.config.settings import AgentConfig
-from gpuwatch.sql.nodes import TOKEN_PREFIX, hash_token
-from gpuwatch.sql.schema import nodes as nodes_table
+from gpuwatch.sql.nodes import TOKEN_PREFIX
 from gpuwatch.wire import v2 as wire_v2
+from tests import factories
 
 NAME = "steady{:05d}"
 #: the node name of a template body (``make_batches``), replaced by each request's node
@@ -100,17 +100,9 @@ class Bodies:
 
 def register(engine: sa.Engine, count: int) -> dict[str, str]:
     """``count`` nodes with a token each, in one statement (node name -> token)."""
-    tokens = {NAME.format(n): f"{TOKEN_PREFIX}steady-{n}" for n in range(count)}
-    now = utcnow()
-    with engine.begin() as conn:
-        conn.execute(
-            nodes_table.insert(),
-            [
-                {"name": name, "token_sha256": hash_token(token), "created_at": now, "token_created_at": now}
-                for name, token in tokens.items()
-            ],
-        )
-    return tokens
+    return factories.register_nodes(
+        engine, {NAME.format(n): f"{TOKEN_PREFIX}steady-{n}" for n in range(count)}
+    )
 
 
 def backend_cpu(engine: sa.Engine, database: str) -> dict[int, float]:

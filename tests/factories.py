@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import sqlalchemy as sa
+
 from gpuwatch import wire
+from gpuwatch.clock import utcnow
+from gpuwatch.sql.nodes import hash_token
+from gpuwatch.sql.schema import nodes
 
 T0 = datetime(2026, 12, 1, 23, 59, 50, tzinfo=timezone.utc)  # crosses a UTC day boundary
 
@@ -87,3 +92,18 @@ def batch(
         samples.extend(gpu_sample(ts, i, util=0.1 * (i + 1)) for i in range(gpus))
         samples.extend(host_samples(ts))
     return wire.Batch(node=node, agent_version="test", seq=seq, samples=samples)
+
+
+def register_nodes(engine: sa.Engine, tokens: dict[str, str]) -> dict[str, str]:
+    """Register each node (name -> token) in one statement, for loads of thousands of agents
+    (``create_token`` is a transaction each); returns ``tokens``."""
+    now = utcnow()
+    with engine.begin() as conn:
+        conn.execute(
+            nodes.insert(),
+            [
+                {"name": name, "token_sha256": hash_token(token), "created_at": now, "token_created_at": now}
+                for name, token in tokens.items()
+            ],
+        )
+    return tokens

@@ -30,8 +30,8 @@ from gpuwatch.agent import merge
 from gpuwatch.clock import utcnow
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.nodes import TOKEN_PREFIX, hash_token
-from gpuwatch.sql.schema import gpu_samples, ingested_batches, nodes
+from gpuwatch.sql.nodes import TOKEN_PREFIX
+from gpuwatch.sql.schema import gpu_samples, ingested_batches
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 from tests.daemon_process import DaemonProcess
@@ -47,17 +47,8 @@ BACKLOG = 6  # the replay case: a minute of 10 s cycles per agent
 
 def _register(engine: sa.Engine) -> dict[str, str]:
     """1,000 nodes with their tokens in one statement (create_token is one transaction each)."""
-    now = utcnow()
     tokens = {f"load{i:04d}": f"{TOKEN_PREFIX}load-{i:04d}-{time.time_ns()}" for i in range(AGENTS)}
-    with engine.begin() as conn:
-        conn.execute(
-            nodes.insert(),
-            [
-                {"name": n, "token_sha256": hash_token(t), "token_created_at": now, "created_at": now}
-                for n, t in tokens.items()
-            ],
-        )
-    return tokens
+    return factories.register_nodes(engine, tokens)
 
 
 def _body(node: str, k: int, batches: int) -> bytes:
