@@ -27,12 +27,13 @@ import sqlalchemy as sa
 from gpuwatch.clock import utcnow
 from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.slurm.model import TERMINAL_STATES
+from gpuwatch.sql.buckets import as_utc
 from gpuwatch.sql.job_hours import HOUR, floor_hour, summed_until
 from gpuwatch.sql.schema import job_hours, job_totals, newest_evaluations, slurm_jobs, verdicts
 from gpuwatch.views.advice import site_cards
 from gpuwatch.views.evaluations import HEALTHY
 from gpuwatch.views.job import job_advice
-from gpuwatch.views.job_figures import HELD_COLUMNS, billing, figures, held, wasted_by_job
+from gpuwatch.views.job_figures import ADVISED, HELD_COLUMNS, billing, figures, held, wasted_by_job
 from gpuwatch.views.period import jobs_in_period
 from gpuwatch.views.usage import site_gpu_models
 
@@ -189,11 +190,12 @@ def _totals(
     conn: sa.Connection, engine: sa.Engine, ids: Sequence[str], until: datetime, newest: dict[str, datetime]
 ) -> list[dict[str, Any]]:
     j = slurm_jobs.c
-    query = sa.select(*(j[n] for n in HELD_COLUMNS), billing().label("billing")).where(j.job_id.in_(ids))
-    facts = {r.job_id: r for r in conn.execute(query)}
-    first, last = min(r.start_at for r in facts.values()), max(r.end_at for r in facts.values())
-    # a tick either side: a job that started and ended at once is held for no time, not left out
+    span = sa.select(sa.func.min(j.start_at), sa.func.max(j.end_at)).where(j.job_id.in_(ids))
+    first, last = (as_utc(conn, t) for t in conn.execute(span).one())
+    # a tick either side: a job that started and ended at once is held for no time, not left out;
+    # each ended inside the span, so its Held carries its Slurm facts (``ended``)
     holding = held(conn, first - _TICK, last + _TICK, where=(j.job_id.in_(ids),))
+    facts = {job_id: h.ended for job_id, h in holding.items() if h.ended is not None}
     h = job_hours.c
     hour_span = {
         r.job_id: (r.lo, r.hi + HOUR)
@@ -230,24 +232,17 @@ def _totals(
         wasted = wasted_by_job(engine, lo, hi, sorted(verdict_span))
     out = []
     for job_id, r in facts.items():
-        if job_id not in holding:
-            continue
         lead, hours_wasted = wasted.get(job_id, (None, 0.0))
         f = figures(holding[job_id], period.get(job_id), lead, hours_wasted)
         out.append(
             {
-                "job_id": job_id,
-                **{name: r[i] for i, name in enumerate(HELD_COLUMNS) if name != "job_id"},
+                **{name: r._mapping[name] for name in HELD_COLUMNS},
                 "billing": r.billing,
                 "evaluated_at": newest.get(job_id),
                 "data_from": spans[job_id][0],
                 "data_to": spans[job_id][1],
-                **f._asdict(),
-                "advised_time": int("time" in f.advised),
-                "advised_memory": int("memory" in f.advised),
-                "advised_cpus": int("cpus" in f.advised),
+                **{key: value for key, value in f._asdict().items() if key != "advised"},
+                **{f"advised_{kind}": int(kind in f.advised) for kind in ADVISED},
             }
         )
-    for row in out:
-        del row["advised"]
     return out
