@@ -44,12 +44,12 @@ import sqlalchemy as sa
 from gpuwatch.clock import utcnow
 from gpuwatch.sql import job_hours
 from gpuwatch.sql.buckets import as_utc, epoch_seconds, minute_bucket
+from gpuwatch.sql.gpu_readings import first_gpu_sample_at, gpu_samples_between
 from gpuwatch.sql.jobs import attach_attributed_gpus
 from gpuwatch.sql.schema import (
     UTIL_BINS,
     cpu_samples,
     gpu_minutes,
-    gpu_samples,
     gpus,
     infiniband_samples,
     ingested_batches,
@@ -116,9 +116,10 @@ _ENERGY_LOOKBACK = timedelta(minutes=1)
 
 
 def _with_energy(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> Any:
-    """``gpu_samples`` in ``[start - lookback, end)`` with each sample's energy (joules) and
+    """The GPU samples in ``[start - lookback, end)`` with each sample's energy (joules) and
     whether it came from the power reading instead of the counter."""
-    g = gpu_samples.c
+    samples = gpu_samples_between(start - _ENERGY_LOOKBACK, end, node_id=node_id)
+    g = samples.c
     order = {"partition_by": (g.node_id, g.gpu_index), "order_by": g.ts}
     previous = sa.func.lag(g.energy_joules).over(**order)
     previous_ts = sa.func.lag(g.ts).over(**order)
@@ -127,12 +128,10 @@ def _with_energy(conn: sa.Connection, start: datetime, end: datetime, node_id: i
     gap_s = epoch_seconds(conn, g.ts) - epoch_seconds(conn, previous_ts)
     from_counter = sa.and_(rise.is_not(None), rise >= 0, gap_s <= ENERGY_MAX_GAP_INTERVALS * interval)
     query = sa.select(
-        gpu_samples,
+        samples,
         sa.case((from_counter, rise), else_=g.power_watts * interval).label("energy_j"),
         sa.case((from_counter, 0), (g.power_watts.is_not(None), 1), else_=0).label("energy_from_power"),
-    ).where(g.ts >= start - _ENERGY_LOOKBACK, g.ts < end)
-    if node_id is not None:
-        query = query.where(g.node_id == node_id)
+    )
     return query.subquery("gpu_samples_energy")
 
 
@@ -439,7 +438,7 @@ class Rollup:
             done_until = self._state(conn, "minutes")
             late_scan = self._state(conn, "late_scan")
             if done_until is None:
-                first = conn.execute(sa.select(sa.func.min(gpu_samples.c.ts))).scalar()
+                first = first_gpu_sample_at(conn)
                 first_job = conn.execute(sa.select(sa.func.min(job_samples.c.ts))).scalar()
                 candidates = [t for t in (first, first_job) if t is not None]
                 done_until = floor_minute(min(candidates)) if candidates else floor_minute(now - self.lag)

@@ -17,8 +17,9 @@ import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, normalize_state
+from gpuwatch.sql.gpu_readings import gpu_samples_between
 from gpuwatch.sql.jobs import CHUNK, SLURM
-from gpuwatch.sql.schema import attribution_samples, gpu_samples, job_gpus, nodes, slurm_jobs
+from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
 from gpuwatch.sql.types import UtcDateTime
 
 
@@ -111,10 +112,10 @@ def jobs_query(
 ) -> list[JobSummary]:
     """Jobs matching ``filters``, newest start first (pending last), with GPUs and utilization.
 
-    Utilization is the mean of ``gpu_samples.util_gpu_ratio`` over the job's GPUs from
+    Utilization is the mean of the raw GPU samples' ``util_gpu_ratio`` over the job's GPUs from
     ``job_gpus``, samples with ``start_at <= ts < coalesce(end_at, now)``. A job with no
     ``job_gpus`` rows (seen only by ``sacct``, or the sync is off) falls back to the agents'
-    ``attribution_samples``, matched to ``gpu_samples`` of the same node, GPU and time stamp
+    ``attribution_samples``, matched to the GPU samples of the same node, GPU and time stamp
     (both come from one agent cycle).
     """
     filters = filters or JobFilters()
@@ -212,7 +213,8 @@ def _by_job_gpus(
     """GPUs from ``job_gpus`` and the mean utilization of their samples in the job's run time."""
     gpus: dict[str, list[str]] = defaultdict(list)
     util: dict[str, tuple[float | None, int]] = {}
-    j, g, s = slurm_jobs.c, job_gpus.c, gpu_samples.c
+    samples = gpu_samples_between()
+    j, g, s = slurm_jobs.c, job_gpus.c, samples.c
     end = sa.func.coalesce(j.end_at, sa.literal(now, UtcDateTime))
     for chunk in _chunks(list(ids)):
         for job_id, node, idx in conn.execute(
@@ -227,7 +229,7 @@ def _by_job_gpus(
             .join(slurm_jobs, j.job_id == g.job_id)
             .join(nodes, nodes.c.name == g.node)
             .join(
-                gpu_samples,
+                samples,
                 sa.and_(
                     s.node_id == nodes.c.id,
                     s.gpu_index == g.gpu_index,
@@ -249,7 +251,8 @@ def _by_attribution(
     """GPUs and utilization from the agents' attribution samples (jobs without ``job_gpus``)."""
     gpus: dict[str, list[str]] = {}
     util: dict[str, tuple[float | None, int]] = {}
-    a, s = attribution_samples.c, gpu_samples.c
+    samples = gpu_samples_between()
+    a, s = attribution_samples.c, samples.c
     for chunk in _chunks(list(ids)):
         found: dict[str, set[tuple[str, int]]] = defaultdict(set)
         for job_id, node, idx in conn.execute(
@@ -265,7 +268,7 @@ def _by_attribution(
             sa.select(a.job_id, sa.func.avg(s.util_gpu_ratio), sa.func.count(s.util_gpu_ratio))
             .select_from(attribution_samples)
             .join(
-                gpu_samples,
+                samples,
                 sa.and_(s.node_id == a.node_id, s.gpu_index == a.gpu_index, s.ts == a.ts),
             )
             .where(a.job_id.in_(chunk))

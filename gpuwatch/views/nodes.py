@@ -9,7 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
+from gpuwatch.sql.gpu_readings import gpu_samples_per_node
+from gpuwatch.sql.schema import SAMPLE_TABLES, gpus, ingested_batches, nodes
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,11 @@ def node_summaries(
                 sa.select(ingested_batches.c.node_id, sa.func.count()).group_by(ingested_batches.c.node_id)
             ).all()
         )
-        window_counts: dict[int, int] = {}
-        gpu_window: dict[int, int] = {}
-        for table in SAMPLE_TABLES.values():
+        gpu_window = gpu_samples_per_node(conn, since)
+        window_counts = dict(gpu_window)
+        for kind, table in SAMPLE_TABLES.items():
+            if kind == "gpu":  # counted through gpu_readings, which knows their layout
+                continue
             counts = conn.execute(
                 sa.select(table.c.node_id, sa.func.count())
                 .where(table.c.ts >= since)
@@ -67,8 +70,6 @@ def node_summaries(
             ).all()
             for node_id, n in counts:
                 window_counts[node_id] = window_counts.get(node_id, 0) + n
-                if table is gpu_samples:
-                    gpu_window[node_id] = n
         rows = conn.execute(
             sa.select(nodes.c.id, nodes.c.name, nodes.c.last_seen_at, nodes.c.agent_version).order_by(
                 nodes.c.name
