@@ -86,19 +86,7 @@ def _week(engine: sa.Engine) -> None:
 
 def _report(url: str, by: str) -> dict[str, dict]:
     """``gpuwatch report`` of the digest's week as JSON, by its group."""
-    args = [
-        "--db",
-        url,
-        "report",
-        "--by",
-        by,
-        "--since",
-        "7d",
-        "--until",
-        END.isoformat(),
-        "--format",
-        "json",
-    ]
+    args = ["--db", url, *f"report --by {by} --since 7d --until {END.isoformat()} --format json".split()]
     out = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert out.exit_code == 0, out.output
     return {row[by]: row for row in json.loads(out.output)}
