@@ -55,6 +55,13 @@ def require_postgres() -> None:
 def pg_url() -> Iterator[str]:
     """URL of a fresh, empty PostgreSQL database, dropped after the test."""
     require_postgres()
+    with fresh_pg_database() as url:
+        yield url
+
+
+@contextmanager
+def fresh_pg_database() -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped on leaving."""
     name = f"gpuwatch_test_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -71,6 +78,16 @@ def pg_url() -> Iterator[str]:
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'gpuwatch.db'}"
+
+
+@pytest.fixture
+def other_db_url(db_url, tmp_path) -> Iterator[str]:
+    """A second fresh, empty database of ``db_url``'s kind, for a test that compares two stores."""
+    if db_url.startswith("sqlite"):
+        yield f"sqlite:///{tmp_path / 'other.db'}"
+        return
+    with fresh_pg_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

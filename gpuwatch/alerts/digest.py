@@ -1,6 +1,7 @@
 """Digests: daily for admins (top wasted GPU-hours by user, account, cause), weekly per user
-(their jobs' waste and their ``gpuwatch report`` row: efficiency, energy, the week before) and
-weekly per account to its owners (the account's report row, its users by waste). The weekly
+(their jobs' waste and their ``gpuwatch report`` row: efficiency, energy, the week before, the
+jobs to request fewer GPUs or a smaller card and the estimated saving) and weekly per account
+to its owners (the account's report row, its users by waste). The weekly
 ones go by email and/or Slack DM (``digest.weekly_user_via``, ``weekly_account_via``), one
 notice per way, each with its own dedup key.
 

@@ -5,6 +5,8 @@ minute it started to its end; its cgroup-minutes are its ``job_minutes`` rows. A
 once every minute of it is rolled up and it has settled (:data:`SETTLE`: the Slurm sync has
 named the jobs that started in it), and summed again when minutes in it are re-rolled (a node's
 late batches). Summing an hour is "delete its rows, insert them again", so it is idempotent.
+A job whose GPU map is replaced has its summed hours summed again, its own rows alone
+(:func:`resum_jobs`).
 
 The sums are the ones :mod:`gpuwatch.views.period` takes from the minute tables, so a report
 adds whole hours from here to the minutes of the hours not summed yet and gets the same figures.
@@ -12,6 +14,7 @@ adds whole hours from here to the minutes of the hours not summed yet and gets t
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
@@ -110,36 +113,72 @@ def host_sums() -> list[sa.ColumnElement]:
     ]
 
 
-def sum_hours(conn: sa.Connection, start: datetime, end: datetime) -> int:
-    """(Re)build ``job_hours`` of the whole hours in ``[start, end)``; the job-hours written."""
+def sum_hours(
+    conn: sa.Connection, start: datetime, end: datetime, job_ids: Collection[str] | None = None
+) -> int:
+    """(Re)build ``job_hours`` of the whole hours in ``[start, end)``, of ``job_ids`` alone when
+    given; the job-hours written."""
     start, end = floor_hour(start), floor_hour(end)
+    only: tuple[sa.ColumnElement[bool], ...] = ()
+    if job_ids is not None:
+        only = (job_hours.c.job_id.in_(sorted(job_ids)),)
     written = 0
     hour = start
     while hour < end:
-        _forget_totals(conn, hour)
-        conn.execute(job_hours.delete().where(job_hours.c.hour == hour))
+        _forget_totals(conn, hour, only)
+        conn.execute(job_hours.delete().where(job_hours.c.hour == hour, *only))
         rows: dict[str, dict] = {}
         gpu = sa.select(slurm_jobs.c.job_id, *gpu_sums()).select_from(
             gpu_minutes_of_jobs(conn, hour, hour + HOUR)
         )
+        if job_ids is not None:
+            gpu = gpu.where(slurm_jobs.c.job_id.in_(sorted(job_ids)))
         for r in conn.execute(gpu.group_by(slurm_jobs.c.job_id)).mappings():
             rows[r["job_id"]] = {"job_id": r["job_id"], "hour": hour, **r}
         c = job_minutes.c
         host = sa.select(c.job_id, *host_sums()).where(c.minute >= hour, c.minute < hour + HOUR)
+        if job_ids is not None:
+            host = host.where(c.job_id.in_(sorted(job_ids)))
         for r in conn.execute(host.group_by(c.job_id)).mappings():
             rows.setdefault(r["job_id"], {"job_id": r["job_id"], "hour": hour}).update(r)
         if rows:
             conn.execute(job_hours.insert(), [_complete(row) for row in rows.values()])
-        _forget_totals(conn, hour)
+        _forget_totals(conn, hour, only)
         written += len(rows)
         hour += HOUR
     return written
 
 
-def _forget_totals(conn: sa.Connection, hour: datetime) -> None:
-    """The jobs of an hour summed again lose their stored totals (``job_totals``, made anew by
-    the next totals pass): called before the hour's rows go and after the new ones are in."""
-    in_hour = sa.select(job_hours.c.job_id).where(job_hours.c.hour == hour)
+def resum_jobs(conn: sa.Connection, job_ids: Collection[str]) -> int:
+    """Sum again the summed hours of ``job_ids``' runs, theirs alone, and drop their stored
+    totals (``job_totals``, made anew by the next totals pass): what they held changed (their
+    GPU map, :func:`gpuwatch.sql.jobs.replace_job_gpus`), and both were derived from it. Hours
+    not summed yet are left to :func:`advance`. The job-hours written."""
+    if not job_ids:
+        return 0
+    ids = sorted(job_ids)
+    conn.execute(job_totals.delete().where(job_totals.c.job_id.in_(ids)))
+    until = summed_until(conn)
+    if until is None:
+        return 0
+    until = as_utc(conn, until)
+    j = slurm_jobs.c
+    query = sa.select(j.start_at, j.end_at).where(j.job_id.in_(ids), j.start_at.is_not(None))
+    runs = conn.execute(query).all()
+    if not runs:
+        return 0
+    start = floor_hour(min(as_utc(conn, r.start_at) for r in runs))
+    end = min(until, max(ceil_hour(as_utc(conn, r.end_at)) if r.end_at is not None else until for r in runs))
+    return sum_hours(conn, start, end, ids) if start < end else 0
+
+
+def _forget_totals(
+    conn: sa.Connection, hour: datetime, only: tuple[sa.ColumnElement[bool], ...] = ()
+) -> None:
+    """The jobs of an hour summed again (those of ``only``) lose their stored totals
+    (``job_totals``, made anew by the next totals pass): called before the hour's rows go and
+    after the new ones are in."""
+    in_hour = sa.select(job_hours.c.job_id).where(job_hours.c.hour == hour, *only)
     conn.execute(job_totals.delete().where(job_totals.c.job_id.in_(in_hour)))
 
 

@@ -14,7 +14,9 @@ Writes (:class:`~gpuwatch.daemon.slurm_sync.SlurmSync`):
 - :func:`replace_job_gpus` — a job's ``job_gpus`` rows become exactly the GPUs of its
   newest non-empty allocation; an empty one (pending, finished: 22.05 ``squeue`` drops
   ``gres_detail`` once a job ends) never deletes, so a finished job keeps the GPUs it held.
-  Only jobs whose allocation changed are touched: a steady cluster costs one ``SELECT``.
+  Only jobs whose allocation changed are touched: a steady cluster costs one ``SELECT``. A
+  changed job's ``job_hours`` already summed are summed again from its new map, and its
+  ``job_totals`` row is deleted (both were derived from the old map).
 - :func:`attach_attributed_gpus` (the rollup pass) — a job Slurm gave no GPU map gets the GPUs
   the agents attributed to it (``source = 'agent'``) until Slurm's allocation replaces them.
 
@@ -37,6 +39,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, SlurmJob
+from gpuwatch.sql.job_hours import resum_jobs
 from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
 
 #: ``job_gpus.source``: Slurm's allocation, or the GPUs the agents attributed to a job Slurm
@@ -199,7 +202,8 @@ def replace_job_gpus(conn: sa.Connection, allocations: Mapping[str, Allocation])
 
     ``allocations`` maps job id -> {node: indices} (``SlurmJob.gpu_indices``); jobs with an
     empty allocation are ignored (see the module doc). The jobs must already be in
-    ``slurm_jobs`` (foreign key).
+    ``slurm_jobs`` (foreign key). A changed job's summed hours are summed again from its new
+    map and its stored totals dropped (:func:`gpuwatch.sql.job_hours.resum_jobs`).
     """
     wanted = {job: _pairs(alloc) for job, alloc in allocations.items() if _pairs(alloc)}
     if not wanted:
@@ -223,6 +227,8 @@ def replace_job_gpus(conn: sa.Connection, allocations: Mapping[str, Allocation])
     ]
     for chunk in _chunks(rows):
         conn.execute(job_gpus.insert(), list(chunk))
+    for chunk in _chunks(changed):  # what was derived from the old map: summed anew
+        resum_jobs(conn, chunk)
     return len(changed)
 
 

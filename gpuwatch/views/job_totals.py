@@ -12,8 +12,8 @@ A row counts only while it is current (:func:`_current`): the Slurm facts it res
 end, GPUs, CPUs, time limit, state, billing) are unchanged, and so is the job's newest
 evaluation time (a newer one: verdicts came after). Storing or deleting verdicts of the job
 deletes its row (triggers on ``verdicts``), so does summing one of its hours again
-(``sql/job_hours.py``); the next pass makes it again. A job whose GPU map (``job_gpus``) is
-replaced after its hours are summed keeps the figures of the old map, as its ``job_hours`` do.
+(``sql/job_hours.py``) and replacing its GPU map (``job_gpus``: its summed hours are summed
+again from the new map, :func:`gpuwatch.sql.job_hours.resum_jobs`); the next pass makes it again.
 """
 
 from __future__ import annotations

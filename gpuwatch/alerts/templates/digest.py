@@ -85,6 +85,44 @@ def usage_sentences(row: ReportRow, whose: str) -> list[str]:
     return out
 
 
+def _jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
+
+
+def advice_sentences(row: ReportRow) -> list[str]:
+    """The week's right-sizing advice and estimated saving in words, from the figures
+    ``gpuwatch report`` shows: its jobs that ran wholly within the week, each advised as
+    ``gpuwatch job ID`` advises it (fewer GPUs, a smaller card or MIG slice) and each verdict's
+    estimated saving, summed. Nothing where nothing was advised or estimated."""
+    out = []
+    parts = []
+    if row.jobs_advised_gpus:
+        parts.append(
+            f"{_jobs(row.jobs_advised_gpus)} could have requested fewer GPUs "
+            "(some of the GPUs stayed idle the whole run)"
+        )
+    if row.jobs_advised_gpu_size:
+        parts.append(
+            f"{_jobs(row.jobs_advised_gpu_size)} a smaller GPU or MIG slice "
+            "(the GPU memory peak and activity would fit one)"
+        )
+    if parts:
+        out.append(
+            "Next time: of the jobs that ran wholly within the week, "
+            + " and ".join(parts)
+            + "; gpuwatch job ID says what to request."
+        )
+    saving = row.saving_gpu_hours
+    if saving is not None and round(saving, 1) > 0:
+        out.append(
+            f"Estimated saving: about {fmt.number(saving)} GPU-hours had the causes found been fixed. "
+            "An estimate: the sum, over the jobs that ran wholly within the week, of each one's "
+            "estimate from its verdict (idle GPUs: their GPU-hours; CPU only: all; input-bound: the "
+            "GPUs' idle share; no mixed precision: half, assumed); gpuwatch job ID shows each job's basis."
+        )
+    return out
+
+
 def _period(d: AdminDigest | UserDigest | AccountDigest) -> str:
     return f"{fmt.when(d.period_start)} to {fmt.when(d.period_end)}"
 
@@ -210,6 +248,7 @@ def user_email(d: UserDigest, job_link: Any = None) -> dict[str, str]:
         "",
         f"between {_period(d)} your GPU jobs left {fmt.number(d.gpu_hours_wasted)} GPU-hours unused.",
         *(usage_sentences(d.usage, "Your jobs") if d.usage else []),
+        *(advice_sentences(d.usage) if d.usage else []),
         "",
     ]
     for j in d.jobs:
@@ -238,6 +277,7 @@ def user_email(d: UserDigest, job_link: Any = None) -> dict[str, str]:
             f"<p>between {h(_period(d))} your GPU jobs left "
             f"<b>{fmt.number(d.gpu_hours_wasted)} GPU-hours</b> unused.</p>",
             *(f"<p>{h(s)}</p>" for s in (usage_sentences(d.usage, "Your jobs") if d.usage else [])),
+            *(f"<p>{h(s)}</p>" for s in (advice_sentences(d.usage) if d.usage else [])),
             f"<ul>{items}</ul>",
             '<p style="color:#666;font-size:small">gpuwatch weekly digest. '
             "You get this because you ran GPU jobs this week.</p>",
@@ -270,6 +310,15 @@ def _usage_fields(row: ReportRow | None, wasted: float) -> list[dict[str, str]]:
     return out
 
 
+def _advice_blocks(row: ReportRow | None) -> list[dict[str, Any]]:
+    """:func:`advice_sentences` as one Block Kit section; none where nothing was advised."""
+    sentences = advice_sentences(row) if row is not None else []
+    if not sentences:
+        return []
+    text = fmt.clip("\n".join(fmt.mrkdwn(s) for s in sentences), 3000)
+    return [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+
+
 def _job_mrkdwn(j: UserJobLine, url: str | None) -> str:
     label = f"*Job {fmt.mrkdwn(j.job_id)}*" + (f' "{fmt.mrkdwn(j.job_name)}"' if j.job_name else "")
     cause = fmt.mrkdwn(cause_text(j.cause).title)
@@ -300,6 +349,7 @@ def user_slack(d: UserDigest, job_link: Any = None) -> dict[str, Any]:
                 },
                 "fields": _usage_fields(d.usage, d.gpu_hours_wasted),
             },
+            *_advice_blocks(d.usage),
             {"type": "divider"},
             *(
                 {"type": "section", "text": {"type": "mrkdwn", "text": _job_mrkdwn(j, link(j.job_id))}}
@@ -328,7 +378,7 @@ def account_subject(d: AccountDigest) -> str:
 
 def account_email(d: AccountDigest) -> dict[str, str]:
     """The account's week for its owners: its figures and its users by wasted GPU-hours."""
-    sentences = usage_sentences(d.usage, f"Jobs of {d.account}")
+    sentences = usage_sentences(d.usage, f"Jobs of {d.account}") + advice_sentences(d.usage)
     lines = [
         f"GPU use of account {d.account}, {_period(d)}.",
         *sentences,
@@ -370,6 +420,7 @@ def account_slack(d: AccountDigest) -> dict[str, Any]:
                 },
                 "fields": _usage_fields(d.usage, d.usage.gpu_hours_wasted),
             },
+            *_advice_blocks(d.usage),
             {
                 "type": "section",
                 "text": {
