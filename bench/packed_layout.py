@@ -1,7 +1,8 @@
 """How far today's row layout is from a packed one: load rate and bytes per GPU-sample.
 
     .venv/bin/python bench/packed_layout.py [--nodes 40] [--batches-per-node 4] [--cycles 30] [--rounds 3]
-    .venv/bin/python bench/packed_layout.py --cycles 1 --batches-per-node 60   # what agents send
+    .venv/bin/python bench/packed_layout.py --cycles 1 --batches-per-node 60   # one-cycle batches
+    .venv/bin/python bench/packed_layout.py --cycles 18 --realistic [--toast-target 128] [--lz4]
 
 A question for the 100k GPU-samples/s goal (``docs/scaling.md``), not a code path of gpuwatch. Makes a
 throwaway database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and, in interleaved rounds, loads
@@ -15,7 +16,22 @@ the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each 
 * ``node-cycle``: one row per (node, cycle) whatever the batching, every GPU metric an array
   over the node's GPUs and the processes arrays with their GPU index: the unit that still
   packs when agents send one-cycle batches (they do, bundled), where a row per
-  (node, GPU, batch) is a row per sample again.
+  (node, GPU, batch) is a row per sample again;
+* ``compact``: ``packed`` with each metric in the narrowest type that holds what NVML gives
+  (``real`` for ratios, watts, clocks and rates: 4 bytes; the energy counter stays ``float8``),
+  the stamps as offsets in ms from the first, a metric with one value over the whole pack
+  stored once (a 1-element array: limits, totals, the max clocks) and one with none as NULL;
+  ``--toast-target`` sets its ``toast_tuple_target`` and ``--lz4`` its columns' compression;
+* ``node-batch``: ``compact``'s types, ONE row per (node, batch) for every GPU and cycle in it,
+  with the GPU index an array too: a PostgreSQL array costs 20-some bytes of header, which a
+  row per GPU pays per metric for a batch's 18 values, a row per node-batch for 8 x 18.
+
+PostgreSQL compresses a row's arrays only until the row fits ``toast_tuple_target`` (2 KB by
+default), so the bytes per GPU-sample of a packed row fall with the cycles per batch whatever
+the values hold. ``--realistic`` gives the GPUs values that change as a training job's do
+(utilization in whole percent around 95 %, power in mW, temperature, clocks, the energy
+counter rising, GPM ratios, PCIe and NVLink rates with noise) instead of the same values every
+cycle, which compress far better than real ones.
 
 Prints, for each, the load rate in GPU-samples/s (each with its processes; the rows built
 beforehand, so this is the database's side), the Python time to build the rows from the
@@ -26,6 +42,8 @@ samples are left out of all three.
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import statistics
 import sys
 import time
@@ -63,8 +81,25 @@ PROCESS_FIELDS = [gpu_process_packs.c[name] for name in _PROCESS_NAMES]
 
 
 def _type(column: sa.Column) -> str:
-    """The column's type on PostgreSQL; for the pack table's array columns, their element's."""
-    return column.type.compile(dialect=_PG).removesuffix("[]")
+    """The column's type on PostgreSQL; for the pack table's array columns, their element's. A
+    sketch keeps a JSON column's values as their JSON text (an array of JSON lists would be a
+    two-dimensional array, which an empty list cannot be part of)."""
+    sql_type = column.type.compile(dialect=_PG).removesuffix("[]")
+    return "TEXT" if sql_type == "JSONB" else sql_type
+
+
+_JSON_METRICS = {
+    i for i, c in enumerate(c for c in gpu_samples.c if c.name not in _KEYS) if _type(c) == "TEXT"
+}
+
+
+def _metric_values(sample: wire.GpuSample) -> list:
+    """A sample's metrics in :data:`METRICS` order, JSON ones as their text."""
+    values = list(_read_metrics(vars(sample)))
+    for i in _JSON_METRICS:
+        if values[i] is not None:
+            values[i] = json.dumps(values[i])
+    return values
 
 
 #: a sketch table: (name, [(column, PostgreSQL type)])
@@ -99,7 +134,7 @@ def _arrays(
 ) -> tuple[list[list], list[int], list[list]]:
     """``samples``' metrics as one binary array per column; their processes likewise, with
     ``owner(i, sample)`` for each process (which sample, or which GPU, it belongs to)."""
-    metric_columns = zip(*map(_read_metrics, map(vars, samples)), strict=True)
+    metric_columns = zip(*map(_metric_values, samples), strict=True)
     procs = [(owner(i, s), p) for i, s in enumerate(samples) for p in s.processes or ()]
     process_columns = (
         zip(*(_read_process(vars(p)) for _, p in procs), strict=True) if procs else [()] * len(PROCESS_FIELDS)
@@ -135,6 +170,157 @@ def packed_rows(node_id: int, batch: wire.Batch) -> list[list]:
     return rows
 
 
+#: ``compact``'s type per metric: the narrowest that holds what NVML gives
+_COMPACT_TYPE = {"DOUBLE PRECISION": "REAL"}
+_COMPACT_KEEP = {
+    "energy_joules": "DOUBLE PRECISION"
+}  # a counter of joules since driver load: float4 would round it
+
+
+def _compact_type(column: sa.Column) -> str:
+    sql_type = _type(column)
+    return _COMPACT_KEEP.get(column.name, _COMPACT_TYPE.get(sql_type, sql_type))
+
+
+def create_compact_table(conn: psycopg.Connection, toast_target: int | None, lz4: bool) -> Sketch:
+    """The (node, GPU, batch) sketch table in narrow types, constants once, no all-NULL arrays."""
+    columns = [
+        ("node_id", "INTEGER"),
+        ("gpu_index", "SMALLINT"),
+        ("first_ts", "TIMESTAMP WITH TIME ZONE"),
+        ("ts_offset_ms", "INTEGER[]"),
+        *((c.name, _compact_type(c) + "[]") for c in METRICS),
+        ("proc_sample", "SMALLINT[]"),
+        *((f"proc_{c.name}", _compact_type(c) + "[]") for c in PROCESS_FIELDS),
+    ]
+    compression = " COMPRESSION lz4" if lz4 else ""
+    body = ", ".join(
+        f'"{name}" {sql_type}{compression if sql_type.endswith("[]") else ""}' for name, sql_type in columns
+    )
+    options = f" WITH (toast_tuple_target = {toast_target})" if toast_target else ""
+    conn.execute(f"CREATE TABLE compact_gpu ({body}, PRIMARY KEY (node_id, gpu_index, first_ts)){options}")
+    return "compact_gpu", columns
+
+
+def _folded(values: list) -> list | None:
+    """A metric's values over a pack: once when they are all the same, NULL when all absent."""
+    first = values[0]
+    if all(v == first for v in values):
+        return None if first is None else [first]
+    return values
+
+
+_COMPACT_ARRAYS = [pg_arrays.array_type(_compact_type(c)) for c in METRICS]
+
+
+def compact_rows(node_id: int, batch: wire.Batch) -> list[list]:
+    """One row per GPU of the batch, as :func:`packed_rows`, in ``compact``'s layout."""
+    per_gpu: dict[int, list[wire.GpuSample]] = {}
+    for sample in batch.samples:
+        if isinstance(sample, wire.GpuSample):
+            per_gpu.setdefault(sample.gpu_index, []).append(sample)
+    return [[node_id, gpu_index, *_compact_arrays(samples)] for gpu_index, samples in per_gpu.items()]
+
+
+def node_batch_rows(node_id: int, batch: wire.Batch) -> list[list]:
+    """ONE row for the batch's GPU samples, every GPU and cycle, in ``compact``'s types."""
+    samples = [s for s in batch.samples if isinstance(s, wire.GpuSample)]
+    first, offsets, *rest = _compact_arrays(samples)
+    return [[node_id, first, pg_arrays.Int2Array(s.gpu_index for s in samples), offsets, *rest]]
+
+
+def _compact_arrays(samples: list[wire.GpuSample]) -> list:
+    """first stamp, offsets, the metrics (folded) and the processes of ``samples``."""
+    first = min(s.ts for s in samples)
+    offsets = [round((s.ts - first).total_seconds() * 1000) for s in samples]
+    metrics = []
+    for array, values in zip(_COMPACT_ARRAYS, zip(*map(_metric_values, samples), strict=True), strict=True):
+        folded = _folded(list(values))
+        metrics.append(None if folded is None else array(folded))
+    procs = [(i, p) for i, s in enumerate(samples) for p in s.processes or ()]
+    process_columns = (
+        zip(*(_read_process(vars(p)) for _, p in procs), strict=True) if procs else [()] * len(PROCESS_FIELDS)
+    )
+    processes = [
+        pg_arrays.array_type(_type(c))(v) for c, v in zip(PROCESS_FIELDS, process_columns, strict=True)
+    ]
+    return [
+        first,
+        pg_arrays.Int4Array(offsets),
+        *metrics,
+        pg_arrays.Int2Array(i for i, _ in procs),
+        *processes,
+    ]
+
+
+def create_node_batch_table(conn: psycopg.Connection) -> Sketch:
+    """The (node, batch) sketch table in ``compact``'s types: every GPU of the batch in one row."""
+    columns = [
+        ("node_id", "INTEGER"),
+        ("first_ts", "TIMESTAMP WITH TIME ZONE"),
+        ("gpu_index", "SMALLINT[]"),
+        ("ts_offset_ms", "INTEGER[]"),
+        *((c.name, _compact_type(c) + "[]") for c in METRICS),
+        ("proc_sample", "SMALLINT[]"),
+        *((f"proc_{c.name}", _compact_type(c) + "[]") for c in PROCESS_FIELDS),
+    ]
+    body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
+    conn.execute(f"CREATE TABLE node_batch ({body}, PRIMARY KEY (node_id, first_ts))")
+    return "node_batch", columns
+
+
+def realistic(batches: list[wire.Batch], seed: int = 1) -> list[wire.Batch]:
+    """``batches`` with GPU values that move as a training job's do (see the module doc)."""
+    rng = random.Random(seed)
+    energy: dict[tuple[str, int], float] = {}
+    out = []
+    for batch in batches:
+        samples = []
+        for s in batch.samples:
+            if isinstance(s, wire.GpuSample):
+                key = (batch.node, s.gpu_index)
+                util = min(100, max(0, round(rng.gauss(95, 4)))) / 100
+                power = round(rng.uniform(520_000, 690_000)) / 1000  # NVML: milliwatts
+                energy[key] = energy.get(key, rng.uniform(1e8, 1e9)) + power * 10
+                sm = rng.uniform(0.55, 0.75)
+                s = s.model_copy(
+                    update={
+                        "util_gpu_ratio": util,
+                        "util_memory_ratio": min(100, max(0, round(rng.gauss(40, 5)))) / 100,
+                        "util_gpu_idle_fraction_ratio": rng.choice([0.0, 0.0, 0.0, 0.1]),
+                        "util_gpu_stddev_ratio": round(rng.uniform(0, 0.05), 4),
+                        "memory_used_bytes": (60_000 + rng.choice([0, 0, 0, 2, 4])) * 2**20,
+                        "power_watts": power,
+                        "power_default_limit_watts": 700.0,
+                        "energy_joules": round(energy[key], 3),
+                        "sm_clock_hz": rng.choice([1980, 1980, 1980, 1965, 1950]) * 1e6,
+                        "sm_clock_max_hz": 1980e6,
+                        "memory_clock_hz": 2619e6,
+                        "memory_clock_max_hz": 2619e6,
+                        "temperature_celsius": float(rng.randint(58, 74)),
+                        "throttle_reasons": rng.choice([[], [], ["sw_power_cap"]]),
+                        "pcie_tx_bytes_per_s": rng.uniform(1e8, 3e9),
+                        "pcie_rx_bytes_per_s": rng.uniform(1e8, 3e9),
+                        "nvlink_tx_bytes_per_s": rng.uniform(1e10, 1e11),
+                        "nvlink_rx_bytes_per_s": rng.uniform(1e10, 1e11),
+                        "ecc_corrected_errors": 0,
+                        "ecc_uncorrected_errors": 0,
+                        "frameworks": ["pytorch"],
+                        "sm_active_ratio": sm,
+                        "sm_occupancy_ratio": sm * rng.uniform(0.4, 0.6),
+                        "tensor_active_ratio": sm * rng.uniform(0.3, 0.5),
+                        "dram_active_ratio": rng.uniform(0.2, 0.5),
+                        "fp32_active_ratio": rng.uniform(0.0, 0.1),
+                        "fp16_active_ratio": sm * rng.uniform(0.2, 0.4),
+                        "fp64_active_ratio": 0.0,
+                        "gr_engine_active_ratio": util,
+                    }
+                )
+            samples.append(s)
+        out.append(batch.model_copy(update={"samples": samples}))
+    return out
+
+
 def create_node_cycle_table(conn: psycopg.Connection) -> Sketch:
     """The (node, cycle) sketch table."""
     columns = [
@@ -164,6 +350,13 @@ def node_cycle_rows(node_id: int, batch: wire.Batch) -> list[list]:
     return rows
 
 
+def _copy_type(sql_type: str) -> str:
+    """:func:`copy_type`, and ``real`` (which no gpuwatch table has yet) as ``float4``."""
+    if sql_type.removesuffix("[]") == "REAL":
+        return "float4" + ("[]" if sql_type.endswith("[]") else "")
+    return copy_type(sql_type)
+
+
 def load_sketch(
     conn: psycopg.Connection,
     sketch: Sketch,
@@ -180,7 +373,7 @@ def load_sketch(
     rows = [row for batch in batches for row in make_rows(ids[batch.node], batch)]
     built = time.perf_counter()
     with conn.cursor() as cur:
-        copy_into(cur, name, [c for c, _ in columns], [copy_type(t) for _, t in columns], rows)
+        copy_into(cur, name, [c for c, _ in columns], [_copy_type(t) for _, t in columns], rows)
     conn.commit()
     return built - started, time.perf_counter() - built
 
@@ -229,10 +422,15 @@ def main() -> None:
     ap.add_argument("--batches-per-node", type=int, default=4)
     ap.add_argument("--cycles", type=int, default=30, help="cycles per batch")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--realistic", action="store_true", help="GPU values that move as a training job's do")
+    ap.add_argument("--toast-target", type=int, default=None, help="compact's toast_tuple_target (128..8160)")
+    ap.add_argument("--lz4", action="store_true", help="compact's arrays compressed with lz4")
     args = ap.parse_args()
     batches = make_batches(
         args.nodes, args.batches_per_node * args.cycles, 8, timedelta(0), per_batch=args.cycles
     )
+    if args.realistic:
+        batches = realistic(batches)
     gpu_samples_n = sum(1 for b in batches for s in b.samples if s.kind == "gpu")
     name, url, engine = fresh_db()
     try:
@@ -240,20 +438,28 @@ def main() -> None:
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
             packed = create_packed_table(conn)
             node_cycle = create_node_cycle_table(conn)
+            compact = create_compact_table(conn, args.toast_target, args.lz4)
+            node_batch = create_node_batch_table(conn)
             conn.commit()
             timings: dict[str, list[tuple[float, float]]] = {
                 "rows (raw COPY)": [],
                 "packed": [],
                 "node-cycle": [],
+                "compact": [],
+                "node-batch": [],
             }
             for _ in range(args.rounds):
                 timings["rows (raw COPY)"].append(load_rows(conn, batches, ids))
                 timings["packed"].append(load_sketch(conn, packed, packed_rows, batches, ids))
                 timings["node-cycle"].append(load_sketch(conn, node_cycle, node_cycle_rows, batches, ids))
+                timings["compact"].append(load_sketch(conn, compact, compact_rows, batches, ids))
+                timings["node-batch"].append(load_sketch(conn, node_batch, node_batch_rows, batches, ids))
             sizes = {
                 "rows (raw COPY)": bytes_of(conn, ["gpu_samples", "gpu_process_packs"]),
                 "packed": bytes_of(conn, ["packed_gpu"]),
                 "node-cycle": bytes_of(conn, ["node_cycle"]),
+                "compact": bytes_of(conn, ["compact_gpu"]),
+                "node-batch": bytes_of(conn, ["node_batch"]),
             }
     finally:
         engine.dispose()
@@ -269,7 +475,7 @@ def main() -> None:
             f"rounds {rounds}); building them {build_ms:.2f} ms per batch in Python; "
             f"{sizes[layout] / gpu_samples_n:,.0f} B per GPU-sample"
         )
-    for layout in ("packed", "node-cycle"):
+    for layout in ("packed", "node-cycle", "compact", "node-batch"):
         ratio = load_rate[layout] / load_rate["rows (raw COPY)"]
         shrink = sizes["rows (raw COPY)"] / sizes[layout]
         print(f"{layout} / rows: {ratio:.2f}x the load rate, {shrink:.1f}x less disk")
