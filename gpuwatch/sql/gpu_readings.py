@@ -1,7 +1,7 @@
 """Raw GPU samples, read: the one module that knows how they lie on disk.
 
-Every reader of raw GPU samples — the rollup pass (``sql/rollups.py``), the job listing's
-utilization (``views/jobs.py``), the node list's counts (``views/nodes.py``) — asks here, never
+Every reader of raw GPU samples — the rollup pass (``sql/rollups.py``), the node list's counts
+(``views/nodes.py``) — asks here, never
 the table itself, so the storage layout (a row per node, GPU and stamp in ``gpu_samples``)
 changes in one place. The writer is the daemon's store
 (``daemon/store/batch_store.py``).

@@ -17,10 +17,10 @@ import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, normalize_state
-from gpuwatch.sql.gpu_readings import gpu_samples_between
+from gpuwatch.sql.job_hours import floor_hour
 from gpuwatch.sql.jobs import CHUNK, SLURM
 from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
-from gpuwatch.sql.types import UtcDateTime
+from gpuwatch.views.period import jobs_in_period
 
 
 def _chunks(items: Sequence[Any], size: int = CHUNK) -> list[Sequence[Any]]:
@@ -112,11 +112,12 @@ def jobs_query(
 ) -> list[JobSummary]:
     """Jobs matching ``filters``, newest start first (pending last), with GPUs and utilization.
 
-    Utilization is the mean of the raw GPU samples' ``util_gpu_ratio`` over the job's GPUs from
-    ``job_gpus``, samples with ``start_at <= ts < coalesce(end_at, now)``. A job with no
-    ``job_gpus`` rows (seen only by ``sacct``, or the sync is off) falls back to the agents'
-    ``attribution_samples``, matched to the GPU samples of the same node, GPU and time stamp
-    (both come from one agent cycle).
+    The GPUs are the job's ``job_gpus`` from Slurm; a job with none (seen only by ``sacct``, or
+    the sync is off) falls back to those the agents attributed to it (``attribution_samples``).
+    Utilization is the sample-weighted mean over its run of the GPU-minutes it held
+    (:func:`gpuwatch.views.period.jobs_in_period`: the job-hours the rollup pass summed, the
+    minutes of the rest), the figure ``gpuwatch report`` and the job view read, so it is there
+    for as long as the rollups are, not only while the raw samples are kept.
     """
     filters = filters or JobFilters()
     now = now or utcnow()
@@ -169,16 +170,18 @@ def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSu
         stmt = stmt.limit(f.limit)
     rows = conn.execute(stmt).mappings().all()
     ids = [r["job_id"] for r in rows]
-    slurm_gpus, slurm_util = _by_job_gpus(conn, ids, now)
+    slurm_gpus = _by_job_gpus(conn, ids)
     missing = [i for i in ids if i not in slurm_gpus]
-    agent_gpus, agent_util = _by_attribution(conn, missing) if missing else ({}, {})
+    agent_gpus = _by_attribution(conn, missing) if missing else {}
+    util = _utilization(conn, rows, now)
     out = []
     for r in rows:
         job_id = r["job_id"]
+        mean, n = util.get(job_id, (None, 0))
         if job_id in slurm_gpus:
-            gpu_list, (mean, n), matched = slurm_gpus[job_id], slurm_util.get(job_id, (None, 0)), "slurm"
+            gpu_list, matched = slurm_gpus[job_id], "slurm"
         elif job_id in agent_gpus:
-            gpu_list, (mean, n), matched = agent_gpus[job_id], agent_util.get(job_id, (None, 0)), "agent"
+            gpu_list, matched = agent_gpus[job_id], "agent"
         else:
             gpu_list, mean, n, matched = [], None, 0, None
         start, end = r["start_at"], r["end_at"]
@@ -207,15 +210,10 @@ def _gpu_label(node: str, index: int) -> str:
     return f"{node}:{index}"
 
 
-def _by_job_gpus(
-    conn: sa.Connection, ids: Sequence[str], now: datetime
-) -> tuple[dict[str, list[str]], dict[str, tuple[float | None, int]]]:
-    """GPUs from ``job_gpus`` and the mean utilization of their samples in the job's run time."""
+def _by_job_gpus(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[str]]:
+    """Job id -> its GPUs from ``job_gpus`` (Slurm's allocation), as ``node:index``."""
     gpus: dict[str, list[str]] = defaultdict(list)
-    util: dict[str, tuple[float | None, int]] = {}
-    samples = gpu_samples_between()
-    j, g, s = slurm_jobs.c, job_gpus.c, samples.c
-    end = sa.func.coalesce(j.end_at, sa.literal(now, UtcDateTime))
+    g = job_gpus.c
     for chunk in _chunks(list(ids)):
         for job_id, node, idx in conn.execute(
             sa.select(g.job_id, g.node, g.gpu_index)
@@ -223,38 +221,14 @@ def _by_job_gpus(
             .order_by(g.node, g.gpu_index)
         ):
             gpus[job_id].append(_gpu_label(node, idx))
-        stmt = (
-            sa.select(g.job_id, sa.func.avg(s.util_gpu_ratio), sa.func.count(s.util_gpu_ratio))
-            .select_from(job_gpus)
-            .join(slurm_jobs, j.job_id == g.job_id)
-            .join(nodes, nodes.c.name == g.node)
-            .join(
-                samples,
-                sa.and_(
-                    s.node_id == nodes.c.id,
-                    s.gpu_index == g.gpu_index,
-                    s.ts >= j.start_at,
-                    s.ts < end,
-                ),
-            )
-            .where(g.job_id.in_(chunk), g.source == SLURM)
-            .group_by(g.job_id)
-        )
-        for job_id, mean, n in conn.execute(stmt):
-            util[job_id] = (float(mean) if mean is not None else None, int(n))
-    return dict(gpus), util
+    return dict(gpus)
 
 
-def _by_attribution(
-    conn: sa.Connection, ids: Sequence[str]
-) -> tuple[dict[str, list[str]], dict[str, tuple[float | None, int]]]:
-    """GPUs and utilization from the agents' attribution samples (jobs without ``job_gpus``)."""
-    gpus: dict[str, list[str]] = {}
-    util: dict[str, tuple[float | None, int]] = {}
-    samples = gpu_samples_between()
-    a, s = attribution_samples.c, samples.c
+def _by_attribution(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[str]]:
+    """Job id -> the GPUs the agents attributed to it (jobs without Slurm's ``job_gpus``)."""
+    a = attribution_samples.c
+    found: dict[str, set[tuple[str, int]]] = defaultdict(set)
     for chunk in _chunks(list(ids)):
-        found: dict[str, set[tuple[str, int]]] = defaultdict(set)
         for job_id, node, idx in conn.execute(
             sa.select(a.job_id, nodes.c.name, a.gpu_index)
             .join(nodes, nodes.c.id == a.node_id)
@@ -262,18 +236,21 @@ def _by_attribution(
             .distinct()
         ):
             found[job_id].add((node, int(idx)))
-        for job_id, pairs in found.items():
-            gpus[job_id] = [_gpu_label(n, i) for n, i in sorted(pairs)]
-        stmt = (
-            sa.select(a.job_id, sa.func.avg(s.util_gpu_ratio), sa.func.count(s.util_gpu_ratio))
-            .select_from(attribution_samples)
-            .join(
-                samples,
-                sa.and_(s.node_id == a.node_id, s.gpu_index == a.gpu_index, s.ts == a.ts),
-            )
-            .where(a.job_id.in_(chunk))
-            .group_by(a.job_id)
-        )
-        for job_id, mean, n in conn.execute(stmt):
-            util[job_id] = (float(mean) if mean is not None else None, int(n))
-    return gpus, util
+    return {job_id: [_gpu_label(n, i) for n, i in sorted(pairs)] for job_id, pairs in found.items()}
+
+
+def _utilization(
+    conn: sa.Connection, rows: Sequence[sa.RowMapping], now: datetime
+) -> dict[str, tuple[float | None, int]]:
+    """Job id -> (mean utilization of the GPUs it held over its run, samples behind it), from
+    the rollups (the agents' attributed GPUs count once the rollup pass has added them to
+    ``job_gpus``); jobs not started yet have none."""
+    started = [r for r in rows if r["start_at"] is not None and r["start_at"] < now]
+    if not started:
+        return {}
+    first = floor_hour(min(r["start_at"] for r in started))
+    found = jobs_in_period(conn.engine, first, now, [r["job_id"] for r in started])
+    return {
+        job_id: (p.util_sum / p.util_samples if p.util_samples else None, p.util_samples)
+        for job_id, p in found.items()
+    }

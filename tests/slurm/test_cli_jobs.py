@@ -20,6 +20,7 @@ from gpuwatch.slurm.model import SlurmJob
 from gpuwatch.sql import jobs, migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import create_token, get_node
+from gpuwatch.sql.rollups import Rollup, floor_minute
 from gpuwatch.wire import Batch, GpuSample
 
 
@@ -56,6 +57,7 @@ def filled(db_url) -> str:
         samples = [GpuSample(ts=start + timedelta(minutes=m), gpu_index=i, util_gpu_ratio=0.5 * i)
                    for m in range(1, 6) for i in (0, 1)]  # fmt: skip
         BatchStore(engine).store(node_id, Batch(node="n1", agent_version="t", samples=samples))
+        Rollup(engine).roll(floor_minute(start), floor_minute(now))  # utilization is the rollups'
     finally:
         engine.dispose()
     return db_url

@@ -14,7 +14,8 @@ from gpuwatch.slurm.sacct import parse_sacct_json
 from gpuwatch.slurm.squeue import parse_squeue_json
 from gpuwatch.sql import jobs
 from gpuwatch.sql.nodes import create_token, get_node
-from gpuwatch.sql.schema import job_gpus, slurm_jobs
+from gpuwatch.sql.rollups import Rollup, floor_minute
+from gpuwatch.sql.schema import gpu_samples, job_gpus, slurm_jobs
 from gpuwatch.wire import AttributionSample, Batch, GpuSample
 
 from .conftest import V2205
@@ -149,6 +150,9 @@ def _node_with_samples(engine: sa.Engine, node: str, util: dict[int, list[float]
                     AttributionSample(ts=ts, gpu_index=idx, job_id=attribution[idx], source="prolog")
                 )
     BatchStore(engine).store(node_id, Batch(node=node, agent_version="t", samples=samples))
+    # the listing's utilization is the rollups': the pass rolls the samples' minutes
+    last = start + timedelta(seconds=10 * max(len(v) for v in util.values()))
+    Rollup(engine).roll(floor_minute(start), floor_minute(last) + timedelta(minutes=1))
 
 
 def test_jobs_query_filters_gpus_and_utilization(engine, ids) -> None:
@@ -164,6 +168,11 @@ def test_jobs_query_filters_gpus_and_utilization(engine, ids) -> None:
     assert got[ids["gpu1"]].mean_util_ratio == 0.25 and got[ids["gpu1"]].gpu_list == ["vm:2"]
     assert got[ids["cpu"]].gpu_list == [] and got[ids["cpu"]].mean_util_ratio is None
     assert got["29"].display_id == "28_1"
+    # the raw samples gone (retention keeps them 14 days): the figure stays, it is the rollups'
+    with engine.begin() as conn:
+        conn.execute(gpu_samples.delete())
+    again = {j.job_id: j for j in views.jobs_query(engine, now=NOW)}[ids["gpu2"]]
+    assert (again.mean_util_ratio, again.util_samples) == (j25.mean_util_ratio, 10)
     # filters
     q = lambda **kw: [j.job_id for j in views.jobs_query(engine, views.JobFilters(**kw), now=NOW)]  # noqa: E731
     assert set(q(user="alice")) == {j.job_id for j in squeue() if j.user == "alice"}
