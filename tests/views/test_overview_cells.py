@@ -4,8 +4,8 @@ PostgreSQL hands them over as arrays (``views/overview._node_cells``) and SQLite
 either way ``cluster_overview`` must give the cells, rows and simulated flag that the plain
 per-row read of ``node_minutes`` gives. The rows here cover what that read skips or keeps:
 minutes before and at the span's ends, a node-minute with no GPU reading (``n = 0``), one
-whose sum is missing, a node with no minute in the span (no row on the map), a simulated
-node, and utilizations off the 0..1 range as stored.
+whose sum is missing, a node whose every minute misses it (a row with no cell), a node with
+no minute in the span (no row), a simulated node, and utilizations off the 0..1 range as stored.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ START = END - timedelta(minutes=60)
 
 def _fill(engine: sa.Engine) -> None:
     rng = random.Random(21)
-    names = ["n10", "n02", "sim1", "quiet", "n03"]  # ids in this order: rows sort by name
+    names = ["n10", "n02", "sim1", "quiet", "n03", "blank"]  # ids in this order: rows sort by name
     rows = []
     for node_id, name in enumerate(names, start=1):
         if name == "quiet":  # only minutes outside the span
@@ -33,8 +33,8 @@ def _fill(engine: sa.Engine) -> None:
         else:
             minutes = [START + timedelta(minutes=k) for k in range(-3, 63) if rng.random() < 0.8]
         for minute in minutes:
-            n = rng.choice([0, 1, 4, 8])
-            total = None if rng.random() < 0.05 else rng.uniform(-0.1, 1.1) * n
+            n = 8 if name == "blank" else rng.choice([0, 1, 4, 8])
+            total = None if name == "blank" or rng.random() < 0.05 else rng.uniform(-0.1, 1.1) * n
             rows.append(
                 {
                     "node_id": node_id,
@@ -74,7 +74,7 @@ def _per_row(engine: sa.Engine) -> tuple[list[str], dict[tuple[int, int], float]
 def test_the_cells_are_the_per_row_read(engine) -> None:
     _fill(engine)
     rows, cells, simulated = _per_row(engine)
-    assert rows == ["n02", "n03", "n10", "sim1"] and simulated  # "quiet" has no minute in the span
+    assert rows == ["blank", "n02", "n03", "n10", "sim1"] and simulated  # "quiet": no minute in the span
     assert len(cells) > 100 and {m for _, m in cells} <= set(range(60))
     ov = cluster_overview(engine, NOW)
     assert (ov.rows, ov.simulated, ov.start, ov.minutes) == (rows, simulated, START, 60)
