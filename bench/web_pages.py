@@ -129,7 +129,7 @@ SHIFT = [
 def bring_to_now(engine: sa.Engine) -> None:
     """A kept database's data moved to end at the current minute, as a fresh fill's does: the
     pages read "the last hour" and "running now" by the clock. Each GPU's and job's minutes
-    older than the span are rotated to its newest end (a few rows a minute, not a refill), the
+    older than the span are rotated to its newest end (the gap's rows, not a refill), the
     times of GPUs, nodes, jobs and verdicts moved by the gap."""
     with engine.begin() as conn:
         first, last = conn.execute(sa.text("SELECT min(minute), max(minute) FROM node_minutes")).one()
