@@ -94,9 +94,11 @@ def render(
     if fmt is OutputFormat.JSON:
         # an array with one row per line: as readable as indenting each key, greppable, and
         # written by json's C encoder (indenting takes its pure-Python one, ~10x slower)
-        # (times and plain enums through ``default``, which the encoder calls for them only)
+        # (times and plain enums through ``default``, which the encoder calls for them only);
+        # one encoder for every row: ``json.dumps`` with ``default`` builds one per call
         keys = [k for k, _ in columns]
-        lines = ",\n".join(json.dumps({k: r.get(k) for k in keys}, default=_json_value) for r in rows)
+        encode = json.JSONEncoder(default=_json_value).encode
+        lines = ",\n".join(encode({k: r.get(k) for k in keys}) for r in rows)
         return f"[\n{lines}\n]" if rows else "[]"
     if fmt is OutputFormat.CSV:
         buf = io.StringIO()
