@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, normalize_state
 from gpuwatch.sql.job_hours import floor_hour
-from gpuwatch.sql.jobs import CHUNK, SLURM
+from gpuwatch.sql.jobs import AGENT, CHUNK, SLURM
 from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
 from gpuwatch.views.period import jobs_in_period
 
@@ -112,8 +112,9 @@ def jobs_query(
 ) -> list[JobSummary]:
     """Jobs matching ``filters``, newest start first (pending last), with GPUs and utilization.
 
-    The GPUs are the job's ``job_gpus`` from Slurm; a job with none (seen only by ``sacct``, or
-    the sync is off) falls back to those the agents attributed to it (``attribution_samples``).
+    The GPUs are the job's ``job_gpus``: Slurm's allocation, else (a job seen only by ``sacct``,
+    or the sync is off) those the agents attributed to it, as the rollup pass stored them, or
+    before it has, as the agents' ``attribution_samples`` say.
     Utilization is the sample-weighted mean over its run of the GPU-minutes it held
     (:func:`gpuwatch.views.period.jobs_in_period`: the job-hours the rollup pass summed, the
     minutes of the rest), the figure ``gpuwatch report`` and the job view read, so it is there
@@ -170,18 +171,18 @@ def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSu
         stmt = stmt.limit(f.limit)
     rows = conn.execute(stmt).mappings().all()
     ids = [r["job_id"] for r in rows]
-    slurm_gpus = _by_job_gpus(conn, ids)
-    missing = [i for i in ids if i not in slurm_gpus]
-    agent_gpus = _by_attribution(conn, missing) if missing else {}
+    mapped = _by_job_gpus(conn, ids)
+    missing = [i for i in ids if i not in mapped]
+    attributed = _by_attribution(conn, missing) if missing else {}
     util = _utilization(conn, rows, now)
     out = []
     for r in rows:
         job_id = r["job_id"]
         mean, n = util.get(job_id, (None, 0))
-        if job_id in slurm_gpus:
-            gpu_list, matched = slurm_gpus[job_id], "slurm"
-        elif job_id in agent_gpus:
-            gpu_list, matched = agent_gpus[job_id], "agent"
+        if job_id in mapped:
+            gpu_list, matched = mapped[job_id]
+        elif job_id in attributed:
+            gpu_list, matched = attributed[job_id], AGENT
         else:
             gpu_list, mean, n, matched = [], None, 0, None
         start, end = r["start_at"], r["end_at"]
@@ -210,22 +211,26 @@ def _gpu_label(node: str, index: int) -> str:
     return f"{node}:{index}"
 
 
-def _by_job_gpus(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[str]]:
-    """Job id -> its GPUs from ``job_gpus`` (Slurm's allocation), as ``node:index``."""
+def _by_job_gpus(conn: sa.Connection, ids: Sequence[str]) -> dict[str, tuple[list[str], str]]:
+    """Job id -> its GPUs from ``job_gpus`` as ``node:index``, and whose map that is: Slurm's
+    allocation, or the agents' attribution the rollup pass stored for a job Slurm gave none."""
     gpus: dict[str, list[str]] = defaultdict(list)
+    source: dict[str, str] = {}
     g = job_gpus.c
     for chunk in _chunks(list(ids)):
-        for job_id, node, idx in conn.execute(
-            sa.select(g.job_id, g.node, g.gpu_index)
-            .where(g.job_id.in_(chunk), g.source == SLURM)
+        for job_id, node, idx, src in conn.execute(
+            sa.select(g.job_id, g.node, g.gpu_index, g.source)
+            .where(g.job_id.in_(chunk))
             .order_by(g.node, g.gpu_index)
         ):
             gpus[job_id].append(_gpu_label(node, idx))
-    return dict(gpus)
+            source[job_id] = SLURM if SLURM in (src, source.get(job_id)) else src
+    return {job_id: (labels, source[job_id]) for job_id, labels in gpus.items()}
 
 
 def _by_attribution(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[str]]:
-    """Job id -> the GPUs the agents attributed to it (jobs without Slurm's ``job_gpus``)."""
+    """Job id -> the GPUs the agents attributed to it, for jobs with no ``job_gpus`` yet (the
+    rollup pass stores the agents' map once it rolls the job's minutes)."""
     a = attribution_samples.c
     found: dict[str, set[tuple[str, int]]] = defaultdict(set)
     for chunk in _chunks(list(ids)):

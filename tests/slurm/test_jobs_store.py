@@ -15,7 +15,7 @@ from gpuwatch.slurm.squeue import parse_squeue_json
 from gpuwatch.sql import jobs
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.rollups import Rollup, floor_minute
-from gpuwatch.sql.schema import gpu_samples, job_gpus, slurm_jobs
+from gpuwatch.sql.schema import attribution_samples, gpu_samples, job_gpus, slurm_jobs
 from gpuwatch.wire import AttributionSample, Batch, GpuSample
 
 from .conftest import V2205
@@ -196,6 +196,14 @@ def test_jobs_query_falls_back_to_agent_attribution(engine) -> None:
     (got,) = views.jobs_query(engine, now=NOW)
     assert (got.gpu_list, got.util_samples, got.matched_by) == (["gpu07:3"], 2, "agent")
     assert abs(got.mean_util_ratio - 0.3) < 1e-9
+    # the raw samples gone (retention): the map the rollup pass stored and the rollups remain
+    with engine.begin() as conn:
+        conn.execute(gpu_samples.delete())
+        conn.execute(attribution_samples.delete())
+    (again,) = views.jobs_query(engine, now=NOW)
+    assert (again.gpu_list, again.util_samples, again.matched_by, again.mean_util_ratio) == (
+        got.gpu_list, 2, "agent", got.mean_util_ratio
+    )  # fmt: skip
 
 
 def test_two_upserts_in_one_transaction(engine) -> None:
