@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import time
@@ -67,6 +66,7 @@ from bench.ingest import (
     make_batches,
     register,
 )
+from bench.realistic import realistic
 from gpuwatch import wire
 from gpuwatch.daemon.store import pg_arrays
 from gpuwatch.daemon.store.batch_store import BatchStore, sample_rows
@@ -267,58 +267,6 @@ def create_node_batch_table(conn: psycopg.Connection) -> Sketch:
     body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
     conn.execute(f"CREATE TABLE node_batch ({body}, PRIMARY KEY (node_id, first_ts))")
     return "node_batch", columns
-
-
-def realistic(batches: list[wire.Batch], seed: int = 1) -> list[wire.Batch]:
-    """``batches`` with GPU values that move as a training job's do (see the module doc)."""
-    rng = random.Random(seed)
-    energy: dict[tuple[str, int], float] = {}
-    out = []
-    for batch in batches:
-        samples = []
-        for s in batch.samples:
-            if isinstance(s, wire.GpuSample):
-                key = (batch.node, s.gpu_index)
-                util = min(100, max(0, round(rng.gauss(95, 4)))) / 100
-                power = round(rng.uniform(520_000, 690_000)) / 1000  # NVML: milliwatts
-                energy[key] = energy.get(key, rng.uniform(1e8, 1e9)) + power * 10
-                sm = rng.uniform(0.55, 0.75)
-                s = s.model_copy(
-                    update={
-                        "util_gpu_ratio": util,
-                        "util_memory_ratio": min(100, max(0, round(rng.gauss(40, 5)))) / 100,
-                        "util_gpu_idle_fraction_ratio": rng.choice([0.0, 0.0, 0.0, 0.1]),
-                        "util_gpu_stddev_ratio": round(rng.uniform(0, 0.05), 4),
-                        "memory_used_bytes": (60_000 + rng.choice([0, 0, 0, 2, 4])) * 2**20,
-                        "power_watts": power,
-                        "power_default_limit_watts": 700.0,
-                        "energy_joules": round(energy[key], 3),
-                        "sm_clock_hz": rng.choice([1980, 1980, 1980, 1965, 1950]) * 1e6,
-                        "sm_clock_max_hz": 1980e6,
-                        "memory_clock_hz": 2619e6,
-                        "memory_clock_max_hz": 2619e6,
-                        "temperature_celsius": float(rng.randint(58, 74)),
-                        "throttle_reasons": rng.choice([[], [], ["sw_power_cap"]]),
-                        "pcie_tx_bytes_per_s": rng.uniform(1e8, 3e9),
-                        "pcie_rx_bytes_per_s": rng.uniform(1e8, 3e9),
-                        "nvlink_tx_bytes_per_s": rng.uniform(1e10, 1e11),
-                        "nvlink_rx_bytes_per_s": rng.uniform(1e10, 1e11),
-                        "ecc_corrected_errors": 0,
-                        "ecc_uncorrected_errors": 0,
-                        "frameworks": ["pytorch"],
-                        "sm_active_ratio": sm,
-                        "sm_occupancy_ratio": sm * rng.uniform(0.4, 0.6),
-                        "tensor_active_ratio": sm * rng.uniform(0.3, 0.5),
-                        "dram_active_ratio": rng.uniform(0.2, 0.5),
-                        "fp32_active_ratio": rng.uniform(0.0, 0.1),
-                        "fp16_active_ratio": sm * rng.uniform(0.2, 0.4),
-                        "fp64_active_ratio": 0.0,
-                        "gr_engine_active_ratio": util,
-                    }
-                )
-            samples.append(s)
-        out.append(batch.model_copy(update={"samples": samples}))
-    return out
 
 
 def create_node_cycle_table(conn: psycopg.Connection) -> Sketch:

@@ -1,7 +1,8 @@
 """Bytes on disk per GPU-sample (PostgreSQL), measured at small scale and extrapolated.
 
     .venv/bin/python bench/storage.py [--nodes 20] [--gpus 8] [--hours 1] \
-        [--target-nodes 1000] [--raw-days 14] [--rollup-days 400] [--process-days N] [--bundle N]
+        [--target-nodes 1000] [--raw-days 14] [--rollup-days 400] [--process-days N] [--bundle N] \
+        [--realistic] [--json]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), stores
 ``hours`` of 10 s cycles of ``nodes`` nodes (each cycle: ``gpus`` GPU samples with 2
@@ -14,11 +15,17 @@ table and of the rollup tables. Prints bytes per row and extrapolates to ``targe
 Batches are stored one cycle of all nodes per group, as the daemon stores agents' pushes; with
 ``--bundle N``, N consecutive cycles of every node per group, as it stores replayed backlogs
 (or ``agent.push_every = N``): a node's processes of one group share one packed row.
+``--realistic`` gives the GPUs moving values (``bench/realistic.py``) instead of the same ones
+every cycle, which compress far better than a GPU's readings. ``--json`` prints one object
+instead: ``raw_bytes_per_gpu_sample`` (every sample table and the process packs, per GPU-sample),
+``rollup_bytes_per_gpu_minute`` (``gpu_minutes``), ``total_bytes`` (the extrapolation's total),
+``raw_bytes``, ``rollup_bytes``, per-table ``tables`` and the parameters.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from datetime import timedelta
@@ -29,6 +36,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import _cycle, drop_db, fresh_db
+from bench.realistic import Realistic
 from gpuwatch import wire
 from gpuwatch.clock import utcnow
 from gpuwatch.daemon.store.batch_store import BatchStore
@@ -72,7 +80,10 @@ def main() -> None:
         "--process-days", type=int, default=None, help="also extrapolate retention.process_days = N"
     )
     ap.add_argument("--bundle", type=int, default=1, help="cycles of every node stored per group")
+    ap.add_argument("--realistic", action="store_true", help="GPU values that move (bench/realistic.py)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     args = ap.parse_args()
+    moving = Realistic() if args.realistic else None
     cycles = int(args.hours * 3600 / INTERVAL_S)
     start = floor_minute(utcnow() - timedelta(hours=args.hours, minutes=5))
     name, _url, engine = fresh_db()
@@ -92,6 +103,8 @@ def main() -> None:
             for node in ids:
                 for c in range(c0, min(c0 + args.bundle, cycles)):
                     samples = _cycle(start + timedelta(seconds=INTERVAL_S * c), args.gpus)
+                    if moving is not None:
+                        samples = moving.samples(node, samples)
                     group.append(
                         (ids[node], wire.Batch(node=node, agent_version="bench", seq=c, samples=samples))
                     )
@@ -108,24 +121,7 @@ def main() -> None:
         drop_db(name)
 
     gpu_rows = raw["gpu_samples"][1]
-    print(
-        f"measured: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h at {INTERVAL_S} s = "
-        f"{cycles} cycles, {gpu_rows:,} GPU-samples, stored in {stored_s:.1f} s"
-    )
-    print(f"{'table':<24}{'rows':>12}{'bytes':>14}{'B/row':>9}{'B/GPU-sample':>14}")
-    for label, sizes in (("raw", raw), ("rollup", roll)):
-        for table, (size, rows) in sizes.items():
-            per_row = size / rows if rows else 0
-            print(
-                f"{table:<24}{rows:>12,}{human(size):>14}{per_row:>9.0f}{size / gpu_rows:>14.1f}  ({label})"
-            )
     raw_total = sum(s for s, _ in raw.values())
-    gpu_only = raw["gpu_samples"][0] + raw["gpu_process_packs"][0]
-    print(
-        f"raw, all sample tables: {raw_total / gpu_rows:,.0f} B per GPU-sample "
-        f"(gpu_samples + processes alone: {gpu_only / gpu_rows:,.0f} B)"
-    )
-
     # extrapolation: rows scale with GPUs (gpu tables, gpu_minutes) or nodes (host tables, node_minutes)
     gpus = args.target_nodes * args.gpus
     per_day = 86400 / INTERVAL_S
@@ -135,12 +131,44 @@ def main() -> None:
     measured_minutes = roll["gpu_minutes"][1] / (args.nodes * args.gpus) or 1
     scale = (args.target_nodes / args.nodes) * (minutes / measured_minutes)
     roll_bytes = {t: size * scale for t, (size, _) in roll.items()}
+    total = raw_bytes + sum(roll_bytes.values())
+    if args.json:
+        size, rows = roll["gpu_minutes"]
+        figures = {
+            "raw_bytes_per_gpu_sample": round(raw_total / gpu_rows, 1),
+            "rollup_bytes_per_gpu_minute": round(size / rows, 1) if rows else None,
+            "total_bytes": round(total),
+            "raw_bytes": round(raw_bytes),
+            "rollup_bytes": round(sum(roll_bytes.values())),
+            "tables": {t: {"bytes": b, "rows": r} for t, (b, r) in {**raw, **roll}.items()},
+            "gpu_samples": gpu_rows,
+            **{k: getattr(args, k) for k in ("nodes", "gpus", "hours", "bundle", "realistic")},
+            **{k: getattr(args, k) for k in ("target_nodes", "raw_days", "rollup_days")},
+        }
+        print(json.dumps(figures, indent=2))
+        return
+    print(
+        f"measured: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h at {INTERVAL_S} s = "
+        f"{cycles} cycles, {gpu_rows:,} GPU-samples, stored in {stored_s:.1f} s"
+        + (" (GPU values moving: --realistic)" if args.realistic else "")
+    )
+    print(f"{'table':<24}{'rows':>12}{'bytes':>14}{'B/row':>9}{'B/GPU-sample':>14}")
+    for label, sizes in (("raw", raw), ("rollup", roll)):
+        for table, (size, rows) in sizes.items():
+            per_row = size / rows if rows else 0
+            print(
+                f"{table:<24}{rows:>12,}{human(size):>14}{per_row:>9.0f}{size / gpu_rows:>14.1f}  ({label})"
+            )
+    gpu_only = raw["gpu_samples"][0] + raw["gpu_process_packs"][0]
+    print(
+        f"raw, all sample tables: {raw_total / gpu_rows:,.0f} B per GPU-sample "
+        f"(gpu_samples + processes alone: {gpu_only / gpu_rows:,.0f} B)"
+    )
     print(f"\nextrapolated to {args.target_nodes:,} nodes x {args.gpus} GPUs ({gpus:,} GPUs), 10 s samples:")
     print(f"  GPU-samples per day: {gpu_samples_day:,.0f}; raw per day: {human(raw_bytes / args.raw_days)}")
     print(f"  raw kept {args.raw_days} days: {human(raw_bytes)}")
     for t, b in roll_bytes.items():
         print(f"  {t} kept {args.rollup_days} days: {human(b)}")
-    total = raw_bytes + sum(roll_bytes.values())
     print(f"  total: {human(total)} (raw {human(raw_bytes)} + rollups {human(sum(roll_bytes.values()))})")
     if args.process_days is not None:
         per_day_process = raw["gpu_process_packs"][0] / gpu_rows * gpu_samples_day
