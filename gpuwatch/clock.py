@@ -10,6 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+#: the longest span a period may reach back: far beyond any data, well inside what a date holds
+MAX_SPAN = timedelta(days=100 * 365)
 
 
 def utcnow() -> datetime:
@@ -23,4 +25,7 @@ def parse_span(text: str) -> timedelta:
     m = _SPAN.match(text)
     if not m:
         raise ValueError(f"{text!r}: use a number and a unit s/m/h/d/w, e.g. 2h or 7d")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+    seconds = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if seconds > MAX_SPAN.total_seconds():
+        raise ValueError(f"{text!r}: at most {MAX_SPAN.days // 365} years back")
+    return timedelta(seconds=seconds)

@@ -111,6 +111,11 @@ def test_table_and_csv(filled) -> None:
 def test_bad_since_and_old_schema(sqlite_url) -> None:
     bad = CliRunner().invoke(cli, ["--db", sqlite_url, "jobs", "--since", "yesterday"])
     assert bad.exit_code != 0 and "use a number and a unit" in bad.output
+    # a span beyond what a date holds is refused in a line, not a traceback (OverflowError)
+    for command in ("jobs", "report"):
+        huge = CliRunner().invoke(cli, ["--db", sqlite_url, command, "--since", "99999999d"])
+        assert huge.exit_code == 2 and "at most 100 years back" in huge.output, huge.output
+        assert "Traceback" not in huge.output and isinstance(huge.exception, SystemExit)
     stale = CliRunner().invoke(cli, ["--db", sqlite_url, "jobs"])
     assert stale.exit_code != 0 and "gpuwatch db upgrade" in stale.output
 

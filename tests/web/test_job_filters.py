@@ -35,6 +35,7 @@ def test_the_query_string_as_filters() -> None:
     ("params", "says"),
     [
         ({"since": "yesterday"}, "use a number and a unit"),
+        ({"since": "99999999d"}, "at most 100 years back"),
         ({"state": "RUNNIN"}, "is not a Slurm job state"),
         ({"cause": "healthy"}, "is not one of"),
         ({"sort": "bogus"}, "sort 'bogus' is not one of"),
