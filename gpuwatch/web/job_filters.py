@@ -25,6 +25,8 @@ from gpuwatch.views import SORTS, LowUtilFilters
 #: rows a page shows unless ``limit`` says otherwise, and the most it may ask for
 PAGE_ROWS = 100
 MAX_ROWS = 5000
+#: the furthest a page may start (a database's integers end; no listing comes near)
+MAX_OFFSET = 10**9
 #: the text inputs of the form, in its order
 FIELDS = ("user", "account", "partition", "node", "state", "cause", "since")
 CAUSES = tuple(c.value for c in Cause if c is not Cause.HEALTHY)
@@ -60,8 +62,8 @@ def job_query(params: Mapping[str, str], now: datetime) -> JobQuery:
         if not value["limit"].isdigit() or not 1 <= int(value["limit"]) <= MAX_ROWS:
             raise BadFilter(f"limit {value['limit']!r} is not a number from 1 to {MAX_ROWS}")
         limit = int(value["limit"])
-    if value["offset"] and not value["offset"].isdigit():
-        raise BadFilter(f"offset {value['offset']!r} is not a number of rows (0 or more)")
+    if value["offset"] and not (value["offset"].isdigit() and int(value["offset"]) <= MAX_OFFSET):
+        raise BadFilter(f"offset {value['offset']!r} is not a number of rows (0 to {MAX_OFFSET:,})")
     offset = int(value["offset"] or 0)
     filters = LowUtilFilters(
         user=value["user"] or None,

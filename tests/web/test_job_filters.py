@@ -42,6 +42,7 @@ def test_the_query_string_as_filters() -> None:
         ({"limit": "0"}, "is not a number from 1"),
         ({"limit": "ten"}, "is not a number from 1"),
         ({"offset": "-5"}, "offset '-5' is not a number of rows"),
+        ({"offset": "99999999999999999999"}, "is not a number of rows"),  # a 500 from the database
     ],
 )
 def test_a_bad_value_says_which(params: dict, says: str) -> None:
