@@ -50,7 +50,7 @@ from gpuwatch.sql.buckets import as_utc
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.rollups import floor_minute
-from gpuwatch.views import GroupBy, usage_report, waste_in_period
+from gpuwatch.views import GroupBy, report_period, usage_report, waste_in_period
 from gpuwatch.views.job_totals import store_job_totals
 from gpuwatch.views.period import jobs_in_period
 
@@ -198,6 +198,13 @@ def main() -> int:
             "usage_report by user": lambda: usage_report(engine, GroupBy.USER, start, end),
             "usage_report, 30 min past the hours": lambda: usage_report(
                 engine, GroupBy.USER, start + timedelta(minutes=30), end - timedelta(minutes=30)
+            ),
+            # what `gpuwatch report --since` asks for when it runs at half past: the period starts
+            # on the hour (views.report_period), its end is inside the current hour
+            "usage_report as --since runs it": lambda: usage_report(
+                engine,
+                GroupBy.USER,
+                *report_period(end - start - timedelta(hours=1), end - timedelta(minutes=30)),
             ),
             "usage_report by account": lambda: usage_report(engine, GroupBy.ACCOUNT, start, end),
             "  jobs_in_period (job-hours, minutes)": lambda: jobs_in_period(engine, start, end),

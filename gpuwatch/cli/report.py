@@ -15,7 +15,7 @@ from gpuwatch.cli.jobs import parse_since
 from gpuwatch.cli.main import Context
 from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.clock import utcnow
-from gpuwatch.views.report import GroupBy, Prices, ReportRow, usage_report
+from gpuwatch.views.report import GroupBy, Prices, ReportRow, report_period, usage_report
 
 #: the stable JSON/CSV keys; the group's own key is the --by value (user, account, partition)
 REPORT_KEYS = (
@@ -113,8 +113,7 @@ def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> No
     from gpuwatch.sql import migrate
 
     group = GroupBy(by)
-    end = _parse_until(until, utcnow())
-    start = end - parse_since(since)
+    start, end = report_period(parse_since(since), _parse_until(until, utcnow()))
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")

@@ -35,7 +35,7 @@ from gpuwatch.views.lowutil import (
 from gpuwatch.views.node import NodeView, node_view
 from gpuwatch.views.nodes import NodeSummary, node_summaries
 from gpuwatch.views.overview import Overview, cluster_overview
-from gpuwatch.views.report import GroupBy, ReportRow, usage_report
+from gpuwatch.views.report import GroupBy, ReportRow, report_period, usage_report
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.views.waste import JobWaste, waste_in_period
 
@@ -72,6 +72,7 @@ __all__ = [
     "low_util_page",
     "node_summaries",
     "node_view",
+    "report_period",
     "summary_rows",
     "usage_report",
     "waste_in_period",

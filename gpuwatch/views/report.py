@@ -8,7 +8,8 @@ summed per group in SQL); every other job is computed here from its hours and ve
 month of a large cluster reads a row per job, not per job-hour. The top cause of a group is
 the one with the most wasted GPU-hours; CO2 is the energy times ``report.grid_co2_kg_per_kwh``
 when the site sets it; cost comes from the site's prices (:class:`Prices`); the trend is the
-wasted share of the period's last week against the week before.
+wasted share of the period's last week against the week before (:func:`trend_weeks`). A period
+asked for as a length before its end starts on the hour (:func:`report_period`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from enum import Enum
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.job_hours import floor_hour
 from gpuwatch.sql.schema import slurm_jobs
 from gpuwatch.views.energy import JOULES_PER_KWH
 from gpuwatch.views.job_figures import ADVISED, JobFigures, figures, held, wasted_by_job
@@ -235,7 +237,8 @@ def usage_report(
         lead, hours_wasted = wasted.get(job_id, (None, 0.0))
         groups[h.group or UNKNOWN].add(figures(h, period.get(job_id), lead, hours_wasted))
     # the default period is the last week: its sums are the trend's last week already
-    known = {name: (g.hours, g.wasted) for name, g in groups.items()} if end - start == WEEK else None
+    same = start == trend_weeks(end)[0][0]
+    known = {name: (g.hours, g.wasted) for name, g in groups.items()} if same else None
     last_week, week_before = _weekly_shares(engine, by, end, group, known)
     out = [
         _row(name, g, co2_kg_per_kwh, prices, last_week.get(name), week_before.get(name))
@@ -318,6 +321,21 @@ def _held_and_wasted(
     return {name: (hours, lost) for name, (hours, lost) in out.items()}
 
 
+def report_period(span: timedelta, end: datetime) -> tuple[datetime, datetime]:
+    """The period of a report asked for as "``span`` before ``end``": from the start of the hour
+    ``span`` before ``end``, to ``end``. A period that starts on the hour reads whole job-hours
+    there (``sql/job_hours.py``); one that starts inside an hour also reads that hour's GPU-minutes
+    and verdicts, a third more time for a month of 1,000 nodes (``bench/report_time.py``)."""
+    return floor_hour(end - span), end
+
+
+def trend_weeks(end: datetime) -> tuple[tuple[datetime, datetime], tuple[datetime, datetime]]:
+    """The trend's last week and the week before it: the week ends at ``end`` and starts on the
+    hour (:func:`report_period`), the week before is the seven days before that, whole hours."""
+    last = report_period(WEEK, end)
+    return last, (last[0] - WEEK, last[0])
+
+
 def _weekly_shares(
     engine: sa.Engine,
     by: GroupBy,
@@ -325,11 +343,12 @@ def _weekly_shares(
     group: str | None = None,
     last_week: dict[str, tuple[float, float]] | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Each group's (or ``group``'s) wasted share in the 7 days before ``end`` and in the 7 days
-    before those; ``last_week``: the first week's held and wasted GPU-hours, read already."""
+    """Each group's (or ``group``'s) wasted share in the trend's two weeks (:func:`trend_weeks`);
+    ``last_week``: the last week's held and wasted GPU-hours, read already."""
+    last, before = trend_weeks(end)
     if last_week is None:
-        last_week = _held_and_wasted(engine, by, end - WEEK, end, group)
-    week_before = _held_and_wasted(engine, by, end - 2 * WEEK, end - WEEK, group)
+        last_week = _held_and_wasted(engine, by, *last, group)
+    week_before = _held_and_wasted(engine, by, *before, group)
     return _shares(last_week.items()), _shares(week_before.items())
 
 
@@ -352,10 +371,12 @@ def weekly_history(
     engine: sa.Engine, by: GroupBy, group: str, end: datetime, weeks: int = 8
 ) -> list[WeekRow]:
     """The ``weeks`` weeks before ``end``, oldest first, counted as :func:`usage_report` counts
-    (a job's largest cause, capped at what it held in the week): the trend the group pages chart."""
+    (a job's largest cause, capped at what it held in the week): the trend the group pages chart.
+    The weeks are the trend's (:func:`trend_weeks`): the last ends at ``end``, each starts on the hour."""
     out = []
+    hour = floor_hour(end)
     for k in range(weeks, 0, -1):
-        w_start, w_end = end - k * WEEK, end - (k - 1) * WEEK
+        w_start, w_end = hour - k * WEEK, (hour - (k - 1) * WEEK) if k > 1 else end
         hours, lost = _held_and_wasted(engine, by, w_start, w_end, group).get(group, (0.0, 0.0))
         out.append(WeekRow(w_start, w_end, round(hours, 4), round(lost, 4), _share(lost, hours)))
     return out

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from gpuwatch.views import (
     low_util_page,
     node_view,
 )
-from gpuwatch.views.report import GroupBy, Prices, usage_report, weekly_history
+from gpuwatch.views.report import WEEK, GroupBy, Prices, report_period, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
 from gpuwatch.web.cells import cards as card_count
@@ -271,8 +271,7 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
         return _page(f"job {job_id}", _job_body(view), simulated=view.simulated)
 
     def group_page(by: GroupBy, name: str) -> HTMLResponse:
-        end = now()
-        start = end - timedelta(days=7)
+        start, end = report_period(WEEK, now())
         report = settings.report
         prices = Prices(gpu_hour=report.gpu_hour_price, billing_hour=report.billing_hour_price)
         rows = usage_report(engine, by, start, end, report.grid_co2_kg_per_kwh, prices, group=name)

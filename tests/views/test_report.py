@@ -315,3 +315,18 @@ def test_a_mig_instance_counts_its_share_of_the_card(engine) -> None:  # type: i
         )
     rows = {r.group: r.gpu_hours for r in usage_report(engine, GroupBy.USER, *WEEK)}
     assert rows == {"mia": pytest.approx(2.0, abs=1e-4), "wes": 7.0, "xav": pytest.approx(8.0, abs=1e-4)}
+
+
+def test_a_period_asked_as_a_length_starts_on_the_hour(engine) -> None:  # type: ignore[no-untyped-def]
+    from gpuwatch.views.report import WEEK, report_period, trend_weeks, weekly_history
+
+    end = datetime(2026, 12, 7, 14, 37, 12, tzinfo=timezone.utc)
+    assert report_period(timedelta(days=30), end) == (datetime(2026, 11, 7, 14, 0, tzinfo=timezone.utc), end)
+    on_the_hour = end.replace(minute=0, second=0)
+    assert report_period(WEEK, on_the_hour) == (on_the_hour - WEEK, on_the_hour)  # whole hours: as asked
+    last, before = trend_weeks(end)
+    assert last == report_period(WEEK, end) and before == (last[0] - WEEK, last[0])
+    # the group pages' weeks are the trend's: the last ends at `end`, each starts on the hour
+    weeks = weekly_history(engine, GroupBy.USER, "alice", end, weeks=3)
+    assert [(w.start, w.end) for w in weeks[-2:]] == [before, last]
+    assert weeks[0].end == weeks[1].start and all(w.start.minute == 0 for w in weeks)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 
 from fastapi.testclient import TestClient
 
 from gpuwatch.clock import utcnow
 from gpuwatch.daemon.app import create_app
-from gpuwatch.views import GroupBy, usage_report
+from gpuwatch.views import GroupBy, report_period, usage_report
+from gpuwatch.views.report import WEEK
 
 
 def test_user_and_account_pages_show_the_report_figures(demo) -> None:  # type: ignore[no-untyped-def]
@@ -26,7 +26,7 @@ def test_user_and_account_pages_show_the_report_figures(demo) -> None:  # type: 
         assert page.status_code == 200, page.text
         html = page.text
         # the figures are the user's `gpuwatch report` row for the last 7 days
-        rows = {r.group: r for r in usage_report(engine, GroupBy.USER, end - timedelta(days=7), end)}
+        rows = {r.group: r for r in usage_report(engine, GroupBy.USER, *report_period(WEEK, end))}
         shown = float(re.search(r'<span data-value="([^"]+)">', html).group(1))
         assert shown == rows[idle_user].gpu_hours_wasted > 0
         # the trend: share and GPU-hours, week by week, as uPlot charts
