@@ -14,6 +14,8 @@ evaluation time (a newer one: verdicts came after). Storing or deleting verdicts
 deletes its row (triggers on ``verdicts``), so does summing one of its hours again
 (``sql/job_hours.py``) and replacing its GPU map (``job_gpus``: its summed hours are summed
 again from the new map, :func:`gpuwatch.sql.job_hours.resum_jobs`); the next pass makes it again.
+A pass does not store the row of a job whose hours were summed again while it read them
+(:func:`_hours_print`).
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ def store_job_totals(
         ids = list(conn.execute(pending).scalars())
         if not ids:
             return 0
+        read = _hours_print(conn, ids)
         # the newest evaluation before the verdicts: a later one makes the row not current
         newest = dict(
             conn.execute(
@@ -180,10 +183,37 @@ def store_job_totals(
             row["advised_gpus"], row["advised_gpu_size"] = int("gpus" in kinds), int("gpu_size" in kinds)
             row["saving_gpu_hours"] = None if saving is None else saving.gpu_hours
     with engine.begin() as conn:
-        conn.execute(job_totals.delete().where(t.job_id.in_(ids)))
+        conn.execute(job_totals.delete().where(t.job_id.in_(ids)))  # SQLite: the write lock, first
+        if conn.dialect.name == "postgresql":  # an hour summed again now waits for this commit
+            h = job_hours.c
+            shared = sa.select(h.job_id).where(h.job_id.in_(ids)).order_by(h.job_id, h.hour)
+            conn.execute(shared.with_for_update(read=True))
+        now_print = _hours_print(conn, ids)
+        rows = [row for row in rows if now_print.get(row["job_id"]) == read.get(row["job_id"])]
         if rows:
             conn.execute(job_totals.insert(), rows)
     return len(rows)
+
+
+def _hours_print(conn: sa.Connection, ids: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Job id -> what summing one of its hours again changes (its job-hours, GPU-minutes and
+    samples: integers, so the same rows read twice compare equal). A job whose hours were summed
+    again while its totals were computed (a node's late batch, a new GPU map) is not stored then:
+    its row would rest on the old sums, and the re-sum deleted the row before this one existed."""
+    h = job_hours.c
+    query = (
+        sa.select(
+            h.job_id,
+            sa.func.count(),
+            sa.func.sum(h.gpu_minutes),
+            sa.func.sum(h.util_gpu_ratio_n),
+            sa.func.sum(h.energy_samples),
+            sa.func.sum(h.energy_power_samples),
+        )
+        .where(h.job_id.in_(ids))
+        .group_by(h.job_id)
+    )
+    return {job_id: tuple(int(v or 0) for v in values) for job_id, *values in conn.execute(query)}
 
 
 def _totals(
