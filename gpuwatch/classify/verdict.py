@@ -81,7 +81,7 @@ TEXTS: dict[Cause, CauseText] = {
         "or use a GPU with more memory.",
     ),
     Cause.HOST_MEMORY_PRESSURE: CauseText(
-        "job $job: host memory $host_reason; GPU busy only $util_pct",
+        "job $job: short of host memory — $host_reason; GPU busy only $util_pct",
         "The job is at its memory limit or the node swaps: request more memory (--mem), stream the "
         "dataset instead of loading it whole, and lower DataLoader prefetch_factor / workers' copies.",
     ),

@@ -34,7 +34,7 @@ def rule(f: WindowFeatures, t: Thresholds) -> Verdict | Skipped | None:
     ev.notes.append("swap and iowait are per node: other jobs on the node share them")
     reasons = []
     if at_limit:
-        reasons.append(f"job memory (page cache aside) at {pct(f.job_memory_ratio)} of its limit")
+        reasons.append(f"its memory (page cache aside) at {pct(f.job_memory_ratio)} of its limit")
     if swapping:
         reasons.append(f"node swapping {rate(f.swap_bytes_per_s)}")
     if psi:

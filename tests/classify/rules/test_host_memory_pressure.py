@@ -30,7 +30,7 @@ def test_a_job_at_its_memory_limit() -> None:
     assert_verdict(v, Cause.HOST_MEMORY_PRESSURE, 0.8)
     assert v.gpu_hours_wasted == pytest.approx(0.8)  # 1 - SM activity
     assert v.summary == (
-        "job j1: host memory job memory (page cache aside) at 99% of its limit; GPU busy only 30%"
+        "job j1: short of host memory — its memory (page cache aside) at 99% of its limit; GPU busy only 30%"
     )
     signals = v.evidence["signals"]
     assert signals["job_memory_ratio"] == 0.99 and signals["util_mean"] == 0.3
@@ -45,14 +45,14 @@ def test_swapping_under_pressure_is_surer() -> None:
         at_limit(job_memory_ratio=0.7, swap_bytes_per_s=50 * 2**20, memory_pressure=0.3), T
     )
     assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.88
-    assert "host memory node swapping 52.4 MB/s, memory pressure 30%;" in v.summary
+    assert "short of host memory — node swapping 52.4 MB/s, memory pressure 30%;" in v.summary
 
 
 def test_all_three_at_once() -> None:
     v = host_memory_pressure.rule(at_limit(swap_bytes_per_s=50 * 2**20, memory_pressure=0.3), T)
     assert isinstance(v, Verdict) and v.evidence["confidence"]["base"] == 0.88
     assert (
-        "job memory (page cache aside) at 99% of its limit, node swapping 52.4 MB/s, memory pressure 30%"
+        "its memory (page cache aside) at 99% of its limit, node swapping 52.4 MB/s, memory pressure 30%"
     ) in v.summary
 
 
