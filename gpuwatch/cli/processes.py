@@ -70,6 +70,15 @@ def _each(readings: Iterable[ProcessReading]) -> list[dict[str, Any]]:
     return [_row(r, EACH_COLUMNS, used_memory_gib=_gib(r.used_memory_bytes)) for r in readings]
 
 
+#: columns holding a ratio 0..1, which tables show as percent (JSON and CSV keep the ratio)
+RATIO_COLUMNS = ("mean_sm_util_ratio", "sm_util_ratio", "memory_util_ratio")
+
+
+def for_people(row: dict[str, Any]) -> dict[str, Any]:
+    """A row for a table: ratios as percent, as every table shows utilization."""
+    return {k: f"{100 * v:.0f}%" if k in RATIO_COLUMNS and v is not None else v for k, v in row.items()}
+
+
 def _parse_time(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
@@ -114,6 +123,8 @@ def processes(
     if not rows and OutputFormat(fmt) is OutputFormat.TABLE:
         click.echo(f"No compute process seen ({title}).")
         return
+    if OutputFormat(fmt) is OutputFormat.TABLE:
+        rows = [for_people(row) for row in rows]
     click.echo(render(rows, columns, OutputFormat(fmt), title=title))
 
 

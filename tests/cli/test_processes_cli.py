@@ -76,6 +76,9 @@ def test_one_line_per_gpu_pid_and_job(db_url):
     assert [r["pid"] for r in json.loads(one_gpu.output)] == [200, 300]
     table = _run("--db", db_url, "processes", "node001", "--end", end, "--gpu", "1").output
     assert "processes on node001 GPU 1" in table and "│ 300 " in table and "│ 100 " not in table
+    # utilization in percent, as every table shows it; unknown stays a dash
+    line = next(line for line in table.splitlines() if "│ 200 " in line)
+    assert "│ 20%" in line and "0.2 " not in line
 
 
 def test_each_reading_and_the_window(db_url):
