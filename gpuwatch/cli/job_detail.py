@@ -87,7 +87,7 @@ def job_detail(
         "saving": None if view.saving is None else view.saving.as_dict(),
         "advice": [a.as_dict() for a in view.advice],
         "summary_text": summary_rows(view),
-        "gpus": [asdict(g) for g in view.gpus],
+        "gpus": [{**asdict(g), "xid_codes": list(g.xid_codes), "fault": g.fault} for g in view.gpus],
         "energy": None
         if energy is None
         else {"kwh": round(energy.kwh, 4), "estimated_share": round(energy.estimated_share, 4)},
@@ -140,12 +140,15 @@ def render_text(d: dict[str, Any]) -> str:
             else f"{(g['memory_used_bytes_max'] or 0) / GIB:.1f} / {g['memory_total_bytes'] / GIB:.1f} GiB",
             "power": _power(g["power_watts_mean"], g["power_limit_watts"]),
             "energy": "-" if g["energy_kwh"] is None else f"{g['energy_kwh']:.3f} kWh",
+            "fault": g["fault"],
         }
         for g in d["gpus"]
     ]  # fmt: skip
     cols = [("node", "node"), ("gpu", "GPU"), ("util", "mean util"), ("sm", "SM active"),
             ("tensor", "tensor"), ("mem", "memory max / total"), ("power", "power mean / limit"),
             ("energy", "energy")]  # fmt: skip
+    if any(row["fault"] for row in gpu_rows):  # a column only where a GPU had one
+        cols.append(("fault", "fault"))
     lines.append(render(gpu_rows, cols, OutputFormat.TABLE, title="GPUs") if gpu_rows else "No GPUs known.")
     lines.append("")
     if not d["verdicts"]:
@@ -176,6 +179,12 @@ def render_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _fault_note(gpu: dict[str, Any]) -> str:
+    """``XID 79, lost``: a faulted GPU's legend note (the table has the whole sentence)."""
+    parts = [f"XID {', '.join(map(str, gpu['xid_codes']))}"] if gpu["xid_codes"] else []
+    return ", ".join([*parts, *(["lost"] if gpu["lost_samples"] else [])])
+
+
 def _plot(d: dict[str, Any], path: Path) -> None:
     """``--plot``: the timeline as a PNG, titled with the job and its verdict."""
     from gpuwatch.cli.plot import PlotUnavailable, utilization_figure, write_png
@@ -186,7 +195,10 @@ def _plot(d: dict[str, Any], path: Path) -> None:
     if shown.get("cause"):
         title += f" — {shown['cause']} ({WINDOW_NAMES.get(shown['window_kind'], shown['window_kind'])})"
     try:
-        figure = utilization_figure(title, timeline["start"], timeline["column_s"], timeline["series"])
+        faults = {f"{g['node']}:{g['gpu_index']}": _fault_note(g) for g in d["gpus"] if g["fault"]}
+        figure = utilization_figure(
+            title, timeline["start"], timeline["column_s"], timeline["series"], faults=faults
+        )
         write_png(figure, path)
     except PlotUnavailable as exc:
         raise click.ClickException(str(exc)) from None

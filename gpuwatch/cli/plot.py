@@ -33,11 +33,14 @@ def utilization_figure(
     step_s: float,
     series: Mapping[str, Sequence[float | None]],
     *,
+    faults: Mapping[str, str] | None = None,
     width_px: int = 1000,
     height_px: int = 420,
 ) -> Figure:
     """The chart: ``series`` (label -> values 0..1, None = no data), value ``i`` drawn at the
-    middle of its column, ``start + (i + 0.5) * step_s``."""
+    middle of its column, ``start + (i + 0.5) * step_s``. ``faults``: label -> a short note
+    (``XID 79, lost``) for a GPU that faulted: a red cross where its line ends, the note in
+    its legend entry."""
     try:
         from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
         from matplotlib.figure import Figure
@@ -47,9 +50,19 @@ def utilization_figure(
     dpi = 100
     figure = Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi, layout="constrained")
     axes = figure.add_subplot()
+    faults = faults or {}
     for label, values in series.items():
         times = [start + timedelta(seconds=(i + 0.5) * step_s) for i in range(len(values))]
-        axes.plot(times, [math.nan if v is None else v for v in values], label=label, linewidth=1.6)
+        note = faults.get(label)
+        axes.plot(
+            times,
+            [math.nan if v is None else v for v in values],
+            label=label if note is None else f"{label} ({note})",
+            linewidth=1.6,
+        )
+        last = max((i for i, v in enumerate(values) if v is not None), default=None)
+        if note is not None and last is not None:
+            axes.plot([times[last]], [values[last]], marker="X", markersize=9, color="#c0392b", zorder=5)
     axes.set_title(title, loc="left", fontsize=11)
     axes.set_ylabel("GPU utilization")
     axes.set_xlabel("time (UTC)")

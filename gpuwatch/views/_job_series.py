@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
 from gpuwatch.sql.buckets import epoch_seconds
+from gpuwatch.sql.rollups import join_distinct
 from gpuwatch.sql.schema import gpu_minutes, job_minutes, node_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
 
@@ -39,7 +40,8 @@ def _minute(value: Any, dialect: sa.Dialect) -> datetime:
 
 def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime) -> dict[str, Any]:
     """One GPU's sums over ``[start, end)``: means of util, SM and tensor activity and power;
-    maxima; its energy (joules, None where not measured)."""
+    maxima; its energy (joules, None where not measured); the samples it sent as lost and its
+    XIDs (the ``xid_codes`` texts joined)."""
     g = gpu_minutes.c
     r = (
         conn.execute(
@@ -57,6 +59,8 @@ def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime)
                 sa.func.max(g.memory_total_bytes).label("mem_total"),
                 sa.func.max(g.power_limit_watts).label("power_limit"),
                 sa.func.sum(g.energy_joules).label("energy_j"),
+                sa.func.sum(g.lost_samples).label("lost"),
+                join_distinct(conn, g.xid_codes).label("xid_text"),
             ).where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
         )
         .mappings()

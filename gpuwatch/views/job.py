@@ -16,13 +16,14 @@ import sqlalchemy as sa
 from gpuwatch.cards import Card
 from gpuwatch.classify.features import GpuRef, JobScope, load_scope
 from gpuwatch.config.thresholds import Thresholds
-from gpuwatch.sql.rollups import floor_minute
+from gpuwatch.sql.rollups import floor_minute, xid_codes
 from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
 from gpuwatch.views.advice import Advice, Saving, estimated_saving, right_sizing, site_cards
 from gpuwatch.views.energy import JOULES_PER_KWH, JobEnergy, gpus_energy
 from gpuwatch.views.evaluations import Evaluation, latest_evaluations
+from gpuwatch.views.faults import fault_text
 from gpuwatch.views.jobs import JobIdentity, display_id, run_seconds
 from gpuwatch.views.usage import JobUsage, job_usage, site_gpu_models
 
@@ -64,6 +65,14 @@ class GpuSummary:
     power_limit_watts: float | None
     #: the energy it used over the run (views/energy.py has how it is counted); None: not measured
     energy_kwh: float | None = None
+    #: the samples it sent as lost (fallen off the bus, unreadable) and its XIDs over the run
+    lost_samples: int = 0
+    xid_codes: tuple[int, ...] = ()
+
+    @property
+    def fault(self) -> str | None:
+        """What went wrong with it over the run (:func:`gpuwatch.views.faults.fault_text`)."""
+        return fault_text(self.xid_codes, self.lost_samples)
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,8 @@ def _gpu_summary(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetim
         power_watts_mean=series.mean(r["power_s"], r["power_n"]),
         power_limit_watts=r["power_limit"],
         energy_kwh=None if r["energy_j"] is None else round(float(r["energy_j"]) / JOULES_PER_KWH, 4),
+        lost_samples=int(r["lost"] or 0),
+        xid_codes=xid_codes(r["xid_text"]),
     )
 
 

@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.classify.xid import describe, owner_of
 from gpuwatch.sql.rollups import join_distinct, xid_codes
 from gpuwatch.sql.schema import gpu_minutes, gpus, job_gpus, nodes, slurm_jobs
 from gpuwatch.views.evaluations import latest_evaluations
+from gpuwatch.views.faults import fault_text
 
 #: the span a node page shows by default
 NODE_HOURS = 6
@@ -50,13 +50,8 @@ class NodeGpu:
 
     @property
     def fault(self) -> str | None:
-        """``XID 79 (GPU has fallen off the bus); admin`` or ``lost 12 samples``; None when fine."""
-        parts = []
-        if self.xid_codes:
-            parts.append(f"{describe(self.xid_codes)}; {owner_of(self.xid_codes).value}")
-        if self.lost_samples:
-            parts.append(f"lost {self.lost_samples} sample(s)")
-        return "; ".join(parts) or None
+        """``XID 79 (GPU has fallen off the bus); admin`` or ``lost 12 sample(s)``; None when fine."""
+        return fault_text(self.xid_codes, self.lost_samples)
 
 
 @dataclass(frozen=True)

@@ -382,15 +382,17 @@ def _short(label: str, one_node: bool) -> str:
 
 def _gpu_row(g: GpuSummary) -> str:
     memory = None if g.memory_used_bytes_max is None else g.memory_used_bytes_max / 2**30
+    fault = g.fault
     return (
-        f"<tr><td>{_fmt(g.node)}</td><td>{g.gpu_index}</td><td>{pct(g.util_gpu_mean)}</td>"
-        f"<td>{pct(g.sm_active_mean)}</td><td>{pct(g.tensor_active_mean)}</td>"
-        f"<td>{_fmt(memory)}</td><td>{_fmt(g.power_watts_mean)}</td></tr>"
+        f"<tr{' class=faulted' if fault else ''}><td>{_fmt(g.node)}</td><td>{g.gpu_index}</td>"
+        f"<td>{pct(g.util_gpu_mean)}</td><td>{pct(g.sm_active_mean)}</td><td>{pct(g.tensor_active_mean)}</td>"
+        f"<td>{_fmt(memory)}</td><td>{_fmt(g.power_watts_mean)}</td><td>{escape(fault or '-')}</td></tr>"
     )
 
 
 def _gpu_table(view: JobView) -> str:
-    columns = ("node", "GPU", "util", "SM active", "tensor", "memory max (GiB)", "power mean (W)")
+    """The job's GPUs; a faulted or lost one in the node page's colour, with what happened."""
+    columns = ("node", "GPU", "util", "SM active", "tensor", "memory max (GiB)", "power mean (W)", "fault")
     return table(columns, [_gpu_row(g) for g in view.gpus], empty="No GPUs known.")
 
 

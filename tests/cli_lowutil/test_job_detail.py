@@ -98,6 +98,15 @@ def test_the_plot_has_axes_a_title_and_a_legend() -> None:
     assert [t.get_text() for t in axes.get_legend().get_texts()] == list(series)
     gap = axes.get_lines()[1].get_ydata()
     assert sum(v != v for v in gap) == 5  # NaN: the line breaks
+    # a faulted GPU: its note in the legend, a cross where its line ends
+    label = list(series)[1]
+    marked = utilization_figure("t", start, 60.0, series, faults={label: "XID 79, lost"})
+    (axes,) = marked.axes
+    assert f"{label} (XID 79, lost)" in [t.get_text() for t in axes.get_legend().get_texts()]
+    crosses = [line for line in axes.get_lines() if line.get_marker() == "X"]
+    values = series[label]
+    last = max(i for i, v in enumerate(values) if v is not None)
+    assert len(crosses) == 1 and list(crosses[0].get_ydata()) == [values[last]]
 
 
 def test_plot_without_matplotlib_is_one_line(classified, tmp_path, monkeypatch) -> None:
