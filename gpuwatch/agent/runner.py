@@ -32,6 +32,7 @@ from pathlib import Path
 
 from gpuwatch import __version__
 from gpuwatch.agent import merge
+from gpuwatch.agent.process_jobs import with_process_jobs
 from gpuwatch.agent.push import Backoff, Outcome, Pusher, PushResult, daemon_down
 from gpuwatch.agent.recovery import ENDED_PROBE, BackoffWait, Recovery
 from gpuwatch.agent.spool import Spool, SpooledBatch
@@ -167,7 +168,7 @@ class Agent:
             collector_errors=errors or None,
             collector_seconds={run.name: run.seconds for run in runs} or None,
         )
-        samples = [sample for run in runs for sample in run.samples]
+        samples = with_process_jobs([sample for run in runs for sample in run.samples])
         samples.append(health)
         return Batch(node=self.config.node, agent_version=__version__, seq=seq, samples=samples)
 
