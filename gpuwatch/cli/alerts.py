@@ -39,6 +39,10 @@ def _ctx() -> Any:
     return click.get_current_context().find_root().obj
 
 
+#: the channels notices go through (``[alerts.<channel>]``)
+CHANNELS = ("slack", "slack_dm", "email")
+
+
 def _config() -> AlertsConfig:
     return _ctx().settings.alerts
 
@@ -72,7 +76,13 @@ def list_cmd(statuses: tuple[str, ...], limit: int, fmt: str) -> None:
     from gpuwatch.alerts.outbox import list_rows
 
     rows = [r.as_json() for r in list_rows(_engine(), statuses=statuses, limit=limit)]
-    click.echo(render(rows, LIST_COLUMNS, OutputFormat(fmt), title="alert outbox"))
+    empty = (
+        f"no notice is {' or '.join(statuses)}"
+        if statuses
+        else "the outbox is empty: no notice queued yet "
+        "(gpuwatch alerts send --dry-run shows what the rules would queue)"
+    )
+    click.echo(render(rows, LIST_COLUMNS, OutputFormat(fmt), title="alert outbox", empty=empty))
 
 
 @alerts.command("attempts")
@@ -83,7 +93,9 @@ def attempts_cmd(outbox_id: int, fmt: str) -> None:
     from gpuwatch.alerts.outbox import attempts_of
 
     rows = attempts_of(_engine(), outbox_id)
-    click.echo(render(rows, ATTEMPT_COLUMNS, OutputFormat(fmt), title=f"attempts of notice {outbox_id}"))
+    empty = f"no send attempt of notice {outbox_id} (gpuwatch alerts list shows the notices)"
+    title = f"attempts of notice {outbox_id}"
+    click.echo(render(rows, ATTEMPT_COLUMNS, OutputFormat(fmt), title=title, empty=empty))
 
 
 @alerts.command("retry")
@@ -98,7 +110,7 @@ def retry_cmd(outbox_ids: tuple[int, ...]) -> None:
 
 
 @alerts.command("test")
-@click.argument("channel", type=click.Choice(["slack", "slack_dm", "email"]))
+@click.argument("channel", type=click.Choice(CHANNELS))
 @click.option(
     "--to",
     "to",
@@ -160,6 +172,12 @@ def send_cmd(dry_run: bool) -> None:
 
     cfg = _config()
     engine = _engine()
+    if not any(cfg.channel_configured(channel) for channel in CHANNELS):
+        click.echo(
+            "no alert channel is configured, so no notice is queued or sent: set [alerts.slack], "
+            "[alerts.slack_dm] or [alerts.email] (docs/alerts.md)",
+            err=True,
+        )
     service = AlertService(engine, cfg)
     if dry_run:
         decisions = service.decide(dry_run=True)

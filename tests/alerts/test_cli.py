@@ -77,3 +77,17 @@ def test_unconfigured_channel(migrated, monkeypatch):
     monkeypatch.setattr("gpuwatch.cli.alerts._config", make_config)
     out = CliRunner().invoke(cli, ["--db", url, "alerts", "test", "email"])
     assert out.exit_code == 1 and "alerts.email is not configured" in out.output
+
+
+def test_empty_outbox_and_no_channel_say_so(migrated, monkeypatch):
+    url, engine = migrated
+    monkeypatch.setattr("gpuwatch.cli.alerts._config", make_config)  # no channel set
+    assert "the outbox is empty: no notice queued yet" in run(url, "list").output
+    assert run(url, "list", "--status", "failed").output.strip() == "no notice is failed"
+    assert run(url, "list", "--format", "json").output.strip() == "[]"
+    assert "no send attempt of notice 7" in run(url, "attempts", "7").output
+    add_job(engine, "900", user="zoe")
+    add_verdict(engine, "900", evaluated_at=utcnow())
+    sent = CliRunner().invoke(cli, ["--db", url, "alerts", "send"])
+    assert sent.exit_code == 0 and "queued 0 notice(s)" in sent.output
+    assert "no alert channel is configured, so no notice is queued or sent" in sent.output
