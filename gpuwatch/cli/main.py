@@ -435,7 +435,13 @@ def nodes(ctx: Context, fmt: str, window: int) -> None:
         for n in node_summaries(engine, timedelta(minutes=window))
     ]
     click.echo(
-        render(rows, NODE_COLUMNS, OutputFormat(fmt), title=f"nodes (samples in the last {window} min)")
+        render(
+            rows,
+            NODE_COLUMNS,
+            OutputFormat(fmt),
+            title=f"nodes (samples in the last {window} min)",
+            empty="no node has registered yet (gpuwatch token create NODE makes its ingest token)",
+        )
     )
 
 

@@ -24,6 +24,10 @@ def _run(*args: str, env: dict | None = None):
 
 
 def test_token_create_db_and_nodes_formats(db_url, tmp_path):
+    assert _run("--db", db_url, "db", "upgrade").exit_code == 0
+    empty = _run("--db", db_url, "nodes").output
+    assert empty.strip() == "no node has registered yet (gpuwatch token create NODE makes its ingest token)"
+    assert _run("--db", db_url, "nodes", "--format", "json").output.strip() == "[]"
     out = tmp_path / "tok"
     result = _run("--db", db_url, "token", "create", "gpu017", "--output", str(out))
     assert result.exit_code == 0, result.output
