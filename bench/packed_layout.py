@@ -253,6 +253,13 @@ def _compact_arrays(samples: list[wire.GpuSample]) -> list:
     ]
 
 
+def _create(conn: psycopg.Connection, name: str, columns: list[tuple[str, str]], key: str) -> Sketch:
+    """CREATE TABLE ``name`` of ``columns`` with primary key ``key``; the sketch it is."""
+    body = ", ".join(f'"{column}" {sql_type}' for column, sql_type in columns)
+    conn.execute(f"CREATE TABLE {name} ({body}, PRIMARY KEY ({key}))")
+    return name, columns
+
+
 def create_node_batch_table(conn: psycopg.Connection) -> Sketch:
     """The (node, batch) sketch table in ``compact``'s types: every GPU of the batch in one row."""
     columns = [
@@ -264,9 +271,7 @@ def create_node_batch_table(conn: psycopg.Connection) -> Sketch:
         ("proc_sample", "SMALLINT[]"),
         *((f"proc_{c.name}", _compact_type(c) + "[]") for c in PROCESS_FIELDS),
     ]
-    body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
-    conn.execute(f"CREATE TABLE node_batch ({body}, PRIMARY KEY (node_id, first_ts))")
-    return "node_batch", columns
+    return _create(conn, "node_batch", columns, "node_id, first_ts")
 
 
 def create_node_cycle_table(conn: psycopg.Connection) -> Sketch:
@@ -279,9 +284,7 @@ def create_node_cycle_table(conn: psycopg.Connection) -> Sketch:
         ("proc_gpu_index", "SMALLINT[]"),
         *((f"proc_{c.name}", _type(c) + "[]") for c in PROCESS_FIELDS),
     ]
-    body = ", ".join(f'"{name}" {sql_type}' for name, sql_type in columns)
-    conn.execute(f"CREATE TABLE node_cycle ({body}, PRIMARY KEY (node_id, ts))")
-    return "node_cycle", columns
+    return _create(conn, "node_cycle", columns, "node_id, ts")
 
 
 def node_cycle_rows(node_id: int, batch: wire.Batch) -> list[list]:
