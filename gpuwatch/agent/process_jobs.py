@@ -1,10 +1,10 @@
 """Each GPU process named with its Slurm job, from the same cycle's attribution.
 
 The GPU collector reads the processes on each GPU (pid, memory, SM use) but not whose they are;
-the attribution collector maps those pids to Slurm jobs (prolog map files, cgroups) into its
-``AttributionSample.pids``. :func:`with_process_jobs` copies that job onto each process reading,
-so ``gpuwatch processes`` answers "which pid of which job held GPU 3" from the readings alone,
-and the agent's ``/metrics`` names the job of each process too.
+the attribution collector maps GPUs and pids to Slurm jobs (prolog map files, cgroups) into its
+``AttributionSample``. :func:`with_process_jobs` copies that job onto each process reading, so
+``gpuwatch processes`` answers "which pid of which job held GPU 3" from the readings alone, and
+the agent's ``/metrics`` names the job of each process too.
 """
 
 from __future__ import annotations
@@ -16,27 +16,35 @@ from gpuwatch.wire.v1 import _Sample
 
 
 def with_process_jobs(samples: Sequence[_Sample]) -> list[_Sample]:
-    """``samples`` with every GPU process the cycle's attribution names given its job (a process
-    that names one already keeps it; a pid two jobs claim is left without)."""
-    jobs: dict[int, str | None] = {}
+    """``samples`` with each GPU process given its job: the job whose attributed ``pids`` hold
+    its pid, else, where the attribution did not read the GPU's processes (``pids`` None), the
+    one job the GPU is attributed to (Slurm confines a job's processes to its GPUs). A process
+    that names a job keeps it; a pid two jobs claim, or a GPU two jobs share, names none."""
+    by_pid: dict[int, str | None] = {}
+    by_gpu: dict[int, set[str]] = {}
     for sample in samples:
-        if isinstance(sample, AttributionSample):
-            for pid in sample.pids or ():
-                jobs[pid] = sample.job_id if jobs.get(pid, sample.job_id) == sample.job_id else None
-    if not jobs:
+        if not isinstance(sample, AttributionSample):
+            continue
+        if sample.pids is None:
+            by_gpu.setdefault(sample.gpu_index, set()).add(sample.job_id)
+        for pid in sample.pids or ():
+            by_pid[pid] = sample.job_id if by_pid.get(pid, sample.job_id) == sample.job_id else None
+    if not by_pid and not by_gpu:
         return list(samples)
     out: list[_Sample] = []
     for sample in samples:
-        if isinstance(sample, GpuSample) and any(_unnamed(p, jobs) for p in sample.processes or ()):
-            processes = [
-                p.model_copy(update={"job_id": jobs[p.pid]}) if _unnamed(p, jobs) else p
-                for p in sample.processes or ()
-            ]
-            sample = sample.model_copy(update={"processes": processes})
+        if isinstance(sample, GpuSample) and sample.processes:
+            gpu_jobs = by_gpu.get(sample.gpu_index, set())
+            only = next(iter(gpu_jobs)) if len(gpu_jobs) == 1 else None
+            named = [_named(p, by_pid, only) for p in sample.processes]
+            if named != sample.processes:
+                sample = sample.model_copy(update={"processes": named})
         out.append(sample)
     return out
 
 
-def _unnamed(process: GpuProcess, jobs: dict[int, str | None]) -> bool:
-    """A process without a job whose pid the attribution gives one job."""
-    return process.job_id is None and jobs.get(process.pid) is not None
+def _named(process: GpuProcess, by_pid: dict[int, str | None], gpu_job: str | None) -> GpuProcess:
+    if process.job_id is not None:
+        return process
+    job = by_pid.get(process.pid, gpu_job)
+    return process if job is None else process.model_copy(update={"job_id": job})

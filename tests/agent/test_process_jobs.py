@@ -43,6 +43,20 @@ def test_each_process_gets_the_job_its_pid_is_attributed_to() -> None:
     assert _jobs(samples)[10] is None, "the input is not changed"
 
 
+def test_a_gpu_whose_processes_were_not_read_gives_its_one_job() -> None:
+    samples = [
+        _gpu(0, GpuProcess(pid=10), GpuProcess(pid=11)),
+        _gpu(1, GpuProcess(pid=12)),
+        _gpu(2, GpuProcess(pid=13)),
+        AttributionSample(ts=T, gpu_index=0, job_id="7", source="prolog"),  # pids None: not read
+        AttributionSample(ts=T, gpu_index=1, job_id="8", source="prolog"),
+        AttributionSample(ts=T, gpu_index=1, job_id="9", source="prolog"),  # GPU 1 shared: neither
+        _attribution(0, "5", 11),  # a pid named: its job, whatever the GPU's
+        AttributionSample(ts=T, gpu_index=2, job_id="6", source="prolog", pids=[]),  # read: none of its
+    ]
+    assert _jobs(with_process_jobs(samples)) == {10: "7", 11: "5", 12: None, 13: None}
+
+
 def test_no_attribution_leaves_the_samples_alone() -> None:
     samples = [_gpu(0, GpuProcess(pid=10))]
     assert with_process_jobs(samples) == samples
