@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
@@ -225,21 +226,28 @@ def usage_report(
     prices = prices or Prices()
     group_col, where = _grouping(by, group)
     groups: dict[str, _Group] = defaultdict(_Group)
-    with engine.connect() as conn:
-        sums = covered_sums(conn, start, end, group_col, where)
-        cut = held(conn, start, end, group_col, (*where, ~covered(start, end)))
-    for r in sums:  # a row per group and cause
-        groups[r.grp or UNKNOWN].add_sums(r)
-    ids = sorted(cut) if len(cut) <= _BY_ID else None
-    period = jobs_in_period(engine, start, end, job_ids=ids) if cut else {}
-    wasted = wasted_by_job(engine, start, end, ids) if cut else {}
-    for job_id, h in cut.items():
-        lead, hours_wasted = wasted.get(job_id, (None, 0.0))
-        groups[h.group or UNKNOWN].add(figures(h, period.get(job_id), lead, hours_wasted))
-    # the default period is the last week: its sums are the trend's last week already
-    same = start == trend_weeks(end)[0][0]
-    known = {name: (g.hours, g.wasted) for name, g in groups.items()} if same else None
-    last_week, week_before = _weekly_shares(engine, by, end, group, known)
+    last, before = trend_weeks(end)
+    # the trend's weeks read their own rows: on a second connection while this one reads the
+    # period (the database works on both at once); a period that is the last week is its own
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        week_before_read = pool.submit(_held_and_wasted, engine, by, *before, group)
+        last_week_read = None if start == last[0] else pool.submit(_held_and_wasted, engine, by, *last, group)
+        with engine.connect() as conn:
+            sums = covered_sums(conn, start, end, group_col, where)
+            cut = held(conn, start, end, group_col, (*where, ~covered(start, end)))
+        for r in sums:  # a row per group and cause
+            groups[r.grp or UNKNOWN].add_sums(r)
+        ids = sorted(cut) if len(cut) <= _BY_ID else None
+        period = jobs_in_period(engine, start, end, job_ids=ids) if cut else {}
+        wasted = wasted_by_job(engine, start, end, ids) if cut else {}
+        for job_id, h in cut.items():
+            lead, hours_wasted = wasted.get(job_id, (None, 0.0))
+            groups[h.group or UNKNOWN].add(figures(h, period.get(job_id), lead, hours_wasted))
+        if last_week_read is None:
+            last_week = _shares((name, (g.hours, g.wasted)) for name, g in groups.items())
+        else:
+            last_week = _shares(last_week_read.result().items())
+        week_before = _shares(week_before_read.result().items())
     out = [
         _row(name, g, co2_kg_per_kwh, prices, last_week.get(name), week_before.get(name))
         for name, g in groups.items()
@@ -334,22 +342,6 @@ def trend_weeks(end: datetime) -> tuple[tuple[datetime, datetime], tuple[datetim
     hour (:func:`report_period`), the week before is the seven days before that, whole hours."""
     last = report_period(WEEK, end)
     return last, (last[0] - WEEK, last[0])
-
-
-def _weekly_shares(
-    engine: sa.Engine,
-    by: GroupBy,
-    end: datetime,
-    group: str | None = None,
-    last_week: dict[str, tuple[float, float]] | None = None,
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Each group's (or ``group``'s) wasted share in the trend's two weeks (:func:`trend_weeks`);
-    ``last_week``: the last week's held and wasted GPU-hours, read already."""
-    last, before = trend_weeks(end)
-    if last_week is None:
-        last_week = _held_and_wasted(engine, by, *last, group)
-    week_before = _held_and_wasted(engine, by, *before, group)
-    return _shares(last_week.items()), _shares(week_before.items())
 
 
 def _shares(sums: Iterable[tuple[str, tuple[float, float]]]) -> dict[str, float]:
