@@ -28,11 +28,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-import sqlalchemy as sa
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import drop_db, fresh_db
+from bench.ingest import drop_db, fill_in_sql, fresh_db
 from bench.report_time import timed
 from gpuwatch.classify.engine import classify_job, classify_window
 from gpuwatch.classify.features import job_windows, load_scope
@@ -80,12 +78,7 @@ def main() -> int:
         start = end - timedelta(hours=args.hours)
         change = start + timedelta(hours=args.hours * 2 / 3)
         params = {"start": start, "end": end, "change": change, "gpus": args.gpus}
-        with engine.begin() as conn:
-            for statement in FILL:
-                conn.execute(sa.text(statement), params)
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("VACUUM ANALYZE"))
-            rows = conn.execute(sa.text("SELECT count(*) FROM gpu_minutes")).scalar_one()
+        rows = fill_in_sql(engine, FILL, params)
         print(f"{args.jobs} jobs x {args.gpus} GPUs x {args.hours} h: {rows:,} gpu_minutes rows")
 
         two, seg, whole = [], [], []

@@ -121,6 +121,17 @@ def drop_db(name: str) -> None:
     admin.dispose()
 
 
+def fill_in_sql(engine: sa.Engine, statements: list[str], params: dict) -> int:
+    """Run a bench's fill ``statements`` (``generate_series`` inserts) in one transaction, then
+    VACUUM ANALYZE, so the planner sees the filled tables; the ``gpu_minutes`` rows there are."""
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(sa.text(statement), params)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE"))
+        return conn.execute(sa.text("SELECT count(*) FROM gpu_minutes")).scalar_one()
+
+
 def register(engine: sa.Engine, store: BatchStore, batches: list[wire.Batch]) -> dict[str, int]:
     """Each batch's node registered (a token made) and its days' partitions made; name -> id."""
     ids: dict[str, int] = {}

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import drop_db, fresh_db
+from bench.ingest import drop_db, fill_in_sql, fresh_db
 from bench.report_time import timed
 from gpuwatch.clock import utcnow
 from gpuwatch.sql.engine import create_engine
@@ -96,12 +96,7 @@ def fill(engine: sa.Engine, args: argparse.Namespace) -> None:
     start = end - timedelta(hours=args.hours)
     params = {"start": start, "end": end, "gpus": args.gpus, "hours": args.hours}
     t0 = time.perf_counter()
-    with engine.begin() as conn:
-        for statement in FILL:
-            conn.execute(sa.text(statement), params)
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM ANALYZE"))
-        minutes = conn.execute(sa.text("SELECT count(*) FROM gpu_minutes")).scalar_one()
+    minutes = fill_in_sql(engine, FILL, params)
     print(
         f"filled in {time.perf_counter() - t0:.0f} s: {args.nodes} nodes x {args.gpus} GPUs, "
         f"{minutes:,} GPU-minutes"
