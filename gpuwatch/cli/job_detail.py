@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuwatch.cli.render import OutputFormat, format_option
+from gpuwatch.cli.render import OutputFormat, format_option, percent
 from gpuwatch.clock import utcnow
 from gpuwatch.views.evaluations import WINDOW_NAMES
 from gpuwatch.views.evidence import evidence_sentences
@@ -102,10 +102,6 @@ VERDICT_KEYS = ("window_kind", "window_start", "window_end", "cause", "confidenc
                 "evaluated_at")  # fmt: skip
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.0f}%"
-
-
 def _power(mean: float | None, limit: float | None) -> str:
     if mean is None:
         return "-"
@@ -132,9 +128,9 @@ def render_text(d: dict[str, Any]) -> str:
         {
             "node": g["node"],
             "gpu": g["gpu_index"],
-            "util": _pct(g["util_gpu_mean"]),
-            "sm": _pct(g["sm_active_mean"]),
-            "tensor": _pct(g["tensor_active_mean"]),
+            "util": percent(g["util_gpu_mean"]),
+            "sm": percent(g["sm_active_mean"]),
+            "tensor": percent(g["tensor_active_mean"]),
             "mem": "-"
             if g["memory_total_bytes"] is None
             else f"{(g['memory_used_bytes_max'] or 0) / GIB:.1f} / {g['memory_total_bytes'] / GIB:.1f} GiB",
@@ -160,7 +156,7 @@ def render_text(d: dict[str, Any]) -> str:
                 f"  [{WINDOW_NAMES.get(v['window_kind'], v['window_kind'])}] {v['cause']}  "
                 f"confidence {v['confidence']:.2f}  "
                 f"GPU-h wasted {v['gpu_hours_wasted'] or 0:.2f} of {v['gpu_hours'] or 0:.2f}  "
-                f"mean util {_pct(v['mean_util_ratio'])}"
+                f"mean util {percent(v['mean_util_ratio'])}"
             )
             lines.append(f"    evidence: {v['summary']}")
             lines += [f"      - {sentence}" for sentence in evidence_sentences(v["evidence"])]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, percent, render
 from gpuwatch.clock import parse_span, utcnow
 from gpuwatch.slurm.model import states_in
 from gpuwatch.views import (
@@ -162,7 +162,7 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     if "duration_s" in row:
         out["duration_s"] = duration_text(row["duration_s"])
     if row.get("mean_util_ratio") is not None:
-        out["mean_util_ratio"] = f"{100 * row['mean_util_ratio']:.0f}%"
+        out["mean_util_ratio"] = percent(row["mean_util_ratio"])
     for key in ("gpu_hours", "gpu_hours_wasted", "confidence"):
         if row.get(key) is not None:
             out[key] = f"{row[key]:.2f}"

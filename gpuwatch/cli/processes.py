@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, percent, render
 from gpuwatch.clock import utcnow
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ RATIO_COLUMNS = ("mean_sm_util_ratio", "sm_util_ratio", "memory_util_ratio")
 
 def for_people(row: dict[str, Any]) -> dict[str, Any]:
     """A row for a table: ratios as percent, as every table shows utilization."""
-    return {k: f"{100 * v:.0f}%" if k in RATIO_COLUMNS and v is not None else v for k, v in row.items()}
+    return {k: percent(v) if k in RATIO_COLUMNS else v for k, v in row.items()}
 
 
 def _parse_time(text: str) -> datetime:

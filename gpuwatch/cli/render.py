@@ -61,6 +61,11 @@ def _json_value(value: Any) -> Any:
     return plain
 
 
+def percent(ratio: float | None) -> str:
+    """A ratio 0..1 as every table shows it, ``38%``; ``-`` when unknown."""
+    return "-" if ratio is None else f"{100 * ratio:.0f}%"
+
+
 def _human(value: Any) -> str:
     if value is None:
         return "-"

@@ -13,7 +13,7 @@ import click
 
 from gpuwatch.cli.jobs import parse_since
 from gpuwatch.cli.main import Context
-from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
+from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, percent, render
 from gpuwatch.clock import utcnow
 from gpuwatch.views.report import GroupBy, Prices, ReportRow, report_period, usage_report
 
@@ -61,7 +61,7 @@ def for_people(row: dict[str, Any], advised: list[tuple[str, int]]) -> dict[str,
         "cpu_efficiency",
         "memory_efficiency",
     ):
-        out[key] = "-" if row[key] is None else f"{100 * row[key]:.0f}%"
+        out[key] = percent(row[key])
     out["energy_kwh"] = f"{row['energy_kwh']:.2f}"
     out["co2_kg"] = "-" if row["co2_kg"] is None else f"{row['co2_kg']:.2f}"
     out["cost"] = "-" if row["cost"] is None else f"{row['cost']:.2f} ({row['cost_wasted']:.2f} wasted)"
@@ -75,7 +75,7 @@ def trend_text(before: float | None, last: float | None) -> str:
     """Wasted share week over week: "31% > 12%"; "-" where a week held no GPU-hours."""
     if before is None or last is None:
         return "-"
-    return f"{100 * before:.0f}% > {100 * last:.0f}%"
+    return f"{percent(before)} > {percent(last)}"
 
 
 def _heading(key: str, currency: str) -> str:
