@@ -1,9 +1,8 @@
 """Raw GPU samples, read: the one module that knows how they lie on disk.
 
 Every reader of raw GPU samples — the rollup pass (``sql/rollups.py``), the node list's counts
-(``views/nodes.py``) — asks here, never
-the table itself, so the storage layout (a row per node, GPU and stamp in ``gpu_samples``)
-changes in one place. The writer is the daemon's store
+(``views/nodes.py``) — asks here, never the table itself, so the storage layout (a row per node,
+GPU and stamp in ``gpu_samples``) changes in one place. The writer is the daemon's store
 (``daemon/store/batch_store.py``).
 
 :func:`gpu_samples_between` is a selectable with one row per (node, GPU, stamp) and a column per
@@ -25,10 +24,9 @@ def gpu_samples_between(
     end: datetime | None = None,
     *,
     node_id: int | None = None,
-    name: str = "gpu_readings",
 ) -> sa.Subquery:
     """The GPU samples with ``start <= ts < end`` (either bound left out: unbounded), of one node
-    or all, as a subquery named ``name`` with ``gpu_samples``' columns."""
+    or all, as a subquery with ``gpu_samples``' columns."""
     g = gpu_samples.c
     query = sa.select(gpu_samples)
     if start is not None:
@@ -37,7 +35,7 @@ def gpu_samples_between(
         query = query.where(g.ts < end)
     if node_id is not None:
         query = query.where(g.node_id == node_id)
-    return query.subquery(name)
+    return query.subquery("gpu_readings")
 
 
 def first_gpu_sample_at(conn: sa.Connection) -> datetime | None:

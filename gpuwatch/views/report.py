@@ -333,7 +333,7 @@ def report_period(span: timedelta, end: datetime) -> tuple[datetime, datetime]:
     """The period of a report asked for as "``span`` before ``end``": from the start of the hour
     ``span`` before ``end``, to ``end``. A period that starts on the hour reads whole job-hours
     there (``sql/job_hours.py``); one that starts inside an hour also reads that hour's GPU-minutes
-    and verdicts, a third more time for a month of 1,000 nodes (``bench/report_time.py``)."""
+    and verdicts (the figures: ``docs/cli.md``, ``bench/report_time.py``)."""
     return floor_hour(end - span), end
 
 

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
 from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
 from gpuwatch.views import (
     GroupBy,
     JobFilters,
@@ -24,7 +25,6 @@ from gpuwatch.views import (
     report_period,
     usage_report,
 )
-from gpuwatch.views.job_totals import store_job_totals
 from gpuwatch.views.node import node_view
 from tests.demo_data import load_demo
 
@@ -57,11 +57,8 @@ def _answers(engine: sa.Engine, now: Any, jobs: list[str], nodes: list[str]) -> 
 
 def test_views_answer_the_same_after_the_newest_migrations_go_down_and_up(db_url) -> None:
     result = load_demo(db_url, cycles=30)
-    from gpuwatch.sql.engine import create_engine
-
     engine = create_engine(db_url)
     try:
-        store_job_totals(engine)  # the job totals table holds rows too (none: the demo's jobs run)
         now = utcnow()
         jobs = sorted(result.expected)
         nodes = [n.name for n in node_summaries(engine, now=now)]
