@@ -70,6 +70,19 @@ def post(
     return resp
 
 
+def credential(resolve: Callable[[], str | None], missing: str) -> str:
+    """The webhook URL or bot token ``resolve`` reads from the config. An unreadable file or none
+    configured is the whole channel down (retried later, its other notices skipped), not a fault
+    of one notice; ``missing`` is the error's text for none."""
+    try:
+        value = resolve()
+    except ValueError as exc:
+        raise ChannelError(str(exc), retry=True, channel_down=True) from None
+    if not value:
+        raise ChannelError(missing, retry=True, channel_down=True)
+    return value
+
+
 class SlackChannel(Channel):
     name = "slack"
 
@@ -78,12 +91,7 @@ class SlackChannel(Channel):
         self._session = session
 
     def send(self, message: Message, on_handoff: Callable[[], bool]) -> Delivery:
-        try:
-            url = self.cfg.resolve_url()
-        except ValueError as exc:
-            raise ChannelError(str(exc), retry=True, channel_down=True) from None
-        if not url:
-            raise ChannelError("alerts.slack: no webhook_url configured", retry=True, channel_down=True)
+        url = credential(self.cfg.resolve_url, "alerts.slack: no webhook_url configured")
         if not on_handoff():
             raise ChannelError("lease lost before the POST", retry=True)
         resp = post(self._session or requests, url, "", timeout=self.cfg.timeout_s, json=message.payload)

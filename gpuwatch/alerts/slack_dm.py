@@ -31,7 +31,7 @@ from typing import Any
 import requests
 
 from gpuwatch.alerts.base import Channel, ChannelError, Delivery, Message
-from gpuwatch.alerts.slack import post
+from gpuwatch.alerts.slack import credential, post
 from gpuwatch.config.alerts import SlackDmConfig
 
 log = logging.getLogger(__name__)
@@ -57,12 +57,7 @@ class SlackDmChannel(Channel):
         self._user_ids: dict[str, str] = {}
 
     def send(self, message: Message, on_handoff: Callable[[], bool]) -> Delivery:
-        try:
-            token = self.cfg.resolve_token()
-        except ValueError as exc:
-            raise ChannelError(str(exc), retry=True, channel_down=True) from None
-        if not token:
-            raise ChannelError("alerts.slack_dm: no bot_token configured", retry=True, channel_down=True)
+        token = credential(self.cfg.resolve_token, "alerts.slack_dm: no bot_token configured")
         user_id = self._user_id(token, message.recipient)
         if not on_handoff():
             raise ChannelError("lease lost before chat.postMessage", retry=True)
