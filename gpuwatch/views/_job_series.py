@@ -1,4 +1,5 @@
-"""The per-minute rollups of one job's GPUs and nodes, for :mod:`gpuwatch.views.job`.
+"""The per-minute rollups of one job's GPUs and nodes, for :mod:`gpuwatch.views.job` (and the
+aggregates of a GPU's minutes the node page shares with it).
 
 Only rollup tables are read (``gpu_minutes``, ``job_minutes``, ``node_minutes``), never raw
 samples, so a page costs the same on a day-old job as on a new one. Every mean is
@@ -38,29 +39,42 @@ def _minute(value: Any, dialect: sa.Dialect) -> datetime:
     return out
 
 
+def sum_and_n(metric: str, label: str) -> list[sa.Label[Any]]:
+    """``SUM(<metric>_sum)`` and ``SUM(<metric>_n)`` of ``gpu_minutes``, labelled ``<label>_sum``
+    and ``<label>_n``: what :func:`mean` divides."""
+    g = gpu_minutes.c
+    return [sa.func.sum(g[f"{metric}_{part}"]).label(f"{label}_{part}") for part in ("sum", "n")]
+
+
+def gpu_span_columns(conn: sa.Connection) -> list[sa.Label[Any]]:
+    """What the job page and the node page both show of a GPU over a span, as aggregates of its
+    rollup minutes: the sums and counts of the means of util, SM activity and power, the most
+    memory used and the memory size, the samples it sent as lost and its XIDs (the
+    ``xid_codes`` texts joined)."""
+    g = gpu_minutes.c
+    return [
+        *sum_and_n("util_gpu_ratio", "util"),
+        *sum_and_n("sm_active_ratio", "sm"),
+        *sum_and_n("power_watts", "power"),
+        sa.func.max(g.memory_used_bytes_max).label("memory_max"),
+        sa.func.max(g.memory_total_bytes).label("memory_total"),
+        sa.func.sum(g.lost_samples).label("lost"),
+        join_distinct(conn, g.xid_codes).label("xid_text"),
+    ]
+
+
 def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime) -> dict[str, Any]:
-    """One GPU's sums over ``[start, end)``: means of util, SM and tensor activity and power;
-    maxima; its energy (joules, None where not measured); the samples it sent as lost and its
-    XIDs (the ``xid_codes`` texts joined)."""
+    """One GPU's sums over ``[start, end)``: :func:`gpu_span_columns`, and its samples, the sums
+    of its tensor activity, its power limit and its energy (joules, None where not measured)."""
     g = gpu_minutes.c
     r = (
         conn.execute(
             sa.select(
                 sa.func.sum(g.samples).label("samples"),
-                sa.func.sum(g.util_gpu_ratio_sum).label("util_s"),
-                sa.func.sum(g.util_gpu_ratio_n).label("util_n"),
-                sa.func.sum(g.sm_active_ratio_sum).label("sm_s"),
-                sa.func.sum(g.sm_active_ratio_n).label("sm_n"),
-                sa.func.sum(g.tensor_active_ratio_sum).label("tensor_s"),
-                sa.func.sum(g.tensor_active_ratio_n).label("tensor_n"),
-                sa.func.sum(g.power_watts_sum).label("power_s"),
-                sa.func.sum(g.power_watts_n).label("power_n"),
-                sa.func.max(g.memory_used_bytes_max).label("mem_max"),
-                sa.func.max(g.memory_total_bytes).label("mem_total"),
+                *gpu_span_columns(conn),
+                *sum_and_n("tensor_active_ratio", "tensor"),
                 sa.func.max(g.power_limit_watts).label("power_limit"),
                 sa.func.sum(g.energy_joules).label("energy_j"),
-                sa.func.sum(g.lost_samples).label("lost"),
-                join_distinct(conn, g.xid_codes).label("xid_text"),
             ).where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
         )
         .mappings()

@@ -23,7 +23,7 @@ from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
 from gpuwatch.views.advice import Advice, Saving, estimated_saving, right_sizing, site_cards
 from gpuwatch.views.energy import JOULES_PER_KWH, JobEnergy, gpus_energy
 from gpuwatch.views.evaluations import Evaluation, latest_evaluations
-from gpuwatch.views.faults import fault_text
+from gpuwatch.views.faults import GpuFaults
 from gpuwatch.views.jobs import JobIdentity, display_id, run_seconds
 from gpuwatch.views.usage import JobUsage, job_usage, site_gpu_models
 
@@ -50,7 +50,7 @@ class JobInfo(JobIdentity):
 
 
 @dataclass(frozen=True)
-class GpuSummary:
+class GpuSummary(GpuFaults):
     """One GPU of the job over its run: means of ratios (0..1), bytes and watts."""
 
     node: str
@@ -68,11 +68,6 @@ class GpuSummary:
     #: the samples it sent as lost (fallen off the bus, unreadable) and its XIDs over the run
     lost_samples: int = 0
     xid_codes: tuple[int, ...] = ()
-
-    @property
-    def fault(self) -> str | None:
-        """What went wrong with it over the run (:func:`gpuwatch.views.faults.fault_text`)."""
-        return fault_text(self.xid_codes, self.lost_samples)
 
 
 @dataclass(frozen=True)
@@ -141,12 +136,12 @@ def _gpu_summary(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetim
         node=ref.node,
         gpu_index=ref.gpu_index,
         samples=int(r["samples"] or 0),
-        util_gpu_mean=series.mean(r["util_s"], r["util_n"]),
-        sm_active_mean=series.mean(r["sm_s"], r["sm_n"]),
-        tensor_active_mean=series.mean(r["tensor_s"], r["tensor_n"]),
-        memory_used_bytes_max=None if r["mem_max"] is None else int(r["mem_max"]),
-        memory_total_bytes=None if r["mem_total"] is None else int(r["mem_total"]),
-        power_watts_mean=series.mean(r["power_s"], r["power_n"]),
+        util_gpu_mean=series.mean(r["util_sum"], r["util_n"]),
+        sm_active_mean=series.mean(r["sm_sum"], r["sm_n"]),
+        tensor_active_mean=series.mean(r["tensor_sum"], r["tensor_n"]),
+        memory_used_bytes_max=None if r["memory_max"] is None else int(r["memory_max"]),
+        memory_total_bytes=None if r["memory_total"] is None else int(r["memory_total"]),
+        power_watts_mean=series.mean(r["power_sum"], r["power_n"]),
         power_limit_watts=r["power_limit"],
         energy_kwh=None if r["energy_j"] is None else round(float(r["energy_j"]) / JOULES_PER_KWH, 4),
         lost_samples=int(r["lost"] or 0),

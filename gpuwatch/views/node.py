@@ -19,17 +19,18 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.rollups import join_distinct, xid_codes
+from gpuwatch.sql.rollups import xid_codes
 from gpuwatch.sql.schema import gpu_minutes, gpus, job_gpus, nodes, slurm_jobs
+from gpuwatch.views._job_series import gpu_span_columns, mean
 from gpuwatch.views.evaluations import latest_evaluations
-from gpuwatch.views.faults import fault_text
+from gpuwatch.views.faults import GpuFaults
 
 #: the span a node page shows by default
 NODE_HOURS = 6
 
 
 @dataclass(frozen=True)
-class NodeGpu:
+class NodeGpu(GpuFaults):
     """One GPU of the node over the span."""
 
     index: int
@@ -47,11 +48,6 @@ class NodeGpu:
     card_fraction: float | None = None
     #: a card split into MIG instances in the span: its activity is its instances'
     split: bool = False
-
-    @property
-    def fault(self) -> str | None:
-        """``XID 79 (GPU has fallen off the bus); admin`` or ``lost 12 sample(s)``; None when fine."""
-        return fault_text(self.xid_codes, self.lost_samples)
 
 
 @dataclass(frozen=True)
@@ -108,20 +104,7 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
             .order_by(g.gpu_index, g.minute)
         ).all()
         totals = conn.execute(
-            sa.select(
-                g.gpu_index,
-                sa.func.count().label("minutes"),
-                sa.func.sum(g.util_gpu_ratio_sum).label("util_sum"),
-                sa.func.sum(g.util_gpu_ratio_n).label("util_n"),
-                sa.func.sum(g.sm_active_ratio_sum).label("sm_sum"),
-                sa.func.sum(g.sm_active_ratio_n).label("sm_n"),
-                sa.func.max(g.memory_used_bytes_max).label("memory_max"),
-                sa.func.max(g.memory_total_bytes).label("memory_total"),
-                sa.func.sum(g.power_watts_sum).label("power_sum"),
-                sa.func.sum(g.power_watts_n).label("power_n"),
-                sa.func.sum(g.lost_samples).label("lost"),
-                join_distinct(conn, g.xid_codes).label("xid_text"),
-            )
+            sa.select(g.gpu_index, sa.func.count().label("minutes"), *gpu_span_columns(conn))
             .where(*in_span)
             .group_by(g.gpu_index)
         ).all()
@@ -131,7 +114,7 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
         util: dict[int, list[tuple[datetime, float | None]]] = {}
         simulated = False
         for index, minute, total, n, sim in minute_rows:
-            util.setdefault(int(index), []).append((minute, _mean(total, n)))
+            util.setdefault(int(index), []).append((minute, mean(total, n)))
             simulated = simulated or bool(sim)
     seen = {int(r.gpu_index) for r in totals}
     split = {parent for index, (parent, _) in shares.items() if index in seen}
@@ -142,11 +125,11 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
             index=int(r.gpu_index),
             model=models.get(int(r.gpu_index)),
             minutes=int(r.minutes),
-            util_mean=None if int(r.gpu_index) in split else _mean(r.util_sum, r.util_n),
-            sm_active_mean=None if int(r.gpu_index) in split else _mean(r.sm_sum, r.sm_n),
+            util_mean=None if int(r.gpu_index) in split else mean(r.util_sum, r.util_n),
+            sm_active_mean=None if int(r.gpu_index) in split else mean(r.sm_sum, r.sm_n),
             memory_used_max_bytes=None if r.memory_max is None else int(r.memory_max),
             memory_total_bytes=None if r.memory_total is None else int(r.memory_total),
-            power_mean_watts=_mean(r.power_sum, r.power_n),
+            power_mean_watts=mean(r.power_sum, r.power_n),
             xid_codes=xid_codes(r.xid_text),
             lost_samples=int(r.lost or 0),
             parent_index=shares.get(int(r.gpu_index), (None, None))[0],
@@ -177,10 +160,6 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
         util=util,
         simulated=simulated,
     )
-
-
-def _mean(total: float | None, n: int | None) -> float | None:
-    return float(total) / float(n) if n and total is not None else None
 
 
 def _models(conn: sa.Connection, node_id: int) -> dict[int, str]:
