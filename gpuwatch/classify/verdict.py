@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -220,13 +220,9 @@ class Evidence:
             self.notes.append(note)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "signals": self.signals,
-            "thresholds": self.thresholds,
-            "checks": self.checks,
-            "missing": self.missing,
-            "notes": self.notes,
-        }
+        """What a verdict stores as its evidence: every field but ``values``, which only fills the
+        summary's template."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "values"}
 
 
 @dataclass(frozen=True)
