@@ -8,8 +8,11 @@ A question for the 100k GPU-samples/s goal (``docs/scaling.md``), not a code pat
 throwaway database (127.0.0.1:5432 or $GPUWATCH_BENCH_PG) and, in interleaved rounds, loads
 the same realistic batches (``bench/ingest.py``'s: 8 GPUs with 2 processes each per cycle):
 
-* ``rows``: today's layout — the ``gpu_samples`` rows and the batch's ``gpu_process_packs`` row
-  by raw COPY in one transaction (the physical limit ``bench/ingest.py`` compares with);
+* ``rows``: the layout of a row per GPU sample (``row_gpu_samples``, created here: gpuwatch
+  stored GPU samples so before migration 0022) and the batch's ``gpu_process_packs`` row by raw
+  COPY in one transaction (the physical limit ``bench/ingest.py`` compares with);
+* ``gpuwatch``: the layout gpuwatch stores — the batch's ``gpu_sample_packs`` and
+  ``gpu_process_packs`` rows (``daemon/store/packing.py``) by the same raw COPY;
 * ``packed``: a sketch table with ONE row per (node, GPU, batch) and one array per metric, the
   GPU's processes as arrays too, built from the same wire models with ``daemon/store/pg_arrays.py`` and
   loaded the same way (binary COPY, one transaction: each layout's physical limit);
@@ -72,9 +75,18 @@ from gpuwatch.daemon.store import pg_arrays
 from gpuwatch.daemon.store.batch_store import BatchStore, sample_rows
 from gpuwatch.daemon.store.columns import PROCESS_FIELDS as _PROCESS_NAMES
 from gpuwatch.daemon.store.pg_copy import copy_type
-from gpuwatch.sql.schema import gpu_process_packs, gpu_samples
+from gpuwatch.sql.schema import GPU_SAMPLE_FIELDS, gpu_process_packs, gpu_sample_packs
 
 _PG = postgresql.dialect()
+#: a row per GPU sample: the layout before packing, the baseline here
+gpu_samples = sa.Table(
+    "row_gpu_samples",
+    sa.MetaData(),
+    sa.Column("node_id", sa.Integer, primary_key=True),
+    sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
+    sa.Column("ts", sa.DateTime(timezone=True), primary_key=True),
+    *(sa.Column(f.name, f.read_as) for f in GPU_SAMPLE_FIELDS),
+)
 _KEYS = ("node_id", "gpu_index", "ts")
 METRICS = [c for c in gpu_samples.c if c.name not in _KEYS]
 PROCESS_FIELDS = [gpu_process_packs.c[name] for name in _PROCESS_NAMES]
@@ -330,18 +342,27 @@ def load_sketch(
 
 
 def load_rows(
-    conn: psycopg.Connection, batches: list[wire.Batch], ids: dict[str, int]
+    conn: psycopg.Connection, batches: list[wire.Batch], ids: dict[str, int], packed: bool
 ) -> tuple[float, float]:
-    """(seconds building today's GPU and process rows, seconds COPYing them (binary) in one transaction)."""
-    conn.execute("TRUNCATE gpu_samples, gpu_process_packs")
+    """(seconds building the GPU and process rows, seconds COPYing them (binary) in one
+    transaction): a row per GPU sample, or gpuwatch's packs for ``packed``."""
+    gpu_table = gpu_sample_packs if packed else gpu_samples
+    conn.execute(f"TRUNCATE {gpu_table.name}, gpu_process_packs")
     conn.commit()
     started = time.perf_counter()
-    tables = {t.name: t for t in (gpu_samples, gpu_process_packs)}
+    tables = {t.name: t for t in (gpu_table, gpu_process_packs)}
     rows: dict[str, list[list]] = {name: [] for name in tables}
     for batch in batches:
-        for name, table_rows in sample_rows(ids[batch.node], batch).items():
+        node_id = ids[batch.node]
+        for name, table_rows in sample_rows(node_id, batch).items():
             if name in tables:
                 rows[name] += [copy_values(tables[name], r) for r in table_rows]
+        if not packed:
+            rows[gpu_table.name] += [
+                [node_id, *(getattr(s, c.name) for c in list(gpu_table.c)[1:])]
+                for s in batch.samples
+                if isinstance(s, wire.GpuSample)
+            ]
     built = time.perf_counter()
     with conn.cursor() as cur:
         for name, table_rows in rows.items():
@@ -386,6 +407,7 @@ def main() -> None:
     name, url, engine = fresh_db()
     try:
         ids = register(engine, BatchStore(engine), batches)
+        gpu_samples.create(engine)
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
             packed = create_packed_table(conn)
             node_cycle = create_node_cycle_table(conn)
@@ -394,19 +416,22 @@ def main() -> None:
             conn.commit()
             timings: dict[str, list[tuple[float, float]]] = {
                 "rows (raw COPY)": [],
+                "gpuwatch": [],
                 "packed": [],
                 "node-cycle": [],
                 "compact": [],
                 "node-batch": [],
             }
             for _ in range(args.rounds):
-                timings["rows (raw COPY)"].append(load_rows(conn, batches, ids))
+                timings["rows (raw COPY)"].append(load_rows(conn, batches, ids, packed=False))
+                timings["gpuwatch"].append(load_rows(conn, batches, ids, packed=True))
                 timings["packed"].append(load_sketch(conn, packed, packed_rows, batches, ids))
                 timings["node-cycle"].append(load_sketch(conn, node_cycle, node_cycle_rows, batches, ids))
                 timings["compact"].append(load_sketch(conn, compact, compact_rows, batches, ids))
                 timings["node-batch"].append(load_sketch(conn, node_batch, node_batch_rows, batches, ids))
             sizes = {
-                "rows (raw COPY)": bytes_of(conn, ["gpu_samples", "gpu_process_packs"]),
+                "rows (raw COPY)": bytes_of(conn, ["row_gpu_samples", "gpu_process_packs"]),
+                "gpuwatch": bytes_of(conn, ["gpu_sample_packs", "gpu_process_packs"]),
                 "packed": bytes_of(conn, ["packed_gpu"]),
                 "node-cycle": bytes_of(conn, ["node_cycle"]),
                 "compact": bytes_of(conn, ["compact_gpu"]),
@@ -426,7 +451,7 @@ def main() -> None:
             f"rounds {rounds}); building them {build_ms:.2f} ms per batch in Python; "
             f"{sizes[layout] / gpu_samples_n:,.0f} B per GPU-sample"
         )
-    for layout in ("packed", "node-cycle", "compact", "node-batch"):
+    for layout in ("gpuwatch", "packed", "node-cycle", "compact", "node-batch"):
         ratio = load_rate[layout] / load_rate["rows (raw COPY)"]
         shrink = sizes["rows (raw COPY)"] / sizes[layout]
         print(f"{layout} / rows: {ratio:.2f}x the load rate, {shrink:.1f}x less disk")

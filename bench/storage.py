@@ -40,6 +40,7 @@ from bench.realistic import Realistic
 from gpuwatch import wire
 from gpuwatch.clock import utcnow
 from gpuwatch.daemon.store.batch_store import BatchStore
+from gpuwatch.sql.gpu_readings import count_gpu_samples
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.rollups import Rollup, floor_minute
@@ -115,12 +116,12 @@ def main() -> None:
             conn.execute(sa.text("VACUUM ANALYZE"))
         with engine.connect() as conn:
             raw = {t.name: table_bytes(conn, t.name, True) for t in PARTITIONED_TABLES}
+            gpu_rows = count_gpu_samples(conn)
             roll = {t.name: table_bytes(conn, t.name, False) for t in ROLLUP_TABLES}
     finally:
         engine.dispose()
         drop_db(name)
 
-    gpu_rows = raw["gpu_samples"][1]
     raw_total = sum(s for s, _ in raw.values())
     # extrapolation: rows scale with GPUs (gpu tables, gpu_minutes) or nodes (host tables, node_minutes)
     gpus = args.target_nodes * args.gpus
@@ -159,10 +160,10 @@ def main() -> None:
             print(
                 f"{table:<24}{rows:>12,}{human(size):>14}{per_row:>9.0f}{size / gpu_rows:>14.1f}  ({label})"
             )
-    gpu_only = raw["gpu_samples"][0] + raw["gpu_process_packs"][0]
+    gpu_only = raw["gpu_sample_packs"][0] + raw["gpu_process_packs"][0]
     print(
         f"raw, all sample tables: {raw_total / gpu_rows:,.0f} B per GPU-sample "
-        f"(gpu_samples + processes alone: {gpu_only / gpu_rows:,.0f} B)"
+        f"(GPU samples + processes alone: {gpu_only / gpu_rows:,.0f} B)"
     )
     print(f"\nextrapolated to {args.target_nodes:,} nodes x {args.gpus} GPUs ({gpus:,} GPUs), 10 s samples:")
     print(f"  GPU-samples per day: {gpu_samples_day:,.0f}; raw per day: {human(raw_bytes / args.raw_days)}")

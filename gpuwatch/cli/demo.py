@@ -216,9 +216,8 @@ def _forget_previous_demo(engine, names: Sequence[str], job_ids: Sequence[str]) 
     import sqlalchemy as sa
 
     from gpuwatch.sql.schema import (
+        PARTITIONED_TABLES,
         ROLLUP_TABLES,
-        SAMPLE_TABLES,
-        gpu_process_packs,
         job_gpus,
         nodes,
         slurm_jobs,
@@ -228,7 +227,7 @@ def _forget_previous_demo(engine, names: Sequence[str], job_ids: Sequence[str]) 
     with engine.begin() as conn:
         ids = list(conn.execute(sa.select(nodes.c.id).where(nodes.c.name.in_(names))).scalars())
         if ids:
-            for table in (*SAMPLE_TABLES.values(), gpu_process_packs, *ROLLUP_TABLES):
+            for table in (*PARTITIONED_TABLES, *ROLLUP_TABLES):
                 conn.execute(table.delete().where(table.c.node_id.in_(ids)))
         conn.execute(verdicts.delete().where(verdicts.c.job_id.in_(job_ids)))
         conn.execute(job_gpus.delete().where(job_gpus.c.job_id.in_(job_ids)))

@@ -118,7 +118,7 @@ _ENERGY_LOOKBACK = timedelta(minutes=1)
 def _with_energy(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> Any:
     """The GPU samples in ``[start - lookback, end)`` with each sample's energy (joules) and
     whether it came from the power reading instead of the counter."""
-    samples = gpu_samples_between(start - _ENERGY_LOOKBACK, end, node_id=node_id)
+    samples = gpu_samples_between(conn, start - _ENERGY_LOOKBACK, end, node_id=node_id)
     g = samples.c
     order = {"partition_by": (g.node_id, g.gpu_index), "order_by": g.ts}
     previous = sa.func.lag(g.energy_joules).over(**order)

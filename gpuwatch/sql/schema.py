@@ -7,16 +7,23 @@ Layout:
   makes a re-sent batch store nothing twice. Written in the same transaction as its samples.
 * ``gpus`` — per (node, GPU index) identity (UUID, model, PCI bus) so sample rows don't
   repeat strings.
-* ``<kind>_samples`` — one table per wire sample kind, columns named like the wire fields
-  (units in the names). On PostgreSQL they are partitioned by ``ts`` in daily ranges
-  (``sql/partitions.py`` creates them ahead); every primary key includes ``ts`` as
-  PostgreSQL requires of partitioned tables, and makes ingest idempotent per sample too.
+* ``<kind>_samples`` — one table per host sample kind, a row per sample, columns named like
+  the wire fields (units in the names); every primary key includes ``ts`` as PostgreSQL
+  requires of partitioned tables, and makes ingest idempotent per sample too.
+* ``gpu_sample_packs`` and ``gpu_process_packs`` — GPU samples and their processes, packed: a
+  row per node and batch, an array per field (the bulk of the raw data: a few dozen bytes per
+  GPU-sample where a row each took hundreds).
 
-Sample tables are listed in :data:`SAMPLE_TABLES`, keyed by wire ``kind``; a test holds
-each table's columns to its wire model's fields.
+Every raw table is partitioned by ``ts`` in daily ranges on PostgreSQL (``sql/partitions.py``
+creates them ahead). Row tables are listed in :data:`SAMPLE_TABLES`, keyed by wire ``kind``,
+packed ones in :data:`PACK_TABLES`; a test holds each table's columns to its wire model's
+fields.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -118,48 +125,104 @@ def _device_key() -> list[sa.Column]:
     return [sa.Column("device", sa.String(64), primary_key=True)]
 
 
-gpu_samples = _sample_table(
-    "gpu_samples",
-    [sa.Column("gpu_index", sa.SmallInteger, primary_key=True)],
-    sa.Column("state", sa.String(8), nullable=False),
-    _d("interval_s"),
-    _d("util_gpu_ratio"),
-    _d("util_memory_ratio"),
-    _d("util_gpu_idle_fraction_ratio"),
-    _d("util_gpu_stddev_ratio"),
-    _i("memory_used_bytes"),
-    _i("memory_total_bytes"),
-    _i("memory_reserved_bytes"),
-    _d("power_watts"),
-    _d("power_limit_watts"),
-    _d("power_default_limit_watts"),
-    _d("energy_joules"),
-    _d("sm_clock_hz"),
-    _d("sm_clock_max_hz"),
-    _d("memory_clock_hz"),
-    _d("memory_clock_max_hz"),
-    _d("temperature_celsius"),
-    sa.Column("throttle_reasons", Json, nullable=True),
-    _d("pcie_tx_bytes_per_s"),
-    _d("pcie_rx_bytes_per_s"),
-    _d("nvlink_tx_bytes_per_s"),
-    _d("nvlink_rx_bytes_per_s"),
-    _i("ecc_corrected_errors"),
-    _i("ecc_uncorrected_errors"),
-    sa.Column("xid_errors", Json, nullable=True),
+@dataclass(frozen=True)
+class PackedField:
+    """One field of a GPU sample as ``gpu_sample_packs`` holds it: an array column, element ``i``
+    of every array one GPU at one stamp. A field with a ``scale`` is stored as the integer
+    ``round(value * scale)`` (saturated to the column's range) and read back as
+    ``stored / scale``: decimal values with up to ``log10(scale)`` places (NVML's whole percents,
+    milliwatts, MHz) come back exactly, in 4 bytes instead of 8."""
+
+    name: str  #: the wire field, and the reading's column
+    column: str  #: the pack's column (its unit in the name)
+    element: Any  #: the pack's element type
+    read_as: Any  #: the reading's type
+    scale: float | None = None
+
+
+def _ratio(name: str) -> PackedField:
+    """A 0..1 ratio, kept in parts per million."""
+    return PackedField(name, name.removesuffix("_ratio") + "_ppm", sa.Integer, Double, 1e6)
+
+
+def _milli(name: str, unit: str, milli_unit: str) -> PackedField:
+    """A reading kept in thousandths of its unit."""
+    return PackedField(name, name.removesuffix(unit) + milli_unit, sa.Integer, Double, 1e3)
+
+
+def _khz(name: str) -> PackedField:
+    """A clock (NVML gives MHz), kept in kHz."""
+    return PackedField(name, name.removesuffix("_hz") + "_khz", sa.Integer, Double, 1e-3)
+
+
+def _as_is(name: str, element: Any, read_as: Any = None) -> PackedField:
+    return PackedField(name, name, element, element if read_as is None else read_as)
+
+
+#: a GPU sample's fields after its key (node, GPU, stamp), in the reading's column order
+GPU_SAMPLE_FIELDS: tuple[PackedField, ...] = (
+    _as_is("state", sa.String(8)),
+    _milli("interval_s", "_s", "_ms"),
+    _ratio("util_gpu_ratio"),
+    _ratio("util_memory_ratio"),
+    _ratio("util_gpu_idle_fraction_ratio"),
+    _ratio("util_gpu_stddev_ratio"),
+    _as_is("memory_used_bytes", sa.BigInteger),
+    _as_is("memory_total_bytes", sa.BigInteger),
+    _as_is("memory_reserved_bytes", sa.BigInteger),
+    _milli("power_watts", "_watts", "_milliwatts"),
+    _milli("power_limit_watts", "_watts", "_milliwatts"),
+    _milli("power_default_limit_watts", "_watts", "_milliwatts"),
+    # a counter of joules since the driver loaded: its rise per sample is what counts
+    _as_is("energy_joules", Double),
+    _khz("sm_clock_hz"),
+    _khz("sm_clock_max_hz"),
+    _khz("memory_clock_hz"),
+    _khz("memory_clock_max_hz"),
+    _milli("temperature_celsius", "_celsius", "_millicelsius"),
+    _as_is("throttle_reasons", Json),
+    # byte rates reach 10^11 (NVLink): float4, summed and averaged only
+    _as_is("pcie_tx_bytes_per_s", sa.REAL, Double),
+    _as_is("pcie_rx_bytes_per_s", sa.REAL, Double),
+    _as_is("nvlink_tx_bytes_per_s", sa.REAL, Double),
+    _as_is("nvlink_rx_bytes_per_s", sa.REAL, Double),
+    _as_is("ecc_corrected_errors", sa.BigInteger),
+    _as_is("ecc_uncorrected_errors", sa.BigInteger),
+    _as_is("xid_errors", Json),
     # deep-learning frameworks the GPU's processes have mapped ([] none; NULL not inspected)
-    sa.Column("frameworks", Json, nullable=True),
+    _as_is("frameworks", Json),
     # GPM graphics-engine activity: a MIG instance's utilization (NVML's is not supported there)
-    _d("gr_engine_active_ratio"),
-    _d("sm_active_ratio"),
-    _d("sm_occupancy_ratio"),
-    _d("tensor_active_ratio"),
-    _d("dram_active_ratio"),
-    _d("fp32_active_ratio"),
-    _d("fp16_active_ratio"),
-    _d("fp64_active_ratio"),
-    sa.Column("simulated", sa.Boolean, nullable=False),
+    _ratio("gr_engine_active_ratio"),
+    _ratio("sm_active_ratio"),
+    _ratio("sm_occupancy_ratio"),
+    _ratio("tensor_active_ratio"),
+    _ratio("dram_active_ratio"),
+    _ratio("fp32_active_ratio"),
+    _ratio("fp16_active_ratio"),
+    _ratio("fp64_active_ratio"),
+    _as_is("simulated", sa.Boolean),
 )
+
+#: GPU samples, packed: ONE row per node, UTC hour and stored batch (on PostgreSQL, per group of
+#: batches stored together), every GPU and stamp of it, an array per field
+#: (:data:`GPU_SAMPLE_FIELDS`); element ``i`` of every array is one GPU at one stamp. A pack never
+#: spans an hour, so a reader of ``[start, end)`` finds its packs among those starting in
+#: ``[floor_hour(start), end)``. ``sql/gpu_readings.py`` reads them, ``daemon/store/packing.py``
+#: writes them.
+gpu_sample_packs = sa.Table(
+    "gpu_sample_packs",
+    metadata,
+    sa.Column("node_id", sa.Integer, primary_key=True),
+    # the pack's first stamp: the partition key, and with node_id the duplicate rule (a pack
+    # starting at the same stamp on the same node is the same readings sent again)
+    sa.Column("ts", UtcDateTime, primary_key=True),
+    sa.Column("ts_last", UtcDateTime, nullable=False),
+    sa.Column("sample_ts", UtcDateTimeList, nullable=False),
+    sa.Column("gpu_index", array_of(sa.SmallInteger), nullable=False),
+    *(sa.Column(f.column, array_of(f.element), nullable=False) for f in GPU_SAMPLE_FIELDS),
+    postgresql_partition_by=PARTITION_BY,
+)
+sa.Index("ix_gpu_sample_packs_ts", gpu_sample_packs.c.ts, postgresql_using="brin")
 
 #: per-process GPU readings, packed: ONE row per node, UTC day and stored batch (on PostgreSQL, per
 #: group of batches stored together), an array per field
@@ -256,9 +319,9 @@ agent_samples = _sample_table(
     sa.Column("collector_seconds", Json, nullable=True),
 )
 
-#: wire sample kind -> its table (GPU processes are stored apart, from gpu samples)
+#: wire sample kind -> its table of a row per sample (GPU samples and their processes are packed:
+#: :data:`PACK_TABLES`)
 SAMPLE_TABLES: dict[str, sa.Table] = {
-    "gpu": gpu_samples,
     "cpu": cpu_samples,
     "memory": memory_samples,
     "nic": nic_samples,
@@ -269,8 +332,11 @@ SAMPLE_TABLES: dict[str, sa.Table] = {
     "agent": agent_samples,
 }
 
-#: every table partitioned by day on PostgreSQL
-PARTITIONED_TABLES: tuple[sa.Table, ...] = (*SAMPLE_TABLES.values(), gpu_process_packs)
+#: the packed raw tables, wire kind (processes: ``gpu``'s) aside
+PACK_TABLES: tuple[sa.Table, ...] = (gpu_sample_packs, gpu_process_packs)
+
+#: every raw table, partitioned by day on PostgreSQL
+PARTITIONED_TABLES: tuple[sa.Table, ...] = (*SAMPLE_TABLES.values(), *PACK_TABLES)
 
 #: wire fields of GpuSample kept in ``gpus`` rather than in every sample row
 GPU_IDENTITY_FIELDS = (

@@ -48,7 +48,9 @@ Double: Any = sa.Float(precision=53).with_variant(DOUBLE_PRECISION(), "postgresq
 def array_of(item: Any) -> Any:
     """A list column: ``item[]`` on PostgreSQL (compact, one value per element), a JSON list on
     SQLite (which has no arrays). Elements may be None."""
-    return sa.JSON(none_as_null=True).with_variant(postgresql.ARRAY(item), "postgresql")
+    # one dimension: an element that is itself a list (a JSON value) is the element's, not a
+    # second dimension
+    return sa.JSON(none_as_null=True).with_variant(postgresql.ARRAY(item, dimensions=1), "postgresql")
 
 
 class UtcDateTimeList(sa.TypeDecorator[list]):

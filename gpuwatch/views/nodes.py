@@ -60,9 +60,7 @@ def node_summaries(
         )
         gpu_window = gpu_samples_per_node(conn, since)
         window_counts = dict(gpu_window)
-        for kind, table in SAMPLE_TABLES.items():
-            if kind == "gpu":  # counted through gpu_readings, which knows their layout
-                continue
+        for table in SAMPLE_TABLES.values():  # GPU samples are packed: counted above
             counts = conn.execute(
                 sa.select(table.c.node_id, sa.func.count())
                 .where(table.c.ts >= since)

@@ -8,12 +8,12 @@ import json
 import subprocess
 import sys
 
-import sqlalchemy as sa
 from click.testing import CliRunner
 
 from gpuwatch.cli.main import cli
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.gpu_readings import read_gpu_samples
 from gpuwatch.sql.nodes import get_node
 from gpuwatch.wire import Batch
 
@@ -112,7 +112,7 @@ def test_demo_runs_the_whole_pipeline(sqlite_url):
     assert "demo-node01" in result.output and "demo-node02" in result.output
     engine = create_engine(sqlite_url)
     with engine.connect() as conn:
-        gpu_rows = conn.execute(sa.text("SELECT count(*) FROM gpu_samples WHERE simulated")).scalar()
+        gpu_rows = sum(r.simulated for r in read_gpu_samples(conn))
     engine.dispose()
     assert gpu_rows == 2 * 2 * 4  # nodes x cycles x simulated GPUs, all marked simulated
 

@@ -11,8 +11,9 @@ import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
 from gpuwatch.daemon.store.batch_store import count_rows
+from gpuwatch.sql.gpu_readings import read_gpu_samples
 from gpuwatch.sql.process_packs import count_processes, read_processes
-from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_process_packs
+from gpuwatch.sql.schema import PARTITIONED_TABLES, SAMPLE_TABLES
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 from tests.daemon.test_ingest_api import _stored
@@ -55,6 +56,7 @@ def _table_rows(engine) -> dict[str, list[tuple]]:
         for table in SAMPLE_TABLES.values():
             columns = [c for c in table.c if c.name != "node_id"]
             out[table.name] = sorted(map(tuple, conn.execute(sa.select(*columns))), key=repr)
+        out["gpu_samples"] = [tuple(r)[1:] for r in read_gpu_samples(conn)]
         far = utcnow() + timedelta(days=1)
         out["processes"] = [
             (p.ts, p.gpu_index, p.pid, p.used_memory_bytes, p.sm_util_ratio, p.job_id)
@@ -75,7 +77,7 @@ def test_v1_and_v2_of_one_batch_store_the_same_rows(bundle_api):
     after_v1 = _table_rows(engine)
     assert all(after_v1.values()), after_v1  # every kind and the processes were stored
     with engine.begin() as conn:  # empty the tables, keep the nodes
-        for table in (*SAMPLE_TABLES.values(), gpu_process_packs):
+        for table in PARTITIONED_TABLES:
             conn.execute(table.delete())
     renamed = batch.model_copy(update={"batch_id": uuid.uuid4()})
     assert _post(client, tokens["node001"], wire_v2.encode(renamed, 2)).status_code == 200
@@ -202,12 +204,9 @@ def test_nul_characters_are_removed_and_the_cycle_kept(bundle_api, version):
     response = _post(client, tokens["node001"], body, path=f"/api/v{version}/ingest/node001")
     assert response.status_code == 200, response.text
     assert response.json()["samples"] == len(batch.samples)
-    tables = {kind: SAMPLE_TABLES[kind] for kind in ("gpu", "agent")}
     with engine.connect() as conn:
-        row = conn.execute(
-            sa.select(tables["gpu"]).where(tables["gpu"].c.gpu_index == 0, tables["gpu"].c.ts == gpu.ts)
-        ).one()
-        errors = conn.execute(sa.select(tables["agent"].c.collector_errors)).scalars().all()
+        (row,) = [r for r in read_gpu_samples(conn) if r.gpu_index == 0 and r.ts == gpu.ts]
+        errors = conn.execute(sa.select(SAMPLE_TABLES["agent"].c.collector_errors)).scalars().all()
         from gpuwatch.sql.schema import gpus
 
         name, uuid_text = conn.execute(sa.select(gpus.c.name, gpus.c.uuid).where(gpus.c.gpu_index == 0)).one()

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.gpu_readings import count_gpu_samples
 from gpuwatch.sql.nodes import create_token
 from tests import factories
 from tests.daemon_process import DaemonProcess
@@ -79,7 +80,7 @@ def test_two_workers_share_the_port_and_elect_one_leader(pg_url, tmp_path, monke
     assert sum(line["batches"]["stored"] for line in summaries) == NODES * BATCHES_PER_NODE
     with engine.connect() as conn:
         batches = conn.execute(sa.text("SELECT count(*) FROM ingested_batches")).scalar()
-        gpu_rows = conn.execute(sa.text("SELECT count(*) FROM gpu_samples")).scalar()
+        gpu_rows = count_gpu_samples(conn)
     assert batches == NODES * BATCHES_PER_NODE
     assert gpu_rows == NODES * BATCHES_PER_NODE * CYCLES * GPUS
     engine.dispose()

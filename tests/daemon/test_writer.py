@@ -131,7 +131,7 @@ def test_a_partition_dropped_under_the_cache_is_made_again_not_a_refusal(pg_url)
     writer.start()
     first = writer.submit(node_id, factories.batch(node="node000", start=start, seq=1)).result(timeout=30)
     with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE gpu_samples_p{start:%Y%m%d}"))
+        conn.execute(sa.text(f"DROP TABLE gpu_sample_packs_p{start:%Y%m%d}"))
     again = writer.submit(node_id, factories.batch(node="node000", start=start, seq=2)).result(timeout=30)
     writer.stop()
     assert (first.status, again.status) == (IngestStatus.STORED, IngestStatus.STORED)

@@ -8,13 +8,12 @@ import time
 
 import pytest
 import requests
-import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.clock import utcnow
 from gpuwatch.collectors.recording import ReplayBackend
+from gpuwatch.sql.gpu_readings import count_gpu_samples
 from gpuwatch.sql.nodes import create_token
-from gpuwatch.sql.schema import gpu_samples
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -62,7 +61,7 @@ def test_agent_process_pushes_serves_metrics_and_records(tmp_path, sqlite_url):
             agent.kill()
         daemon.stop()
     with engine.connect() as conn:
-        stored = conn.execute(sa.select(sa.func.count()).select_from(gpu_samples)).scalar()
+        stored = count_gpu_samples(conn)
     engine.dispose()
     assert stored == 8 * 2, "a clean stop drains the spool: all 8 cycles x 2 GPUs reached the daemon"
     lines = record.read_text().splitlines()

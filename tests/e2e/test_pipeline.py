@@ -14,7 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.daemon.store.batch_store import count_rows
-from gpuwatch.sql.schema import SAMPLE_TABLES, gpu_samples, gpus, ingested_batches, nodes
+from gpuwatch.sql.gpu_readings import count_gpu_samples, read_gpu_samples
+from gpuwatch.sql.schema import SAMPLE_TABLES, gpus, ingested_batches, nodes
 from tests.fault.conftest import node_agent, wait_for
 
 pytestmark = pytest.mark.slow
@@ -38,7 +39,7 @@ def test_stored_rows_match_what_the_agent_sent(daemon_process, tmp_path):
     assert len(sent_gpu) == 16  # 4 cycles x 4 simulated GPUs
     with engine.connect() as conn:
         node = conn.execute(sa.select(nodes).where(nodes.c.name == "sim-node01")).one()
-        rows = conn.execute(sa.select(gpu_samples)).all()
+        rows = read_gpu_samples(conn)
         assert len(rows) == len(sent_gpu)
         for row in rows:
             assert row.node_id == node.id
@@ -53,11 +54,13 @@ def test_stored_rows_match_what_the_agent_sent(daemon_process, tmp_path):
                 "tensor_active_ratio",
                 "temperature_celsius",
             ):
-                assert getattr(row, field) == getattr(sample, field), field
+                # scaled fields are stored to a millionth of a ratio, a thousandth of a watt or degree
+                assert getattr(row, field) == pytest.approx(getattr(sample, field), rel=1e-9, abs=5e-4), field
             assert row.simulated is True
         names = {g.gpu_index: g.name for g in conn.execute(sa.select(gpus)).all()}
         assert set(names) == {0, 1, 2, 3} and all(names.values())
         counts = count_rows(conn)
+        assert counts["gpu_samples"] == len(sent_gpu)
         for kind, table in SAMPLE_TABLES.items():
             expected = sum(1 for b in sent for s in b.samples if s.kind == kind)
             assert counts[table.name] == expected, kind
@@ -92,6 +95,6 @@ def test_daemon_killed_mid_run_loses_and_duplicates_nothing(daemon_process, tmp_
     expected_samples = {batch_id: len(b.samples) for batch_id, b in acked.items()}
     with engine.connect() as conn:
         stored = dict(conn.execute(sa.select(ingested_batches.c.batch_id, ingested_batches.c.samples)).all())
-        stored_gpu = conn.execute(sa.select(sa.func.count()).select_from(gpu_samples)).scalar()
+        stored_gpu = count_gpu_samples(conn)
     assert stored == expected_samples  # 0 lost, and no batch stored twice
     assert stored_gpu == 25 * 4  # 25 cycles x 4 simulated GPUs, each sample once

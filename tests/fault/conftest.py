@@ -27,8 +27,9 @@ from gpuwatch.agent import Agent, Spool
 from gpuwatch.clock import utcnow
 from gpuwatch.collectors import build_collectors
 from gpuwatch.config import load_settings
+from gpuwatch.sql.gpu_readings import count_gpu_samples
 from gpuwatch.sql.nodes import create_token
-from gpuwatch.sql.schema import gpu_samples, ingested_batches
+from gpuwatch.sql.schema import ingested_batches
 from tests.conftest import free_port
 from tests.pushers import RecordingPusher
 
@@ -129,7 +130,7 @@ def stored_batches(engine: sa.Engine) -> dict[str, int]:
 
 def gpu_row_count(engine: sa.Engine) -> int:
     with engine.connect() as conn:
-        return conn.execute(sa.select(sa.func.count()).select_from(gpu_samples)).scalar()
+        return count_gpu_samples(conn)
 
 
 def acked_gpu_stamps(pushers: Iterable[RecordingPusher]) -> Counter:

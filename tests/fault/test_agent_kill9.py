@@ -16,11 +16,10 @@ import time
 from collections import Counter
 
 import pytest
-import sqlalchemy as sa
 
 from gpuwatch.agent.spool import TMP_PREFIX
+from gpuwatch.sql.gpu_readings import read_gpu_samples
 from gpuwatch.sql.nodes import create_token
-from gpuwatch.sql.schema import gpu_samples
 from gpuwatch.wire import v2 as wire_v2
 from tests.daemon_process import DaemonProcess
 from tests.fault.conftest import make_agent, stored_batches, wait_for
@@ -106,7 +105,7 @@ def test_kill9_during_spool_writes_then_replay_stores_each_batch_whole_once(migr
     replayed = [s.ts for b in pusher.delivered for s in b.samples if s.ts in firsts]
     assert list(dict.fromkeys(replayed)) == [on_disk[_id_of(p)][2] for p in files]
     with engine.connect() as conn:
-        per_ts = Counter(conn.execute(sa.select(gpu_samples.c.ts)).scalars())
+        per_ts = Counter(r.ts for r in read_gpu_samples(conn))
     assert len(per_ts) == len(files) and set(per_ts.values()) == {GPUS}, "every GPU of every batch, once"
     print(
         f"{KILLS} kills, {len(files)} batches replayed, {lost} cycles lost, temp files at kill: {temp_seen}"

@@ -15,7 +15,7 @@ from gpuwatch.slurm.squeue import parse_squeue_json
 from gpuwatch.sql import jobs
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.rollups import Rollup, floor_minute
-from gpuwatch.sql.schema import attribution_samples, gpu_samples, job_gpus, slurm_jobs
+from gpuwatch.sql.schema import attribution_samples, gpu_sample_packs, job_gpus, slurm_jobs
 from gpuwatch.wire import AttributionSample, Batch, GpuSample
 
 from .conftest import V2205
@@ -170,7 +170,7 @@ def test_jobs_query_filters_gpus_and_utilization(engine, ids) -> None:
     assert got["29"].display_id == "28_1"
     # the raw samples gone (retention keeps them 14 days): the figure stays, it is the rollups'
     with engine.begin() as conn:
-        conn.execute(gpu_samples.delete())
+        conn.execute(gpu_sample_packs.delete())
     again = {j.job_id: j for j in views.jobs_query(engine, now=NOW)}[ids["gpu2"]]
     assert (again.mean_util_ratio, again.util_samples) == (j25.mean_util_ratio, 10)
     # filters
@@ -198,7 +198,7 @@ def test_jobs_query_falls_back_to_agent_attribution(engine) -> None:
     assert abs(got.mean_util_ratio - 0.3) < 1e-9
     # the raw samples gone (retention): the map the rollup pass stored and the rollups remain
     with engine.begin() as conn:
-        conn.execute(gpu_samples.delete())
+        conn.execute(gpu_sample_packs.delete())
         conn.execute(attribution_samples.delete())
     (again,) = views.jobs_query(engine, now=NOW)
     assert (again.gpu_list, again.util_samples, again.matched_by, again.mean_util_ratio) == (

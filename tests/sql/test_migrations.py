@@ -11,7 +11,14 @@ from gpuwatch.daemon.store.columns import PROCESS_FIELDS
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.process_packs import ELEMENT_FIELDS
-from gpuwatch.sql.schema import GPU_IDENTITY_FIELDS, SAMPLE_TABLES, gpu_process_packs, metadata
+from gpuwatch.sql.schema import (
+    GPU_IDENTITY_FIELDS,
+    GPU_SAMPLE_FIELDS,
+    SAMPLE_TABLES,
+    gpu_process_packs,
+    gpu_sample_packs,
+    metadata,
+)
 
 
 def _diff(engine: sa.Engine) -> list:
@@ -37,13 +44,21 @@ def test_upgrade_downgrade_upgrade(db_url):
 
 
 def test_every_wire_field_has_a_column():
-    """Sample tables mirror the wire models, so nothing an agent sends is silently dropped."""
+    """Sample tables and packs mirror the wire models, so nothing an agent sends is silently dropped."""
+    assert set(SAMPLE_TABLES) == set(wire.SAMPLE_KINDS) - {"gpu"}
     for kind, table in SAMPLE_TABLES.items():
-        model = wire.SAMPLE_KINDS[kind]
-        fields = set(model.model_fields) - {"kind"}
-        if kind == "gpu":
-            fields -= {"processes", *GPU_IDENTITY_FIELDS}
+        fields = set(wire.SAMPLE_KINDS[kind].model_fields) - {"kind"}
         assert fields == set(table.c.keys()) - {"node_id"}, kind
+    gpu_fields = set(wire.GpuSample.model_fields) - {
+        "kind",
+        "processes",
+        "ts",
+        "gpu_index",
+        *GPU_IDENTITY_FIELDS,
+    }
+    assert gpu_fields == {f.name for f in GPU_SAMPLE_FIELDS}
+    columns = {"node_id", "ts", "ts_last", "sample_ts", "gpu_index", *(f.column for f in GPU_SAMPLE_FIELDS)}
+    assert columns == set(gpu_sample_packs.c.keys())
     assert set(PROCESS_FIELDS) == set(wire.GpuProcess.model_fields)
     assert set(ELEMENT_FIELDS) | {"node_id", "ts", "ts_last"} == set(gpu_process_packs.c.keys())
 

@@ -7,13 +7,14 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.daemon.store.batch_store import BatchStore, count_rows
+from gpuwatch.daemon.store.batch_store import BatchStore
+from gpuwatch.sql.gpu_readings import count_gpu_samples, read_gpu_samples
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.process_packs import read_processes
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup
-from gpuwatch.sql.schema import gpu_minutes, gpu_process_packs, gpu_samples, ingested_batches
+from gpuwatch.sql.schema import gpu_minutes, gpu_process_packs, ingested_batches
 from tests import factories
 
 
@@ -34,16 +35,16 @@ def test_old_raw_data_goes_rollups_and_recent_data_stay(engine):
     Rollup(engine).roll(old, old + timedelta(minutes=2))
     report = apply_retention(engine, raw_days=14, rollup_days=60, batch_record_days=40, now=now)
     with engine.connect() as conn:
-        left = conn.execute(sa.select(gpu_samples.c.ts)).scalars().all()
+        left = [r.ts for r in read_gpu_samples(conn)]
         assert left and min(left) >= recent, "only the recent samples are left"
         assert conn.execute(sa.select(sa.func.count()).select_from(gpu_minutes)).scalar() > 0, "rollups kept"
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 2
         if engine.dialect.name == "postgresql":
-            assert "gpu_samples_p20261201" in report.dropped_partitions
-            assert "gpu_samples_p20261201" not in list_partitions(conn, "gpu_samples")
-            assert f"gpu_samples_p{recent:%Y%m%d}" in list_partitions(conn, "gpu_samples")
+            assert "gpu_sample_packs_p20261201" in report.dropped_partitions
+            assert "gpu_sample_packs_p20261201" not in list_partitions(conn, "gpu_sample_packs")
+            assert f"gpu_sample_packs_p{recent:%Y%m%d}" in list_partitions(conn, "gpu_sample_packs")
         else:
-            assert report.deleted_rows["gpu_samples"] == 6
+            assert report.deleted_rows["gpu_sample_packs"] == 1  # the old batch's one pack
     # a batch replayed from an old spool after its partition went: stored again, no error
     store.partitions.forget()
     store.store(node_id, factories.batch(start=old + timedelta(hours=1), cycles=1))
@@ -52,7 +53,7 @@ def test_old_raw_data_goes_rollups_and_recent_data_stay(engine):
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 0
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(gpu_minutes)).scalar() == 0
-        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 6
+        assert count_gpu_samples(conn) == 6
 
 
 def test_late_batches_older_than_raw_retention_leave_rollups_alone(engine):
@@ -94,7 +95,7 @@ def test_process_rows_can_go_before_the_other_raw_samples(engine):
         engine, raw_days=14, rollup_days=60, batch_record_days=40, process_days=3, now=now
     )
     with engine.connect() as conn:
-        gpu_ts = conn.execute(sa.select(gpu_samples.c.ts)).scalars().all()
+        gpu_ts = [r.ts for r in read_gpu_samples(conn)]
         process_ts = [p.ts for p in read_processes(conn, now - timedelta(days=30), now)]
         packs = conn.execute(sa.select(gpu_process_packs.c.ts)).scalars().all()
     assert len(gpu_ts) == 3 * 2 * 2, "GPU samples are kept for raw_days"

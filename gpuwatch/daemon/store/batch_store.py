@@ -52,11 +52,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from gpuwatch.clock import utcnow
 from gpuwatch.daemon.store import packing, pg_arrays, pg_copy
 from gpuwatch.daemon.store.columns import DEFAULTS, BatchColumns, columns_of
+from gpuwatch.sql import gpu_readings
 from gpuwatch.sql.partitions import PartitionManager, utc_day
 from gpuwatch.sql.schema import (
     GPU_IDENTITY_FIELDS,
+    PACK_TABLES,
     SAMPLE_TABLES,
     gpu_process_packs,
+    gpu_sample_packs,
     gpus,
     ingested_batches,
     nodes,
@@ -87,12 +90,13 @@ def _insert(conn: sa.Connection, table: sa.Table) -> Any:
 def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
     """Rows (dicts) per table name: the ``insert`` path's rows, and the benchmarks' raw COPY.
 
-    GPU processes become packed rows (``daemon/store/packing.py``), one per UTC day of the batch.
+    GPU samples and their processes become packed rows (``daemon/store/packing.py``), one per
+    UTC hour and day of the batch.
     """
     columns = _columns(batch)
     rows: dict[str, list[dict]] = {}
     for kind, fields in columns.tables.items():
-        if not len(fields["ts"]):  # a v2 batch may name a kind with no samples
+        if kind not in SAMPLE_TABLES or not len(fields["ts"]):  # packed; or a v2 kind with none
             continue
         table = SAMPLE_TABLES[kind]
         names = [name for name in fields if name in table.c]
@@ -100,9 +104,7 @@ def sample_rows(node_id: int, batch: AnyBatch) -> dict[str, list[dict]]:
             {"node_id": node_id, **dict(zip(names, values, strict=True))}
             for values in zip(*(columns.column(kind, name) for name in names), strict=True)
         ]
-    packs = packing.pack_rows(node_id, columns)
-    if packs:
-        rows[gpu_process_packs.name] = packs
+    rows.update(packing.pack_rows(node_id, columns))
     return rows
 
 
@@ -172,7 +174,7 @@ class BatchStore:
         #: (``daemon/store/pg_copy.py``); 0: never
         self.copy_min_rows = copy_min_rows
         self.partitions = PartitionManager(engine)
-        self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), gpu_process_packs)}
+        self._tables = {t.name: t for t in (*SAMPLE_TABLES.values(), *PACK_TABLES)}
         is_pg = engine.dialect.name == "postgresql"
         self.bulk = BulkMode(bulk) if bulk else (BulkMode.UNNEST if is_pg else BulkMode.INSERT)
         # (node_id, gpu_index) -> (identity, monotonic time of the last upsert): the upsert
@@ -283,24 +285,27 @@ class BatchStore:
         savepoint = conn.begin_nested()
         # not pipelined: SQLAlchemy closes an insert's cursor before a pipeline's sync would
         # give it its row count
-        results = self._insert_rows(conn, all_rows)
-        if _rowcount(results) == sum(batch.samples for _, batch in stored):
+        if self._insert_rows(conn, all_rows) == sum(batch.samples for _, batch in stored):
             savepoint.commit()
             return None
         savepoint.rollback()
         self.conflict_retries += 1
-        return [_rowcount(self._insert_rows(conn, rows)) for rows in per_batch]
+        return [self._insert_rows(conn, rows) for rows in per_batch]
 
-    def _insert_rows(self, conn: sa.Connection, rows: dict[str, list[dict]]) -> list[Any]:
-        """Insert ``rows`` (per table name) skipping any already there; the results of the
-        sample tables' inserts (process packs are not samples)."""
-        results = []
+    def _insert_rows(self, conn: sa.Connection, rows: dict[str, list[dict]]) -> int:
+        """Insert ``rows`` (per table name) skipping any already there; how many samples that
+        added (a GPU sample pack counts its samples; process packs are not samples)."""
+        added = 0
         for name, table_rows in rows.items():
             insert = _insert(conn, self._tables[name]).on_conflict_do_nothing()
-            result = conn.execute(insert.execution_options(preserve_rowcount=True), table_rows)
+            insert = insert.execution_options(preserve_rowcount=True)
+            if name == gpu_sample_packs.name:  # a pack or two per batch
+                added += sum(_add_new_readings(conn, row) for row in table_rows)
+                continue
+            result = conn.execute(insert, table_rows)
             if name != gpu_process_packs.name:
-                results.append(result)
-        return results
+                added += result.rowcount
+        return added
 
     def _write_unnest(
         self, conn: sa.Connection, stored: list[tuple[int, BatchColumns]], then: Callable[[], None]
@@ -323,10 +328,13 @@ class BatchStore:
 
         None when every sample went in; else the samples each batch added.
         """
-        statements = list(self._unnest_statements(stored))
+        try:
+            statements = list(self._unnest_statements(stored))
+        except packing.RepeatedReadings:
+            statements = None
         copied: list[tuple[_UnnestInsert, list]] = []
         inserted: list[tuple[Any, list]] = []
-        for insert, arrays in statements:
+        for insert, arrays in statements or ():
             if isinstance(insert, _UnnestInsert) and 0 < self.copy_min_rows <= len(arrays[0]):
                 copied.append((insert, arrays))
             else:
@@ -334,6 +342,8 @@ class BatchStore:
         with psycopg.RawCursor(_dbapi(conn)) as cur:
             pg_arrays.register(cur)
             try:
+                if statements is None:  # a GPU reading twice in the group: a batch at a time
+                    raise _Repeated
                 if copied:  # COPY cannot join the pipeline: these go first, each its round trip
                     with _sa_errors():
                         cur.execute("SAVEPOINT gpuwatch_rows")
@@ -350,8 +360,10 @@ class BatchStore:
             except sa.exc.IntegrityError as exc:
                 if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
                     raise
-            with _sa_errors():
-                cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
+                with _sa_errors():
+                    cur.execute("ROLLBACK TO SAVEPOINT gpuwatch_rows")
+            except _Repeated:
+                pass
             self.conflict_retries += 1
             # rare (a restored spool, a buggy agent): a statement per batch and table, each
             # waiting for its row count, outside the pipeline
@@ -359,22 +371,37 @@ class BatchStore:
             with _sa_errors():
                 for one in stored:
                     count = 0
-                    for insert, params in self._unnest_statements([one]):
+                    for insert, params in self._unnest_statements([one], gpu_samples=False):
                         cur.execute(_numbered(insert.sql_on_conflict), params)
                         if isinstance(insert, _UnnestInsert):  # not the process packs
                             count += cur.rowcount
+                    node_id, batch = one
+                    for fields in packing.gpu_sample_fields(batch):
+                        new = packing.new_readings(fields, _stored_keys(conn, node_id, fields))
+                        if new[0]:
+                            appending = packing.PackInsert.appending(node_id, new)
+                            cur.execute(_numbered(appending.sql), appending.params)
+                            count += len(new[0])
                     added.append(count)
             with _pipelined(conn):
                 then()
             return added
 
     @staticmethod
-    def _unnest_statements(stored: list[tuple[int, BatchColumns]]) -> Iterator[tuple[Any, list]]:
-        """(insert, its column arrays) per table that has rows in ``stored``."""
+    def _unnest_statements(
+        stored: list[tuple[int, BatchColumns]], *, gpu_samples: bool = True
+    ) -> Iterator[tuple[Any, list]]:
+        """(insert, its column arrays) per table that has rows in ``stored``; without the GPU
+        sample packs for ``gpu_samples=False``. Raises ``packing.RepeatedReadings`` for a GPU
+        reading twice in the group."""
         by_kind: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        has_gpu = False
         for node_id, batch in stored:
             for kind, columns in batch.tables.items():
                 if not len(columns["ts"]):  # a v2 batch may name a kind with no samples
+                    continue
+                if kind not in SAMPLE_TABLES:  # GPU samples: packed, below
+                    has_gpu = True
                     continue
                 found = by_kind.get(kind)
                 if found is None:
@@ -391,8 +418,8 @@ class BatchStore:
             }
             joined["node_id"] = list(chain.from_iterable(map(repeat, (n for n, _ in parts), counts)))
             yield insert, insert.arrays(joined)
-        if "gpu" in by_kind:
-            for packs in packing.PackInsert.of(stored):
+        if has_gpu:
+            for packs in packing.PackInsert.of(stored, gpu_samples=gpu_samples):
                 yield packs, packs.params
 
     def _write_small(
@@ -460,9 +487,35 @@ class BatchStore:
         )
 
 
-def _rowcount(results: list[Any]) -> int:
-    """Rows the inserts added (``preserve_rowcount``: SQLAlchemy keeps an insert's count)."""
-    return sum(result.rowcount for result in results)
+class _Repeated(Exception):
+    """The group holds a GPU reading twice: store it a batch at a time."""
+
+
+def _stored_keys(conn: sa.Connection, node_id: int, fields: list[list[Any]]) -> set[tuple[int, Any]]:
+    """(GPU, stamp) of the node's readings already stored over a pack's span."""
+    return gpu_readings.stored_reading_keys(conn, node_id, min(fields[0]), max(fields[0]))
+
+
+def _add_new_readings(conn: sa.Connection, row: dict[str, Any]) -> int:
+    """The portable path: store the readings of a ``gpu_sample_packs`` row (dict) not stored
+    yet, each once, as a pack of their own or, where a pack of the node starts at their first
+    stamp, appended to it; how many went in."""
+    fields = packing.pack_fields(row)
+    new = packing.new_readings(fields, _stored_keys(conn, row["node_id"], fields))
+    if not new[0]:
+        return 0
+    pack = packing.pack_row(row["node_id"], new)
+    key = (gpu_sample_packs.c.node_id == pack["node_id"]) & (gpu_sample_packs.c.ts == pack["ts"])
+    there = conn.execute(sa.select(gpu_sample_packs).where(key)).first()
+    if there is None:
+        conn.execute(gpu_sample_packs.insert(), pack)
+    else:  # rare (an overlapping re-send): this pack's readings join that one's
+        columns = packing.element_columns()
+        joined = {name: list(getattr(there, name)) + list(pack[name]) for name in columns}
+        conn.execute(
+            gpu_sample_packs.update().where(key).values(ts_last=max(there.ts_last, pack["ts_last"]), **joined)
+        )
+    return len(new[0])
 
 
 def _with_stored_counts(results: list[IngestResult], added: list[int] | None) -> list[IngestResult]:
@@ -625,7 +678,12 @@ class _UnnestInsert:
 
 
 def count_rows(conn: sa.Connection, tables: Iterable[sa.Table] | None = None) -> dict[str, int]:
-    """Row count per table, what the store tests check a write by; for ``gpu_process_packs``,
-    packs, not processes (``sql.process_packs.count_processes``)."""
-    tables = tables or (*SAMPLE_TABLES.values(), gpu_process_packs)
-    return {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for t in tables}
+    """Row count per table, what the store tests check a write by; for the packed tables, packs,
+    not what they hold (``sql.process_packs.count_processes``), and with ``gpu_sample_packs``
+    the GPU readings it holds, each once, under ``gpu_samples``
+    (``sql.gpu_readings.count_gpu_samples``)."""
+    tables = list(tables or (*SAMPLE_TABLES.values(), *PACK_TABLES))
+    counts = {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for t in tables}
+    if gpu_sample_packs in tables:
+        counts["gpu_samples"] = gpu_readings.count_gpu_samples(conn)
+    return counts

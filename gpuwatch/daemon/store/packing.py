@@ -1,34 +1,142 @@
-"""Writing the packed per-process readings (layout: :mod:`gpuwatch.sql.process_packs`).
+"""Writing the packed GPU samples and processes (layouts: :mod:`gpuwatch.sql.gpu_readings`,
+:mod:`gpuwatch.sql.process_packs`).
 
 :func:`pack_rows` builds a batch's packed rows (dicts; SQLite stores the lists as JSON, the
 benchmarks' raw COPY uses them too). On PostgreSQL :class:`PackInsert` makes ONE
-``INSERT ... VALUES`` per group, each array in binary, run in the same statement as the other
-tables' inserts; the batches of one node stored in one group share their row. Measured with a
-pack per batch: ~34 µs of Python and ~8 µs of server time per 8-GPU batch, against 24 + 40 µs
-for sending flat arrays and letting the server ``GROUP BY`` + ``array_agg`` them
-(``python bench/packed_layout.py``).
+``INSERT ... VALUES`` per table and group, each array in binary, run in the same statement as
+the other tables' inserts; the batches of one node stored in one group share their row. Measured
+for the processes with a pack per batch: ~34 µs of Python and ~8 µs of server time per 8-GPU
+batch, against 24 + 40 µs for sending flat arrays and letting the server ``GROUP BY`` +
+``array_agg`` them (``python bench/packed_layout.py``).
+
+GPU samples are split by UTC hour (a reader of a time range then knows where a pack can start),
+processes by UTC day; fields with a scale (:class:`gpuwatch.sql.schema.PackedField`) are stored
+as integers, saturated to the column's range.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import datetime, timezone
 from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from gpuwatch.daemon.store import pg_arrays
 from gpuwatch.daemon.store.columns import PROCESS_FIELDS, BatchColumns
 from gpuwatch.sql.partitions import utc_day
 from gpuwatch.sql.process_packs import ELEMENT_FIELDS
-from gpuwatch.sql.schema import gpu_process_packs
+from gpuwatch.sql.schema import GPU_SAMPLE_FIELDS, PackedField, gpu_process_packs, gpu_sample_packs
+
+#: the range of the integer a scaled field is stored in (``INTEGER``)
+INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+#: the largest finite float4 (``REAL``)
+FLOAT4_MAX = 3.4028234663852886e38
 
 
-def pack_rows(node_id: int, columns: BatchColumns) -> list[dict[str, Any]]:
-    """The batch's processes as packed rows (dicts), one per UTC day they fall on."""
-    return [_pack(node_id, fields) for fields in _fields_by_day(columns).values()]
+def pack_rows(node_id: int, columns: BatchColumns) -> dict[str, list[dict[str, Any]]]:
+    """The batch's packed rows (dicts) per table name: its GPU samples, one per UTC hour they
+    fall on, and its processes, one per UTC day; a table with nothing to pack left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for layout in _LAYOUTS:
+        rows = [layout.row(node_id, fields) for fields in layout.split(columns).values()]
+        if rows:
+            out[layout.table.name] = rows
+    return out
 
 
-def _fields_by_day(columns: BatchColumns) -> dict[date, list[list[Any]]]:
+def gpu_samples_in(rows: Iterable[dict[str, Any]]) -> int:
+    """How many GPU samples the ``gpu_sample_packs`` rows (dicts) hold."""
+    return sum(len(row["gpu_index"]) for row in rows)
+
+
+def stored_values(field: PackedField, values: Sequence[Any]) -> list[Any]:
+    """A field's values as its pack column holds them: scaled to integers, or float4 saturated,
+    or as they are."""
+    if field.scale is not None:
+        return _scaled(values, field.scale)
+    if field.element is sa.REAL:
+        return _saturated(values, -FLOAT4_MAX, FLOAT4_MAX)
+    return list(values)
+
+
+def _scaled(values: Sequence[Any], scale: float) -> list[Any]:
+    """``round(v * scale)`` of each value (None kept), saturated to ``INTEGER``'s range."""
+    try:
+        if None not in values:
+            out = [round(v * scale) for v in values]
+            present = out
+        else:
+            out = [None if v is None else round(v * scale) for v in values]
+            present = [v for v in out if v is not None]
+    except OverflowError:  # a finite value whose product is not (the wire bounds no NonNeg)
+        bounded = _saturated(values, INT4_MIN, INT4_MAX)  # |v * scale| now finite
+        return _saturated([None if v is None else round(v * scale) for v in bounded], INT4_MIN, INT4_MAX)
+    if present and (max(present) > INT4_MAX or min(present) < INT4_MIN):
+        return _saturated(out, INT4_MIN, INT4_MAX)
+    return out
+
+
+def _saturated(values: Sequence[Any], low: float, high: float) -> list[Any]:
+    return [None if v is None else max(low, min(high, v)) for v in values]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How one packed table is cut and laid out: which samples go together, and its columns."""
+
+    table: sa.Table
+    #: the batch's elements, one list per column after (node_id, ts, ts_last), keyed by the
+    #: period a row must not cross
+    split: Callable[[BatchColumns], dict[Hashable, list[list[Any]]]]
+    #: the list class that sends each of those columns in binary, in order
+    array_types: tuple[type[list], ...]
+
+    def row(self, node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
+        stamps = fields[0]
+        row = {"node_id": node_id, "ts": min(stamps), "ts_last": max(stamps)}
+        return {**row, **dict(zip(self.element_columns, fields, strict=True))}
+
+    @property
+    def element_columns(self) -> list[str]:
+        return [c.name for c in self.table.c][3:]
+
+
+def _split(
+    stamps: list[datetime], fields: list[list[Any]], period: Callable[[datetime], Hashable]
+) -> dict[Hashable, list[list[Any]]]:
+    """``fields`` (element lists, ``stamps`` among them) cut by ``period`` of each element's stamp."""
+    # a batch has one stamp per cycle: a period per distinct stamp, once
+    period_of = {ts: period(ts) for ts in set(stamps)}
+    periods = set(period_of.values())
+    if len(periods) == 1:
+        return {periods.pop(): fields}
+    by_period: dict[Hashable, list[int]] = {}
+    for i, ts in enumerate(stamps):
+        by_period.setdefault(period_of[ts], []).append(i)
+    return {key: [[field[i] for i in where] for field in fields] for key, where in by_period.items()}
+
+
+def _utc_hour(ts: datetime) -> datetime:
+    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def _gpu_fields(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
+    """UTC hour -> the batch's GPU samples in it: stamps, GPU indices, then each packed field."""
+    if "gpu" not in columns.tables or not len(columns.tables["gpu"]["ts"]):
+        return {}
+    stamps = list(columns.column("gpu", "ts"))
+    fields = [
+        stamps,
+        list(columns.column("gpu", "gpu_index")),
+        *(stored_values(f, columns.column("gpu", f.name)) for f in GPU_SAMPLE_FIELDS),
+    ]
+    return _split(stamps, fields, _utc_hour)
+
+
+def _process_fields(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
     """UTC day -> the batch's processes on it, one new list per :data:`ELEMENT_FIELDS` field."""
     processes = columns.processes
     if processes is None:
@@ -37,83 +145,151 @@ def _fields_by_day(columns: BatchColumns) -> dict[date, list[list[Any]]]:
     rows = processes["sample"]
     stamps = list(map(gpu["ts"].__getitem__, rows))
     indices = list(map(gpu["gpu_index"].__getitem__, rows))
-    fields = [stamps, indices, *(list(processes[name]) for name in PROCESS_FIELDS)]
-    # a batch has one stamp per cycle: a day per distinct stamp, once
-    day_of = {ts: utc_day(ts) for ts in set(stamps)}
-    days = set(day_of.values())
-    if len(days) == 1:
-        return {days.pop(): fields}
-    by_day: dict[date, list[int]] = {}
-    for i, ts in enumerate(stamps):
-        by_day.setdefault(day_of[ts], []).append(i)
-    return {day: [[field[i] for i in where] for field in fields] for day, where in by_day.items()}
+    return _split(stamps, [stamps, indices, *(list(processes[name]) for name in PROCESS_FIELDS)], utc_day)
 
 
-def _pack(node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
-    """One packed row: ``fields`` in :data:`ELEMENT_FIELDS` order, a list each."""
-    stamps = fields[0]
-    row = {"node_id": node_id, "ts": min(stamps), "ts_last": max(stamps)}
-    return {**row, **dict(zip(ELEMENT_FIELDS, fields, strict=True))}
+def _array_types(table: sa.Table) -> tuple[type[list], ...]:
+    """The binary list class of each element column (element type as PostgreSQL compiles it)."""
+    pg = postgresql.dialect()
+    out = []
+    for column in list(table.c)[3:]:
+        sql_type = column.type.compile(dialect=pg)
+        # VARCHAR(n)[] columns take text[], whose assignment cast refuses an over-long value
+        out.append(pg_arrays.array_type(sql_type.removesuffix("[]")))
+    return tuple(out)
 
 
-#: the list class that sends each packed column in binary (``daemon/store/pg_arrays.py``), by name, in
-#: :data:`ELEMENT_FIELDS` order
-_ARRAY_TYPES = {
-    "sample_ts": pg_arrays.TimestamptzArray,
-    "gpu_index": pg_arrays.Int2Array,
-    "pid": pg_arrays.Int8Array,
-    "used_memory_bytes": pg_arrays.Int8Array,
-    "sm_util_ratio": pg_arrays.Float8Array,
-    "memory_util_ratio": pg_arrays.Float8Array,
-    "job_id": pg_arrays.TextArray,  # the column's VARCHAR(64)[] refuses a longer one on assignment
-}
-_COLUMNS = ", ".join(f'"{c.name}"' for c in gpu_process_packs.c)
-_ROW = "(" + ", ".join(["%b"] * len(gpu_process_packs.c)) + ")"
-#: packs per INSERT: 10 parameters each, well under a statement's 65,535 (a writer group holds
-#: at most one pack per node and UTC day)
+assert [c.name for c in gpu_process_packs.c][3:] == list(ELEMENT_FIELDS)
+_LAYOUTS = (
+    _Layout(gpu_sample_packs, _gpu_fields, _array_types(gpu_sample_packs)),
+    _Layout(gpu_process_packs, _process_fields, _array_types(gpu_process_packs)),
+)
+
+#: packs per INSERT: a parameter per value, well under a statement's 65,535 (a writer group
+#: holds at most one pack per node and hour or day)
 ROWS_PER_INSERT = 1000
 
 
 @dataclass(frozen=True)
 class PackInsert:
-    """PostgreSQL: ONE ``INSERT ... VALUES`` of the packs of a whole group of batches, each
-    array in binary; shaped like ``daemon.store.batch_store._UnnestInsert`` so the store runs it with the
-    other tables' inserts in one statement."""
+    """PostgreSQL: ONE ``INSERT ... VALUES`` of one table's packs of a whole group of batches,
+    each array in binary; shaped like ``daemon.store.batch_store._UnnestInsert`` so the store runs
+    it with the other tables' inserts in one statement."""
 
     sql: str
     params: list[Any]
+    table: sa.Table
+    #: GPU samples in the packs (0 for processes: they are not samples)
+    samples: int
 
     @property
     def sql_on_conflict(self) -> str:
         return f"{self.sql} ON CONFLICT DO NOTHING"
 
-    @classmethod
-    def of(cls, stored: Iterable[tuple[int, BatchColumns]]) -> list[PackInsert]:
-        """The inserts of ``stored`` (node id, batch columns) pairs' packs, at most
-        :data:`ROWS_PER_INSERT` rows each (a parameter per value); none when no process.
+    @property
+    def sql_counting(self) -> str:
+        """The insert, skipping packs already there, returning how many GPU samples each new one holds."""
+        return f"{self.sql_on_conflict} RETURNING cardinality(gpu_index)"
 
-        The packs of one node and UTC day in the group are ONE row: a bundle of 30 one-cycle
+    @classmethod
+    def of(cls, stored: Iterable[tuple[int, BatchColumns]], *, gpu_samples: bool = True) -> list[PackInsert]:
+        """The inserts of ``stored`` (node id, batch columns) pairs' packs, at most
+        :data:`ROWS_PER_INSERT` rows each; none for a table with nothing to pack.
+
+        The packs of one node and period in the group are ONE row: a bundle of 30 one-cycle
         batches is one pack, not 30 (a thirtieth of the arrays to encode and of the rows'
         overhead on disk). A batch stored again in another group cannot add a second copy: it
-        is a duplicate by its id before any of this.
+        is a duplicate by its id before any of this. A GPU reading twice in one pack (a batch
+        repeating a sample, or a copy of a batch in the same group) raises
+        :class:`RepeatedReadings`: the store then goes a batch at a time, keeping each once.
+        ``gpu_samples=False``: the processes' packs only.
         """
-        merged: dict[tuple[int, date], list[list[Any]]] = {}
-        for node_id, batch in stored:
-            for day, fields in _fields_by_day(batch).items():
-                found = merged.setdefault((node_id, day), fields)
-                if found is not fields:
-                    for values, more in zip(found, fields, strict=True):
-                        values.extend(more)
+        stored = list(stored)
+        inserts = []
+        for layout in _LAYOUTS if gpu_samples else _LAYOUTS[1:]:
+            merged: dict[tuple[int, Hashable], list[list[Any]]] = {}
+            for node_id, batch in stored:
+                for period, fields in layout.split(batch).items():
+                    found = merged.setdefault((node_id, period), fields)
+                    if found is not fields:
+                        for values, more in zip(found, fields, strict=True):
+                            values.extend(more)
+            if layout.table is gpu_sample_packs:
+                for fields in merged.values():
+                    if len(set(zip(fields[0], fields[1], strict=True))) != len(fields[0]):
+                        raise RepeatedReadings
+            inserts += cls._of_rows(layout, [(node_id, fields) for (node_id, _), fields in merged.items()])
+        return inserts
+
+    @classmethod
+    def appending(cls, node_id: int, fields: list[list[Any]]) -> PackInsert:
+        """The insert of one GPU sample pack (``fields``, as :func:`gpu_sample_fields` gives
+        them) that, where a pack of the node already starts at its first stamp, appends its
+        readings to that pack instead: for readings known not to be stored yet."""
+        (insert,) = cls._of_rows(_LAYOUTS[0], [(node_id, fields)])
+        table = gpu_sample_packs.name
+        appended = ", ".join(
+            f'"{c}" = "{table}"."{c}" || EXCLUDED."{c}"' for c in _LAYOUTS[0].element_columns
+        )
+        sql = (
+            f"{insert.sql} ON CONFLICT (node_id, ts) DO UPDATE SET {appended}, "
+            f'ts_last = GREATEST("{table}".ts_last, EXCLUDED.ts_last)'
+        )
+        return cls(sql, insert.params, insert.table, insert.samples)
+
+    @classmethod
+    def _of_rows(cls, layout: _Layout, packs: list[tuple[int, list[list[Any]]]]) -> list[PackInsert]:
         rows = [
             [node_id, min(fields[0]), max(fields[0])]
-            + [array_type(values) for array_type, values in zip(_ARRAY_TYPES.values(), fields, strict=True)]
-            for (node_id, _), fields in merged.items()
+            + [array_type(values) for array_type, values in zip(layout.array_types, fields, strict=True)]
+            for node_id, fields in packs
         ]
+        columns = ", ".join(f'"{c.name}"' for c in layout.table.c)
+        row_sql = "(" + ", ".join(["%b"] * len(layout.table.c)) + ")"
         inserts = []
         for i in range(0, len(rows), ROWS_PER_INSERT):
             chunk = rows[i : i + ROWS_PER_INSERT]
-            sql = (
-                f'INSERT INTO "{gpu_process_packs.name}" ({_COLUMNS}) VALUES {", ".join([_ROW] * len(chunk))}'
-            )
-            inserts.append(cls(sql, [value for row in chunk for value in row]))
+            values_sql = ", ".join([row_sql] * len(chunk))
+            sql = f'INSERT INTO "{layout.table.name}" ({columns}) VALUES {values_sql}'
+            samples = sum(len(row[4]) for row in chunk) if layout.table is gpu_sample_packs else 0
+            inserts.append(cls(sql, [value for row in chunk for value in row], layout.table, samples))
         return inserts
+
+
+class RepeatedReadings(Exception):
+    """A GPU reading (node, GPU, stamp) twice among the packs of one group."""
+
+
+def gpu_sample_fields(columns: BatchColumns) -> list[list[list[Any]]]:
+    """The batch's GPU sample packs' element lists (stamps, GPU indices, then each packed
+    field), one per UTC hour."""
+    return list(_gpu_fields(columns).values())
+
+
+def pack_fields(row: dict[str, Any]) -> list[list[Any]]:
+    """A ``gpu_sample_packs`` row's (dict's) element lists, in column order."""
+    return [row[name] for name in _LAYOUTS[0].element_columns]
+
+
+def element_columns() -> list[str]:
+    """``gpu_sample_packs``' array columns, in order."""
+    return _LAYOUTS[0].element_columns
+
+
+def pack_row(node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
+    """The ``gpu_sample_packs`` row (dict) of element lists."""
+    return _LAYOUTS[0].row(node_id, fields)
+
+
+def new_readings(fields: list[list[Any]], stored: set[tuple[int, datetime]]) -> list[list[Any]]:
+    """``fields`` (a pack's element lists) without the readings whose (GPU, stamp) is in
+    ``stored``, each remaining one once (its first)."""
+    seen = set(stored)
+    keep = []
+    for i, key in enumerate(zip(fields[1], fields[0], strict=True)):
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    if len(keep) == len(fields[0]):
+        return fields
+    return [[values[i] for i in keep] for values in fields]

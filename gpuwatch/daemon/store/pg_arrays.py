@@ -46,6 +46,12 @@ class Float8Array(_TypedArray):
     oid, element_oid, code, size = 1022, 701, "d", 8
 
 
+class Float4Array(_TypedArray):
+    """float4 (``REAL``); a value beyond its range does not fit: callers saturate it first."""
+
+    oid, element_oid, code, size = 1021, 700, "f", 4
+
+
 class Int8Array(_TypedArray):
     oid, element_oid, code, size = 1016, 20, "q", 8
 
@@ -147,6 +153,7 @@ _HEADER = struct.Struct(">iiIii")
 #: column type as SQLAlchemy compiles it for PostgreSQL -> the list class to wrap it in
 ARRAY_FOR_SQL: dict[str, type[list]] = {
     "DOUBLE PRECISION": Float8Array,
+    "REAL": Float4Array,
     "BIGINT": Int8Array,
     "INTEGER": Int4Array,
     "SMALLINT": Int2Array,

@@ -30,6 +30,7 @@ _COPY_TYPES = {
     "SMALLINT": "int2",
     "BIGINT": "int8",
     "DOUBLE PRECISION": "float8",
+    "REAL": "float4",
     "TIMESTAMP WITH TIME ZONE": "timestamptz",
     "BOOLEAN": "bool",
     "JSONB": "jsonb",
@@ -73,9 +74,40 @@ def copy_columns(cur: psycopg.Cursor, table: sa.Table, columns: Sequence[Sequenc
 
 
 def copy_rows(cur: psycopg.Cursor, table: sa.Table, rows: Iterable[Sequence[Any]]) -> None:
-    """``rows`` (value lists in ``table``'s column order) into ``table`` by binary COPY."""
+    """``rows`` (value lists in ``table``'s column order) into ``table`` by binary COPY. Array
+    columns (the packs) are encoded here by ``daemon/store/pg_arrays.py`` and sent as bytes, as
+    jsonb is by :func:`copy_columns`: psycopg's list dumper would take a JSON list in a jsonb[]
+    for a second dimension."""
     types, statement = _types_and_statement(table)
+    arrays = _array_columns(table)
+    if arrays:
+        rows = (_with_arrays_encoded(row, arrays) for row in rows)
+        types = tuple("bytea" if i in arrays else t for i, t in enumerate(types))
     _copy(cur, statement, list(types), rows)
+
+
+@lru_cache(maxsize=64)
+def _array_columns(table: sa.Table) -> dict[int, type[list]]:
+    """Position -> the binary list class of each array column with one. Strings are left to
+    psycopg: a binary COPY checks an array's element type, and ours are ``text``, the columns'
+    ``varchar``."""
+    pg = postgresql.dialect()
+    out = {}
+    for i, column in enumerate(table.c):
+        sql_type = column.type.compile(dialect=pg)
+        if sql_type.endswith("[]"):
+            found = pg_arrays.array_type(sql_type.removesuffix("[]"))
+            if found not in (list, pg_arrays.TextArray):
+                out[i] = found
+    return out
+
+
+def _with_arrays_encoded(row: Sequence[Any], arrays: dict[int, type[list]]) -> list[Any]:
+    out = list(row)
+    for i, cls in arrays.items():
+        if out[i] is not None:
+            out[i] = pg_arrays.pack(cls(out[i]))
+    return out
 
 
 #: column type -> the type whose dumper sends this module's pre-encoded bytes as they are

@@ -8,13 +8,15 @@ import pytest
 import sqlalchemy as sa
 
 from gpuwatch.daemon.store.batch_store import COPY_MIN_ROWS, BatchStore, IngestStatus, count_rows
+from gpuwatch.sql.gpu_readings import count_gpu_samples, gpu_samples_per_node, read_gpu_samples
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.process_packs import read_processes
 from gpuwatch.sql.schema import (
+    PACK_TABLES,
     SAMPLE_TABLES,
     gpu_process_packs,
-    gpu_samples,
+    gpu_sample_packs,
     gpus,
     ingested_batches,
     job_samples,
@@ -22,6 +24,15 @@ from gpuwatch.sql.schema import (
 )
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
+
+
+def _stored_once(conn) -> int:
+    """How many GPU readings are stored, after checking that the packs hold none twice."""
+    elements = sum(
+        len(indices) for indices in conn.execute(sa.select(gpu_sample_packs.c.gpu_index)).scalars()
+    )
+    assert elements == count_gpu_samples(conn), "a GPU reading stored twice"
+    return elements
 
 
 def _node_id(engine, name="node001") -> int:
@@ -37,7 +48,7 @@ def test_values_round_trip(engine):
     assert result.status is IngestStatus.STORED
     assert result.samples == len(batch.samples)
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(gpu_samples).order_by(gpu_samples.c.ts, gpu_samples.c.gpu_index)).all()
+        rows = sorted(read_gpu_samples(conn), key=lambda r: (r.ts, r.gpu_index))
         assert len(rows) == 4
         sent = [s for s in batch.samples if s.kind == "gpu"]
         for row, sample in zip(rows, sorted(sent, key=lambda s: (s.ts, s.gpu_index)), strict=True):
@@ -112,11 +123,8 @@ def test_same_samples_twice_in_one_group_are_stored_once(engine):
     assert [r.status for r in results] == [IngestStatus.STORED] * 3
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 3
-        per_node = dict(
-            conn.execute(
-                sa.select(gpu_samples.c.node_id, sa.func.count()).group_by(gpu_samples.c.node_id)
-            ).all()
-        )
+        per_node = gpu_samples_per_node(conn, None)
+        _stored_once(conn)
     assert per_node == {node_id: 3 * 2, other: 3 * 2}
 
 
@@ -127,7 +135,7 @@ def test_same_batch_twice_in_one_group_is_stored_once(engine):
     assert [r.status for r in results] == [IngestStatus.STORED, IngestStatus.DUPLICATE]
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 1
-        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 2 * 2
+        assert _stored_once(conn) == 2 * 2
 
 
 def test_resent_batch_is_stored_once(engine):
@@ -139,7 +147,7 @@ def test_resent_batch_is_stored_once(engine):
     assert again.status is IngestStatus.DUPLICATE and again.samples == 0
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 1
-        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 4
+        assert _stored_once(conn) == 4
 
 
 def test_same_samples_in_a_new_batch_are_not_duplicated(engine):
@@ -153,7 +161,7 @@ def test_same_samples_in_a_new_batch_are_not_duplicated(engine):
     assert store.store(node_id, first).status is IngestStatus.STORED
     assert store.store(node_id, copy).status is IngestStatus.STORED
     with engine.connect() as conn:
-        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 4
+        assert _stored_once(conn) == 4
 
 
 def test_partitions_made_for_every_day_in_a_batch(engine):
@@ -165,10 +173,12 @@ def test_partitions_made_for_every_day_in_a_batch(engine):
     store.store(node_id, old)
     store.store(node_id, factories.batch(start=factories.T0))  # 23:59:50 + 10 s crosses midnight
     with engine.connect() as conn:
-        names = list_partitions(conn, "gpu_samples")
-        assert {"gpu_samples_p20261022", "gpu_samples_p20261201", "gpu_samples_p20261202"} <= set(names)
-        # rows landed in the partition of their day
-        day2 = conn.execute(sa.text("SELECT count(*) FROM gpu_samples_p20261202")).scalar()
+        names = list_partitions(conn, "gpu_sample_packs")
+        assert {f"gpu_sample_packs_p{day}" for day in ("20261022", "20261201", "20261202")} <= set(names)
+        # packs landed in the partition of their day
+        day2 = conn.execute(
+            sa.text("SELECT sum(cardinality(gpu_index)) FROM gpu_sample_packs_p20261202")
+        ).scalar()
         assert day2 == 2
 
 
@@ -193,7 +203,7 @@ def _odd_samples(ts) -> list:
 
 def _all_rows(conn, start, end) -> dict[str, list[dict]]:
     out = {}
-    for table in (*SAMPLE_TABLES.values(), gpu_process_packs):
+    for table in (*SAMPLE_TABLES.values(), *PACK_TABLES):
         query = (
             sa.select(table).where(table.c.ts >= start, table.c.ts < end).order_by(*table.primary_key.columns)
         )
@@ -236,17 +246,16 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
         fast = _all_rows(conn, factories.T0, factories.T0 + day)
         portable = _all_rows(conn, factories.T0 + shift, factories.T0 + shift + day)
     assert fast == portable
-    assert len(fast["gpu_samples"]) == 40 * 8 + 2
+    assert sum(len(pack["gpu_index"]) for pack in fast["gpu_sample_packs"]) == 40 * 8 + 2
     # one batch over two UTC days (T0 is just before midnight): a pack per day, every reading in one
     assert len(fast["gpu_process_packs"]) == 2
     assert sum(len(pack["pid"]) for pack in fast["gpu_process_packs"]) == 40 * 8 + 2
     assert all(fast[name] for name in fast), "every table got rows"
-    lost = next(r for r in fast["gpu_samples"] if r["gpu_index"] == 11)
-    assert lost["state"] == "lost" and lost["util_gpu_ratio"] is None and lost["throttle_reasons"] is None
-    assert next(r for r in fast["gpu_samples"] if r["gpu_index"] == 10 and r["xid_errors"])["xid_errors"] == [
-        79,
-        13,
-    ]
+    with engine.connect() as conn:
+        readings = read_gpu_samples(conn, factories.T0, factories.T0 + timedelta(days=1))
+    lost = next(r for r in readings if r.gpu_index == 11)
+    assert lost.state == "lost" and lost.util_gpu_ratio is None and lost.throttle_reasons is None
+    assert next(r for r in readings if r.gpu_index == 10 and r.xid_errors).xid_errors == [79, 13]
     assert [r["collector_errors"] for r in fast["agent_samples"] if r["collector_errors"]] == [
         {"nvml": "NVMLError_GpuIsLost"}
     ]
@@ -258,18 +267,16 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
     store.store(node_id, again)
     assert store.conflict_retries == 1  # the optimistic insert met them and went again
     with engine.connect() as conn:
-        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 2 * (40 * 8 + 2)
+        assert _stored_once(conn) == 2 * (40 * 8 + 2)
     # half old, half new: only the new half is added, and the other tables of the batch too
     overlap = factories.batch(cycles=80, gpus=8)
     assert store.store(node_id, overlap).status is IngestStatus.STORED
     assert store.conflict_retries == 2
     with engine.connect() as conn:
-        counts = count_rows(conn)
-        assert counts["gpu_samples"] == 2 * (40 * 8 + 2) + 40 * 8
-        assert counts["cpu_samples"] == 40 + 40 + 40  # big, shifted, the new half of overlap
-        day0 = gpu_samples.c.ts < factories.T0 + timedelta(days=1)
-        stamps = conn.execute(sa.select(gpu_samples.c.ts, gpu_samples.c.gpu_index).where(day0)).all()
-        assert len(stamps) == len(set(stamps)) == 80 * 8 + 2  # 80 cycles x 8 GPUs + the odd two, each once
+        assert _stored_once(conn) == 2 * (40 * 8 + 2) + 40 * 8
+        assert count_rows(conn)["cpu_samples"] == 40 + 40 + 40  # big, shifted, the new half of overlap
+        day0 = read_gpu_samples(conn, None, factories.T0 + timedelta(days=1))
+        assert len(day0) == 80 * 8 + 2  # 80 cycles x 8 GPUs + the odd two, each once
 
 
 def test_a_statement_failing_at_the_pipeline_sync_is_a_sqlalchemy_error_and_rolls_back(engine):
@@ -303,7 +310,7 @@ def test_sample_in_another_zone_is_filed_under_its_utc_day(engine):
     assert batch.samples[0].ts.utcoffset() == timedelta(hours=2)
     assert BatchStore(engine).store(node_id, batch).status is IngestStatus.STORED
     with engine.connect() as conn:
-        stored = conn.execute(sa.select(gpu_samples.c.ts)).scalar_one()
+        (stored,) = [r.ts for r in read_gpu_samples(conn)]
     assert stored == ts and stored.astimezone(timezone.utc).day == 19
 
 
@@ -369,7 +376,7 @@ def test_stored_count_is_the_samples_that_went_in(engine, bulk):
     half_new = factories.batch(cycles=6)
     assert store.store(node_id, half_new).samples == len(half_new.samples) - len(first.samples)
     with engine.connect() as conn:
-        stored = sum(count_rows(conn, SAMPLE_TABLES.values()).values())
+        stored = sum(count_rows(conn, SAMPLE_TABLES.values()).values()) + _stored_once(conn)
         assert stored == len(half_new.samples) + clean.samples
 
 
@@ -393,4 +400,4 @@ def test_stored_count_of_a_v2_batch_with_repeats(engine):
     columnar = wire_v2.from_v1(batch)
     assert BatchStore(engine).store(node_id, columnar).samples == 1
     with engine.connect() as conn:
-        assert count_rows(conn, [gpu_samples])["gpu_samples"] == 1
+        assert _stored_once(conn) == 1

@@ -47,13 +47,19 @@ def test_rows_and_packs_are_the_same_from_either_format():
     assert sample_rows(7, batch) == sample_rows(7, v2)
     packs = pack_rows(7, columns_of(v2))
     assert packs == pack_rows(7, columns_of(batch))
-    assert [p["ts"].date() for p in packs] == sorted(days_of(batch))
-    assert [p["pid"] for p in packs] == [[4242, 4243], [4242, 4243]]
+    processes, gpu = packs["gpu_process_packs"], packs["gpu_sample_packs"]
+    assert [p["ts"].date() for p in processes] == sorted(days_of(batch))
+    assert [p["pid"] for p in processes] == [[4242, 4243], [4242, 4243]]
+    # GPU samples are cut by UTC hour: midnight cuts them too
+    assert [(p["ts"].date(), p["gpu_index"]) for p in gpu] == [
+        (day, [0, 1]) for day in sorted(days_of(batch))
+    ]
     assert all(row["node_id"] == 7 for rows in sample_rows(7, v2).values() for row in rows)
 
 
 def test_a_column_left_out_is_stored_as_its_default():
     batch = factories.batch(cycles=1, gpus=2)
     rows = sample_rows(1, wire_v2.ColumnarBatch.model_validate_json(wire_v2.encode(batch, 2)))
-    assert [r["state"] for r in rows["gpu_samples"]] == ["ok", "ok"]
-    assert [r["sm_occupancy_ratio"] for r in rows["gpu_samples"]] == [None, None]
+    (pack,) = rows["gpu_sample_packs"]
+    assert pack["state"] == ["ok", "ok"]
+    assert pack["sm_occupancy_ppm"] == [None, None]
