@@ -253,7 +253,7 @@ def cut_at_now(engine: sa.Engine, now: datetime) -> None:
     with engine.begin() as conn:
         for table, column in _AFTER_NOW:
             gone = conn.execute(sa.text(f"DELETE FROM {table} WHERE {column} >= :now"), {"now": now}).rowcount
-            print(f"--ends-now: {gone:,} {table} rows from {now:%Y-%m-%d %H:%M} on deleted")
+            print(f"--ends-now: {gone:,} rows of {table} from {now:%Y-%m-%d %H:%M} on deleted")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM ANALYZE"))
 

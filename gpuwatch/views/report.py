@@ -229,7 +229,7 @@ def usage_report(
     last, before = trend_weeks(end)
     # the trend's weeks read their own rows: on other connections while this one reads the
     # period (the database works on them at once); a period that is the last week is its own.
-    # The jobs the period cuts are read twice over, their minutes and hours beside their verdicts
+    # The jobs the period cuts: their minutes and hours on a third, their verdicts on this one
     with ThreadPoolExecutor(max_workers=3) as pool:
         week_before_read = pool.submit(_held_and_wasted, engine, by, *before, group)
         last_week_read = None if start == last[0] else pool.submit(_held_and_wasted, engine, by, *last, group)
