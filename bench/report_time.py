@@ -19,6 +19,11 @@ Before timing, the ended jobs' totals are stored as the daemon's totals pass sto
 its stored row; ``--no-totals`` deletes them instead (the baseline: every job from its hours
 and verdicts). Jobs that ended in the last hour have none (their hours are not all summed).
 
+"usage_report as --since runs it" is a period from the hour to 30 minutes before the data's end;
+``--ends-now`` first deletes the minutes and verdicts after that (for good), so the report sees
+what one that ends now sees: nothing after its end (the verdicts of its last hour are then read
+whole from ``verdict_hours``, ``views/waste.py``).
+
 ``--hours-only`` measures a month of a large cluster itself instead of extrapolating: it fills
 what the report reads for whole hours as the rollup pass and the triggers on ``verdicts`` leave
 it (``job_hours``; ``verdict_hours``, a recent-window pick per job-hour and each job's
@@ -168,6 +173,12 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the generated database (its URL is printed)")
     ap.add_argument("--profile", action="store_true", help="also print cProfile's top of one report by user")
     ap.add_argument(
+        "--ends-now",
+        action="store_true",
+        help="first delete the minutes and verdicts from 30 minutes before the end on (changes the "
+        "database): what a report that ends now sees, nothing after its end",
+    )
+    ap.add_argument(
         "--no-totals",
         action="store_true",
         help="delete the stored job totals first: every job read from its hours and verdicts",
@@ -188,6 +199,8 @@ def main() -> int:
         if args.keep:
             print(f"kept: --db {url}")
     try:
+        if args.ends_now:
+            cut_at_now(engine, end - timedelta(minutes=30))
         if args.no_totals:
             with engine.begin() as conn:
                 conn.execute(sa.text("DELETE FROM job_totals"))
@@ -228,6 +241,21 @@ def main() -> int:
         if name is not None and not args.keep:
             drop_db(name)
     return 0
+
+
+#: what ``--ends-now`` deletes: (table, its time column)
+_AFTER_NOW = (("verdicts", "evaluated_at"), ("gpu_minutes", "minute"), ("job_minutes", "minute"))
+
+
+def cut_at_now(engine: sa.Engine, now: datetime) -> None:
+    """The rows a database has at ``now``: no minutes and no verdicts from ``now`` on (the fill's
+    jobs keep their end, which the report clips to its period)."""
+    with engine.begin() as conn:
+        for table, column in _AFTER_NOW:
+            gone = conn.execute(sa.text(f"DELETE FROM {table} WHERE {column} >= :now"), {"now": now}).rowcount
+            print(f"--ends-now: {gone:,} rows of {table} from {now:%Y-%m-%d %H:%M} on deleted")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE"))
 
 
 def store_totals(engine: sa.Engine) -> None:

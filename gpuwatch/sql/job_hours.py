@@ -32,6 +32,7 @@ from gpuwatch.sql.schema import (
 )
 
 HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 #: an hour is summed this long after its last minute is rolled up
 SETTLE = timedelta(minutes=10)
 #: ``rollup_state`` row: hours summed up to (exclusive)
@@ -98,6 +99,61 @@ def gpu_minutes_of_jobs(conn: sa.Connection, start: datetime, end: datetime) -> 
     )
 
 
+def covers(start: datetime, end: datetime) -> sa.ColumnElement[bool]:
+    """The ``slurm_jobs`` row's run holds every minute of ``[start, end)``: it started in the
+    minute of ``start`` or before (its first GPU-minute is the minute it started in) and had not
+    ended by ``end``. Each GPU-minute of ``[start, end)`` of its GPUs is then one of its own."""
+    j, first_minute = slurm_jobs.c, start.replace(second=0, microsecond=0)
+    return sa.and_(j.start_at < first_minute + MINUTE, sa.or_(j.end_at.is_(None), j.end_at >= end))
+
+
+def gpu_sums_of_jobs(
+    conn: sa.Connection, start: datetime, end: datetime, where: tuple[sa.ColumnElement[bool], ...] = ()
+) -> list[sa.RowMapping]:
+    """Each job's :func:`gpu_sums` over its GPU-minutes in ``[start, end)`` (:func:`gpu_minutes_of_jobs`),
+    of the jobs that match ``where`` (conditions on ``slurm_jobs``), a row per job.
+
+    A job whose run holds the whole span (:func:`covers`; most jobs, for an hour or the part of one)
+    adds its GPUs' sums: the minutes are summed per GPU first, then per job, a row per GPU to join
+    instead of a row per GPU-minute. The jobs that start or end inside the span, if any (a look at
+    ``slurm_jobs`` first), are joined minute by minute, as :func:`gpu_minutes_of_jobs` says."""
+    j, jg, n, m = slurm_jobs.c, job_gpus.c, nodes.c, gpu_minutes.c
+    per_gpu = (
+        sa.select(m.node_id, m.gpu_index, *gpu_sums())
+        .where(m.minute >= start, m.minute < end)
+        .group_by(m.node_id, m.gpu_index)
+        .subquery("per_gpu")
+    )
+    g = per_gpu.c
+    whole = (
+        sa.select(
+            j.job_id,
+            *(sa.cast(sa.func.sum(g[name]), sa.BigInteger).label(name) for name in _COUNTS),
+            *(sa.func.sum(g[name]).label(name) for name in _SUMS),
+        )
+        .select_from(
+            slurm_jobs.join(job_gpus, jg.job_id == j.job_id)
+            .join(nodes, n.name == jg.node)
+            .join(per_gpu, sa.and_(g.node_id == n.id, g.gpu_index == jg.gpu_index))
+        )
+        .where(covers(start, end), *where)
+        .group_by(j.job_id)
+    )
+    rows = list(conn.execute(whole).mappings())
+    cut = (sa.not_(covers(start, end)), *where)
+    in_span = (j.start_at.is_not(None), j.start_at < end, sa.or_(j.end_at.is_(None), j.end_at > start))
+    if conn.execute(sa.select(j.job_id).where(*in_span, *cut).limit(1)).first() is not None:
+        query = sa.select(j.job_id, *gpu_sums()).select_from(gpu_minutes_of_jobs(conn, start, end))
+        query = query.where(*cut)
+        rows += conn.execute(query.group_by(j.job_id)).mappings()
+    return rows
+
+
+#: :func:`gpu_sums` that count (integers, never NULL) and that sum values (NULL: none had one)
+_COUNTS = ("gpu_minutes", "util_gpu_ratio_n", "energy_power_samples", "energy_samples")
+_SUMS = ("util_gpu_ratio_sum", "energy_joules")
+
+
 def host_sums() -> list[sa.ColumnElement]:
     """The sums over a job's cgroup-minutes: each node-minute's mean cores used and the cores it
     had (only node-minutes with both), and the memory peak and limit on one node."""
@@ -128,12 +184,8 @@ def sum_hours(
         _forget_totals(conn, hour, only)
         conn.execute(job_hours.delete().where(job_hours.c.hour == hour, *only))
         rows: dict[str, dict] = {}
-        gpu = sa.select(slurm_jobs.c.job_id, *gpu_sums()).select_from(
-            gpu_minutes_of_jobs(conn, hour, hour + HOUR)
-        )
-        if job_ids is not None:
-            gpu = gpu.where(slurm_jobs.c.job_id.in_(sorted(job_ids)))
-        for r in conn.execute(gpu.group_by(slurm_jobs.c.job_id)).mappings():
+        of_jobs = () if job_ids is None else (slurm_jobs.c.job_id.in_(sorted(job_ids)),)
+        for r in gpu_sums_of_jobs(conn, hour, hour + HOUR, of_jobs):
             rows[r["job_id"]] = {"job_id": r["job_id"], "hour": hour, **r}
         c = job_minutes.c
         host = sa.select(c.job_id, *host_sums()).where(c.minute >= hour, c.minute < hour + HOUR)
@@ -182,12 +234,9 @@ def _forget_totals(
     conn.execute(job_totals.delete().where(job_totals.c.job_id.in_(in_hour)))
 
 
-_ZERO = ("gpu_minutes", "util_gpu_ratio_n", "energy_power_samples", "energy_samples")
-
-
 def _complete(row: dict) -> dict:
     """Every column of a job-hour: counts 0 and sums NULL where one of the two scans had none."""
-    return {col.name: row.get(col.name, 0 if col.name in _ZERO else None) for col in job_hours.c}
+    return {col.name: row.get(col.name, 0 if col.name in _COUNTS else None) for col in job_hours.c}
 
 
 def advance(conn: sa.Connection, minutes_done: datetime) -> int:

@@ -2,7 +2,7 @@
 
 Whole hours come from ``job_hours`` (a row per job-hour, summed by the rollup pass:
 ``sql/job_hours.py``); the rest of the period — a start or end inside an hour, the hours not
-summed yet — from the minute tables, with the same sums (:func:`gpuwatch.sql.job_hours.gpu_sums`,
+summed yet — from the minute tables, with the same sums (:func:`gpuwatch.sql.job_hours.gpu_sums_of_jobs`,
 :func:`~gpuwatch.sql.job_hours.host_sums`). So a month reads a row per job-hour, not per
 GPU-minute, and the figures are the same either way:
 
@@ -26,8 +26,7 @@ import sqlalchemy as sa
 from gpuwatch.sql.job_hours import (
     ceil_hour,
     floor_hour,
-    gpu_minutes_of_jobs,
-    gpu_sums,
+    gpu_sums_of_jobs,
     host_sums,
     summed_until,
 )
@@ -114,16 +113,13 @@ def _minute_rows(
 ) -> list[sa.RowMapping]:
     if end <= start:
         return []
-    job = slurm_jobs.c.job_id
-    gpu = sa.select(job, *gpu_sums()).select_from(gpu_minutes_of_jobs(conn, start, end))
     c = job_minutes.c
     host = sa.select(c.job_id, *host_sums()).where(c.minute >= start, c.minute < end)
+    of_jobs: tuple[sa.ColumnElement[bool], ...] = ()
     if job_ids is not None:
-        gpu, host = gpu.where(among(conn, job, job_ids)), host.where(among(conn, c.job_id, job_ids))
-    return [
-        *conn.execute(gpu.group_by(job)).mappings(),
-        *conn.execute(host.group_by(c.job_id)).mappings(),
-    ]
+        of_jobs = (among(conn, slurm_jobs.c.job_id, job_ids),)
+        host = host.where(among(conn, c.job_id, job_ids))
+    return [*gpu_sums_of_jobs(conn, start, end, of_jobs), *conn.execute(host.group_by(c.job_id)).mappings()]
 
 
 def _hour_rows(

@@ -227,9 +227,10 @@ def usage_report(
     group_col, where = _grouping(by, group)
     groups: dict[str, _Group] = defaultdict(_Group)
     last, before = trend_weeks(end)
-    # the trend's weeks read their own rows: on a second connection while this one reads the
-    # period (the database works on both at once); a period that is the last week is its own
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    # the trend's weeks read their own rows: on other connections while this one reads the
+    # period (the database works on them at once); a period that is the last week is its own.
+    # The jobs the period cuts: their minutes and hours on a third, their verdicts on this one
+    with ThreadPoolExecutor(max_workers=3) as pool:
         week_before_read = pool.submit(_held_and_wasted, engine, by, *before, group)
         last_week_read = None if start == last[0] else pool.submit(_held_and_wasted, engine, by, *last, group)
         with engine.connect() as conn:
@@ -238,8 +239,9 @@ def usage_report(
         for r in sums:  # a row per group and cause
             groups[r.grp or UNKNOWN].add_sums(r)
         ids = sorted(cut) if len(cut) <= _BY_ID else None
-        period = jobs_in_period(engine, start, end, job_ids=ids) if cut else {}
+        period_read = pool.submit(jobs_in_period, engine, start, end, job_ids=ids) if cut else None
         wasted = wasted_by_job(engine, start, end, ids) if cut else {}
+        period = period_read.result() if period_read is not None else {}
         for job_id, h in cut.items():
             lead, hours_wasted = wasted.get(job_id, (None, 0.0))
             groups[h.group or UNKNOWN].add(figures(h, period.get(job_id), lead, hours_wasted))

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.job_hours import ceil_hour, floor_hour
+from gpuwatch.sql.job_hours import HOUR, ceil_hour, floor_hour
 from gpuwatch.sql.jobs import CHUNK, IDS_PER_READ, among
 from gpuwatch.sql.schema import slurm_jobs, verdict_hours, verdicts
 from gpuwatch.views.evaluations import HEALTHY
@@ -96,17 +96,34 @@ def _picks(
     """(job, cause) -> its counted verdict in ``[start, end)``. The whole hours of the period are
     read from ``verdict_hours`` (each hour's picks, kept by triggers on ``verdicts``), the part of
     an hour at either end from the verdicts themselves; both picks are maxima, so taking them per
-    hour and then over the hours gives what taking them over the verdicts would."""
+    hour and then over the hours gives what taking them over the verdicts would. The hour a period
+    ends in counts whole when it has no verdict at or after ``end`` (a report that ends now): its
+    picks are then the ones of ``[hour, end)``."""
     first, last = ceil_hour(start), floor_hour(end)
     best: dict[tuple[str, str], _Pick] = {}
     spans = [(start, end)]
     if first < last:
         spans = [(start, first), (last, end)]
-        _take(best, _hour_picks(conn, first, last, job_ids))
+        picks = None
+        if last < end and _none_from(conn, end, last + HOUR):
+            picks = list(_hour_picks(conn, first, last + HOUR, job_ids))
+            # a verdict stored meanwhile at or after ``end`` would be in them: read the edge instead
+            if _none_from(conn, end, last + HOUR):
+                spans = [(start, first)]
+            else:
+                picks = None
+        _take(best, picks if picks is not None else _hour_picks(conn, first, last, job_ids))
     for s, e in spans:
         if s < e:
             _take(best, _verdict_picks(conn, s, e, job_ids))
     return best
+
+
+def _none_from(conn: sa.Connection, start: datetime, end: datetime) -> bool:
+    """No verdict (of any job) is evaluated in ``[start, end)``."""
+    v = verdicts.c
+    query = sa.select(v.id).where(v.evaluated_at >= start, v.evaluated_at < end).limit(1)
+    return conn.execute(query).first() is None
 
 
 def _take(best: dict[tuple[str, str], _Pick], picks: Iterable[_Pick]) -> None:

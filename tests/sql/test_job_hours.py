@@ -3,6 +3,7 @@ same figures, and the rollup pass sums an hour once it is complete and again aft
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -182,3 +183,137 @@ def _node_with_job(engine) -> int:  # type: ignore[no-untyped-def]
         conn.execute(job_gpus.insert().values(job_id="123", node="node001", gpu_index=0))
     with engine.connect() as conn:
         return get_node(conn, "node001").id
+
+
+#: (job, GPUs of n1, start, end): jobs that hold a whole hour, start or end inside one (on and off
+#: the minute, one at the report's end), share a GPU with another job, or still run
+_EDGE_JOBS = [
+    ("a", (0, 1), H10 + timedelta(minutes=20, seconds=30), H10 + timedelta(hours=2, minutes=37)),
+    ("b", (2,), H10, None),
+    ("c", (0,), H10 + timedelta(hours=2, minutes=37), None),
+    (
+        "d",
+        (3,),
+        H10 + timedelta(hours=2, minutes=5, seconds=59),
+        H10 + timedelta(hours=2, minutes=20, seconds=1),
+    ),
+    ("e", (1, 3), H10 + timedelta(hours=1), H10 + timedelta(hours=2, minutes=37, seconds=30)),
+    ("f", (2,), H10 + timedelta(hours=2, minutes=7, seconds=10), None),
+]
+
+
+def _edge_fill(engine, seed: int) -> tuple[int, list[dict]]:  # type: ignore[no-untyped-def]
+    """n1's GPUs 0-3 with random minutes from 09:00 to 13:00 (some without utilization or energy)
+    and :data:`_EDGE_JOBS`; the minutes as stored."""
+    rng = random.Random(seed)
+    create_token(engine, "n1")
+    with engine.connect() as conn:
+        node_id = get_node(conn, "n1").id
+    rows = [_random_minute(rng, node_id, gpu, H10 - timedelta(hours=1) + timedelta(minutes=k))
+            for k in range(240) for gpu in range(4)]  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(
+            slurm_jobs.insert(),
+            [{"job_id": job, "source": "t", "state": "RUNNING" if end is None else "COMPLETED",
+              "gpus": len(held), "start_at": start, "end_at": end, "first_seen_at": H10, "updated_at": H10}
+             for job, held, start, end in _EDGE_JOBS],
+        )  # fmt: skip
+        conn.execute(
+            job_gpus.insert(),
+            [
+                {"job_id": job, "node": "n1", "gpu_index": gpu}
+                for job, held, _, _ in _EDGE_JOBS
+                for gpu in held
+            ],
+        )
+        conn.execute(gpu_minutes.insert(), rows)
+    return node_id, rows
+
+
+def _random_minute(rng: random.Random, node_id: int, gpu: int, minute: datetime) -> dict:
+    samples, lost = 6, rng.choice((0, 0, 1))
+    util = None if rng.random() < 0.1 else rng.random()
+    energy = None if rng.random() < 0.1 else 900 + 200 * rng.random()
+    return {
+        "node_id": node_id, "gpu_index": gpu, "minute": minute, "samples": samples, "lost_samples": lost,
+        "util_gpu_ratio_sum": None if util is None else samples * util,
+        "util_gpu_ratio_n": 0 if util is None else samples,
+        "energy_joules": energy, "energy_power_samples": rng.choice((0, 2, 6)),
+    }  # fmt: skip
+
+
+def _by_hand(rows: list[dict], start: datetime, end: datetime) -> dict[str, dict]:
+    """Each job's GPU sums over ``[start, end)`` counted minute by minute: the minutes of its GPUs
+    from the minute it started in to its end."""
+    out: dict[str, dict] = {}
+    for job, held, job_start, job_end in _EDGE_JOBS:
+        first = job_start.replace(second=0)
+        mine = [r for r in rows if r["gpu_index"] in held and start <= r["minute"] < end
+                and r["minute"] >= first and (job_end is None or r["minute"] < job_end)]  # fmt: skip
+        if not mine:
+            continue
+        energy = [r for r in mine if r["energy_joules"] is not None]
+        out[job] = {
+            "gpu_minutes": len(mine),
+            "util_sum": sum(r["util_gpu_ratio_sum"] or 0.0 for r in mine),
+            "util_samples": sum(r["util_gpu_ratio_n"] for r in mine),
+            "joules": sum(r["energy_joules"] for r in energy) if energy else None,
+            "power_samples": sum(r["energy_power_samples"] for r in mine),
+            "energy_samples": sum(r["samples"] - r["lost_samples"] for r in energy),
+        }
+    return out
+
+
+def _assert_by_hand(engine, rows: list[dict], start: datetime, end: datetime) -> None:  # type: ignore[no-untyped-def]
+    want, got = _by_hand(rows, start, end), jobs_in_period(engine, start, end)
+    assert got.keys() == want.keys()
+    for job, w in want.items():
+        g = got[job]
+        assert (g.gpu_minutes, g.util_samples) == (w["gpu_minutes"], w["util_samples"]), job
+        assert g.util_sum == pytest.approx(w["util_sum"]), job
+        if w["joules"] is None:
+            assert g.energy is None, job
+            continue
+        assert g.energy is not None and g.energy.joules == pytest.approx(w["joules"]), job
+        share = w["power_samples"] / w["energy_samples"] if w["energy_samples"] else 0.0
+        assert g.energy.estimated_share == pytest.approx(share), job
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_period_that_ends_now_counts_the_current_hours_minutes_by_hand(engine, seed) -> None:  # type: ignore[no-untyped-def]
+    """A report that ends inside the current hour (``gpuwatch report --since``) reads that hour's
+    minutes: its jobs' GPU sums equal the ones counted minute by minute, for jobs that hold the
+    whole hour, start or end in it (on the report's end too), or share a GPU; and again after
+    late data changed minutes of the current hour and of a summed one (re-rolled, re-summed)."""
+    node_id, rows = _edge_fill(engine, seed)
+    with engine.begin() as conn:
+        hours.sum_hours(conn, H10 - timedelta(hours=1), H10 + timedelta(hours=2))
+    _state(engine, H10 + timedelta(hours=2))  # 12:00 is the current hour
+    now = H10 + timedelta(hours=2, minutes=37, seconds=20)
+    periods = [
+        (H10 - timedelta(hours=1), now),
+        (H10 + timedelta(minutes=20, seconds=30), now),
+        (H10, H10 + timedelta(hours=2, minutes=37)),
+        (H10 + timedelta(hours=2, minutes=6), now),
+    ]
+    for start, end in periods:
+        _assert_by_hand(engine, rows, start, end)
+    # late batches: minutes of the current hour and of the summed 11:00 hour rolled again
+    rng = random.Random(seed + 100)
+    late = {
+        (r["gpu_index"], r["minute"])
+        for r in rows
+        if r["minute"].minute in (7, 30) and r["minute"].hour in (11, 12)
+    }
+    rows = [
+        _random_minute(rng, node_id, r["gpu_index"], r["minute"])
+        if (r["gpu_index"], r["minute"]) in late
+        else r
+        for r in rows
+    ]
+    with engine.begin() as conn:
+        conn.execute(gpu_minutes.delete().where(gpu_minutes.c.minute.in_(sorted({m for _, m in late}))))
+        conn.execute(gpu_minutes.insert(), [r for r in rows if (r["gpu_index"], r["minute"]) in late])
+        hours.resum(conn, H10 + timedelta(hours=1), H10 + timedelta(hours=2, minutes=31))
+    for start, end in periods:
+        _assert_by_hand(engine, rows, start, end)

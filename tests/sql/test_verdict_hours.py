@@ -167,3 +167,53 @@ def test_the_migration_fills_it_from_stored_verdicts(db_url) -> None:  # type: i
         assert _got(engine, start, end) == _expected(stored, start, end)
     finally:
         engine.dispose()
+
+
+def test_a_period_that_ends_now_reads_its_last_hour_through_the_picks(engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A report that ends now (no verdict at or after its end) takes the current hour's picks whole;
+    a verdict at its very end, or one stored at or after it while the picks are read, is left out
+    as the pick over the verdicts leaves it out."""
+    from gpuwatch.views import waste
+
+    rng = random.Random(23)
+    now = T0 + timedelta(hours=4, minutes=37)
+    rows = [r for r in _random_verdicts(rng, 400) if r["evaluated_at"] < now]
+    with engine.begin() as conn:
+        conn.execute(verdicts.insert(), rows)
+    reads = []
+    monkeypatch.setattr(waste, "_verdict_picks", _counted(waste._verdict_picks, reads))
+    stored = _stored(engine)
+    for start in (T0, T0 + timedelta(hours=2), T0 + timedelta(minutes=10)):
+        assert _got(engine, start, now) == _expected(stored, start, now), start
+    assert [(s, e) for s, e in reads if e == now] == []  # the last hour came from the picks
+    # the largest waste of all, at the period's end: not in it
+    with engine.begin() as conn:
+        conn.execute(verdicts.insert(), [_verdict("j1", now, "job", "input_bound", 50.0)])
+        conn.execute(verdicts.insert(), [_verdict("j2", now, "recent", "input_bound", 50.0)])
+    stored = _stored(engine)
+    assert _got(engine, T0, now) == _expected(stored, T0, now)
+    assert ("j1", "input_bound") not in _expected(stored, now - timedelta(minutes=1), now)
+
+    # stored while the hours are read: at the next check the edge is read from the verdicts instead
+    with engine.begin() as conn:
+        conn.execute(verdicts.delete().where(verdicts.c.evaluated_at >= now))
+    stored = _stored(engine)
+    hour_picks = waste._hour_picks
+
+    def meanwhile(conn, first, last, job_ids):  # type: ignore[no-untyped-def]
+        with engine.begin() as other:
+            other.execute(
+                verdicts.insert(), [_verdict("j3", now + timedelta(minutes=1), "job", "small_work", 50.0)]
+            )
+        return hour_picks(conn, first, last, job_ids)
+
+    monkeypatch.setattr(waste, "_hour_picks", meanwhile)
+    assert _got(engine, T0, now) == _expected(stored, T0, now)
+
+
+def _counted(fn, reads: list) -> object:  # type: ignore[no-untyped-def]
+    def read(conn, start, end, job_ids):  # type: ignore[no-untyped-def]
+        reads.append((start, end))
+        return fn(conn, start, end, job_ids)
+
+    return read
