@@ -10,16 +10,17 @@ days up to the current hour, an evaluation every ``eval-every-min`` minutes of e
 Then runs the installed command as a user would (a new process each run: interpreter start,
 imports, schema check, the listing, rendering, writing to a pipe), as a table (the first
 :data:`gpuwatch.cli.jobs.TABLE_PAGE` rows and a line saying how many more) and as JSON (every
-row), and prints each one's median wall time over ``runs`` runs after a warm-up and the bytes it
-wrote; then the same command on an empty database (start-up alone) and the listing called
-in-process. The issue's goal: under 1 s at 1,000 nodes and under 2 s at 10,000.
+row), and prints each one's median wall time over ``runs`` runs after a warm-up, the bytes it
+wrote, and its own CPU seconds (user + system; the database server's work is not in them);
+then the same command on an empty database (start-up alone) and the listing called in-process.
+The issue's goal: under 1 s at 1,000 nodes and under 2 s at 10,000.
 
 Each command imports the ``gpuwatch`` package of this tree (``PYTHONPATH``), with its bytecode
 written by the warm-up run as an installed package has it (``PYTHONDONTWRITEBYTECODE`` is
 dropped). ``--baseline TREE`` runs every command in turn with the package of another source
 tree (``git worktree add --detach TREE <commit>``) on the same database, and prints that
-tree's medians and the median of the pairwise ratios (this tree / TREE): pairs taken in turn
-keep the ratio meaningful on a machine whose speed drifts.
+tree's figures and the medians of the pairwise ratios (this tree / TREE): pairs taken in turn
+keep a ratio meaningful on a machine whose speed drifts.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -66,42 +69,62 @@ def fill(engine: sa.Engine, n_nodes: int, days: float, every: timedelta) -> str:
     return f"{len(jobs):,} jobs ({wasting:,} wasting), {rows:,} verdict rows"
 
 
-def run_command(url: str, *extra: str, runs: int, trees: tuple[Path, ...]) -> list[tuple[list[float], int]]:
-    """Per tree, (seconds of each run, bytes written) of ``gpuwatch --db URL jobs --low-util
-    --since 7d EXTRA``; the trees' runs taken in turn, after one warm-up run each."""
+def run_command(url: str, *extra: str, runs: int, trees: tuple[Path, ...]) -> list[Runs]:
+    """Per tree, the runs of ``gpuwatch --db URL jobs --low-util --since 7d EXTRA``: the trees'
+    runs taken in turn, after one warm-up run each."""
     argv = [GPUWATCH, "--db", url, "jobs", "--low-util", "--since", "7d", *extra]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    found: list[tuple[list[float], int]] = [([], 0) for _ in trees]
+    found = [Runs() for _ in trees]
     for k in range(runs + 1):
-        for i, tree in enumerate(trees):
+        for tree, runs_of_tree in zip(trees, found, strict=True):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             done = subprocess.run(
                 argv, capture_output=True, check=False, env={**env, "PYTHONPATH": str(tree)}
             )
             elapsed = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if done.returncode != 0:
                 raise SystemExit(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.decode()[-300:]}")
             if k:  # the first run warms the page cache and writes the bytecode
-                found[i][0].append(elapsed)
-            found[i] = (found[i][0], len(done.stdout))
+                runs_of_tree.wall.append(elapsed)
+                runs_of_tree.cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            runs_of_tree.size = len(done.stdout)
     return found
 
 
+@dataclass
+class Runs:
+    """One tree's runs of one command: wall seconds, the command's own CPU seconds (user +
+    system: the database server's work is not in them), bytes written."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    size: int = 0
+
+
 def spread(times: list[float]) -> str:
-    return f"median {statistics.median(times):6.2f} s ({min(times):.2f}-{max(times):.2f})"
+    return f"median {statistics.median(times):5.2f} s ({min(times):.2f}-{max(times):.2f})"
 
 
-def show(label: str, found: list[tuple[list[float], int]], goal: float | None) -> None:
-    """This tree's median and range, and with a baseline its figures and the ratio."""
-    times, size = found[0]
+def pairs(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def show(label: str, found: list[Runs], goal: float | None) -> None:
+    """This tree's medians and ranges, and with a baseline its figures and the ratios."""
+    this = found[0]
     verdict = ""
     if goal is not None:
-        verdict = f"  ({'ok' if statistics.median(times) < goal else 'over the goal'}: {goal:g} s)"
-    print(f"command, {label:<5}  {spread(times)}  {size / 1024:9.0f} KiB{verdict}")
+        verdict = f"  ({'ok' if statistics.median(this.wall) < goal else 'over the goal'}: {goal:g} s)"
+    size = f"{this.size / 1024:.0f} KiB"
+    print(f"command, {label:<5} wall {spread(this.wall)}, cpu {spread(this.cpu)}, {size}{verdict}")
     if len(found) > 1:
-        base, _ = found[1]
-        ratio = statistics.median(a / b for a, b in zip(times, base, strict=True))
-        print(f"  baseline        {spread(base)}  this/baseline, median of pairs {ratio:.2f}")
+        base = found[1]
+        print(
+            f"  baseline    wall {spread(base.wall)}, cpu {spread(base.cpu)}; this/baseline, median of "
+            f"pairs: wall {pairs(this.wall, base.wall):.2f}, cpu {pairs(this.cpu, base.cpu):.2f}"
+        )
 
 
 def main() -> int:
