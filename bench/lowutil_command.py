@@ -1,7 +1,7 @@
 """Seconds of the command ``gpuwatch jobs --low-util --since 7d`` itself, process start to exit.
 
     .venv/bin/python bench/lowutil_command.py [--nodes 1000] [--days 7] [--eval-every-min 15]
-                                              [--runs 5] [--db URL] [--keep]
+                                              [--runs 5] [--db URL] [--keep] [--baseline TREE]
 
 Fills a throwaway PostgreSQL database as ``bench/lowutil_query.py --no-samples`` does (127.0.0.1:5432
 or $GPUWATCH_BENCH_PG): ``nodes`` nodes running back-to-back 8-GPU jobs of 2-12 h for ``days``
@@ -10,19 +10,30 @@ days up to the current hour, an evaluation every ``eval-every-min`` minutes of e
 Then runs the installed command as a user would (a new process each run: interpreter start,
 imports, schema check, the listing, rendering, writing to a pipe), as a table (the first
 :data:`gpuwatch.cli.jobs.TABLE_PAGE` rows and a line saying how many more) and as JSON (every
-row), and prints each one's median wall time over ``runs`` runs after a warm-up and the bytes it
-wrote; then the same command on an empty database (start-up alone) and the listing called
-in-process. The issue's goal: under 1 s at 1,000 nodes and under 2 s at 10,000.
+row), and prints each one's median wall time over ``runs`` runs after a warm-up, the bytes it
+wrote, and its own CPU seconds (user + system; the database server's work is not in them);
+then the same command on an empty database (start-up alone) and the listing called in-process.
+The issue's goal: under 1 s at 1,000 nodes and under 2 s at 10,000.
+
+Each command imports the ``gpuwatch`` package of this tree (``PYTHONPATH``), with its bytecode
+written by the warm-up run as an installed package has it (``PYTHONDONTWRITEBYTECODE`` is
+dropped). ``--baseline TREE`` runs every command in turn with the package of another source
+tree (``git worktree add --detach TREE <commit>``) on the same database, and prints that
+tree's figures and the medians of the pairwise ratios (this tree / TREE): pairs taken in turn
+keep a ratio meaningful on a machine whose speed drifts.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,6 +46,8 @@ from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
 from gpuwatch.sql.schema import nodes
 from gpuwatch.views import LowUtilFilters, low_util_jobs
 
+#: the tree whose ``gpuwatch`` package the commands import, unless ``--baseline`` names another
+ROOT = Path(__file__).resolve().parents[1]
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 #: jobs per COPY of their verdicts (bounds the text held in memory at 10,000 nodes)
 CHUNK_JOBS = 2000
@@ -56,20 +69,62 @@ def fill(engine: sa.Engine, n_nodes: int, days: float, every: timedelta) -> str:
     return f"{len(jobs):,} jobs ({wasting:,} wasting), {rows:,} verdict rows"
 
 
-def run_command(url: str, *extra: str, runs: int) -> tuple[float, int]:
-    """(median seconds, bytes written) of ``gpuwatch --db URL jobs --low-util --since 7d EXTRA``."""
+def run_command(url: str, *extra: str, runs: int, trees: tuple[Path, ...]) -> list[Runs]:
+    """Per tree, the runs of ``gpuwatch --db URL jobs --low-util --since 7d EXTRA``: the trees'
+    runs taken in turn, after one warm-up run each."""
     argv = [GPUWATCH, "--db", url, "jobs", "--low-util", "--since", "7d", *extra]
-    times, size = [], 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    found = [Runs() for _ in trees]
     for k in range(runs + 1):
-        t = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, check=False)
-        elapsed = time.perf_counter() - t
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.decode()[-300:]}")
-        size = len(done.stdout)
-        if k:  # the first run warms the page cache
-            times.append(elapsed)
-    return statistics.median(times), size
+        for tree, runs_of_tree in zip(trees, found, strict=True):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            done = subprocess.run(
+                argv, capture_output=True, check=False, env={**env, "PYTHONPATH": str(tree)}
+            )
+            elapsed = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if done.returncode != 0:
+                raise SystemExit(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.decode()[-300:]}")
+            if k:  # the first run warms the page cache and writes the bytecode
+                runs_of_tree.wall.append(elapsed)
+                runs_of_tree.cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            runs_of_tree.size = len(done.stdout)
+    return found
+
+
+@dataclass
+class Runs:
+    """One tree's runs of one command: wall seconds, the command's own CPU seconds (user +
+    system: the database server's work is not in them), bytes written."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    size: int = 0
+
+
+def spread(times: list[float]) -> str:
+    return f"median {statistics.median(times):5.2f} s ({min(times):.2f}-{max(times):.2f})"
+
+
+def pairs(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def show(label: str, found: list[Runs], goal: float | None) -> None:
+    """This tree's medians and ranges, and with a baseline its figures and the ratios."""
+    this = found[0]
+    verdict = ""
+    if goal is not None:
+        verdict = f"  ({'ok' if statistics.median(this.wall) < goal else 'over the goal'}: {goal:g} s)"
+    size = f"{this.size / 1024:.0f} KiB"
+    print(f"command, {label:<5} wall {spread(this.wall)}, cpu {spread(this.cpu)}, {size}{verdict}")
+    if len(found) > 1:
+        base = found[1]
+        print(
+            f"  baseline    wall {spread(base.wall)}, cpu {spread(base.cpu)}; this/baseline, median of "
+            f"pairs: wall {pairs(this.wall, base.wall):.2f}, cpu {pairs(this.cpu, base.cpu):.2f}"
+        )
 
 
 def main() -> int:
@@ -80,7 +135,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--db", help="time the command on this database instead of a generated one")
     ap.add_argument("--keep", action="store_true", help="keep the generated database (its URL is printed)")
+    ap.add_argument("--baseline", type=Path, help="another source tree's gpuwatch, run in turn with this one")
     args = ap.parse_args()
+    trees = (ROOT,) if args.baseline is None else (ROOT, args.baseline.resolve())
     names = []
     try:
         if args.db:
@@ -103,16 +160,12 @@ def main() -> int:
         names.append(empty_name)
         empty_url = empty.url.render_as_string(hide_password=False)
         empty.dispose()
+        print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        goal = 1.0 if args.nodes <= 1000 else 2.0
         for label, extra in (("table", ()), ("json", ("--format", "json"))):
-            seconds, size = run_command(url, *extra, runs=args.runs)
-            goal = 1.0 if args.nodes <= 1000 else 2.0
-            verdict = "ok" if seconds < goal else "over the goal"
-            print(
-                f"command, {label:<5}  median {seconds:6.2f} s  {size / 1024:9.0f} KiB  "
-                f"({verdict}: {goal:g} s)"
-            )
-        seconds, _ = run_command(empty_url, runs=args.runs)
-        print(f"command, empty database (start-up, schema check, no rows): median {seconds:6.2f} s")
+            show(label, run_command(url, *extra, runs=args.runs, trees=trees), goal)
+        show("empty", run_command(empty_url, runs=args.runs, trees=trees), None)
+        print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         engine = sa.create_engine(url)
         since = lq.NOW - timedelta(days=7)
         filters = LowUtilFilters(since=since, evaluated_since=since)

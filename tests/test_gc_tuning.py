@@ -1,4 +1,4 @@
-"""The agent's and daemon's collector settings (why: gpuwatch/gc_tuning.py)."""
+"""The agent's, daemon's and commands' collector settings (why: gpuwatch/gc_tuning.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 from gpuwatch import gc_tuning
 
 
-@pytest.mark.parametrize("thresholds", [gc_tuning.AGENT_THRESHOLDS, gc_tuning.DAEMON_THRESHOLDS])
+@pytest.mark.parametrize(
+    "thresholds", [gc_tuning.AGENT_THRESHOLDS, gc_tuning.DAEMON_THRESHOLDS, gc_tuning.COMMAND_THRESHOLDS]
+)
 def test_settle_freezes_what_is_alive_and_sets_thresholds(thresholds):
     before = gc.get_threshold()
     gc.unfreeze()

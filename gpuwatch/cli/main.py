@@ -483,6 +483,11 @@ SUBCOMMAND_MODULES: dict[str, str] = {
 def main() -> None:
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
+    from gpuwatch import gc_tuning
+
+    # the modules imported so far live as long as the command; the agent and the daemon settle
+    # again, with their own thresholds, once their start-up is done
+    gc_tuning.settle(gc_tuning.COMMAND_THRESHOLDS)
     try:
         cli(standalone_mode=True)
     except KeyboardInterrupt:

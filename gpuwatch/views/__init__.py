@@ -17,27 +17,70 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 * :func:`node_view` — one node: its GPUs' last hours, their faults, the jobs that held them;
 * :func:`usage_report` — GPU-hours held and wasted per user, account or partition;
 * :func:`evidence_sentences` — a verdict's evidence as sentences, for every surface.
+
+Each name is imported from its module when it is first asked for (:func:`__getattr__`), so a
+command pays for the questions it asks: ``gpuwatch jobs --low-util`` loads the listing's
+modules, not the job page's series and charts, the overview or the report.
 """
 
-from gpuwatch.views.evaluations import WINDOW_NAMES, Evaluation, VerdictRow, latest_evaluations
-from gpuwatch.views.evidence import evidence_sentences
-from gpuwatch.views.idle import IdleJob, idle_jobs
-from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
-from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
-from gpuwatch.views.lowutil import (
-    SORTS,
-    LowUtilFilters,
-    LowUtilJob,
-    LowUtilPage,
-    low_util_jobs,
-    low_util_page,
-)
-from gpuwatch.views.node import NodeView, node_view
-from gpuwatch.views.nodes import NodeSummary, node_summaries
-from gpuwatch.views.overview import Overview, cluster_overview
-from gpuwatch.views.report import GroupBy, ReportRow, report_period, usage_report
-from gpuwatch.views.summary_text import summary_rows
-from gpuwatch.views.waste import JobWaste, waste_in_period
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as their modules define them, for type checkers and readers
+    from gpuwatch.views.evaluations import WINDOW_NAMES, Evaluation, VerdictRow, latest_evaluations
+    from gpuwatch.views.evidence import evidence_sentences
+    from gpuwatch.views.idle import IdleJob, idle_jobs
+    from gpuwatch.views.job import GPU_METRICS, GpuSummary, JobCharts, JobInfo, JobView, downsample, job_view
+    from gpuwatch.views.jobs import JobFilters, JobSummary, jobs_query
+    from gpuwatch.views.lowutil import (
+        SORTS,
+        LowUtilFilters,
+        LowUtilJob,
+        LowUtilPage,
+        low_util_jobs,
+        low_util_page,
+    )
+    from gpuwatch.views.node import NodeView, node_view
+    from gpuwatch.views.nodes import NodeSummary, node_summaries
+    from gpuwatch.views.overview import Overview, cluster_overview
+    from gpuwatch.views.report import GroupBy, ReportRow, report_period, usage_report
+    from gpuwatch.views.summary_text import summary_rows
+    from gpuwatch.views.waste import JobWaste, waste_in_period
+
+#: the module (under ``gpuwatch.views``) that defines each public name
+HOMES: dict[str, str] = {
+    **dict.fromkeys(("WINDOW_NAMES", "Evaluation", "VerdictRow", "latest_evaluations"), "evaluations"),
+    "evidence_sentences": "evidence",
+    **dict.fromkeys(("IdleJob", "idle_jobs"), "idle"),
+    **dict.fromkeys(
+        ("GPU_METRICS", "GpuSummary", "JobCharts", "JobInfo", "JobView", "downsample", "job_view"), "job"
+    ),
+    **dict.fromkeys(("JobFilters", "JobSummary", "jobs_query"), "jobs"),
+    **dict.fromkeys(
+        ("SORTS", "LowUtilFilters", "LowUtilJob", "LowUtilPage", "low_util_jobs", "low_util_page"), "lowutil"
+    ),
+    **dict.fromkeys(("NodeView", "node_view"), "node"),
+    **dict.fromkeys(("NodeSummary", "node_summaries"), "nodes"),
+    **dict.fromkeys(("Overview", "cluster_overview"), "overview"),
+    **dict.fromkeys(("GroupBy", "ReportRow", "report_period", "usage_report"), "report"),
+    "summary_rows": "summary_text",
+    **dict.fromkeys(("JobWaste", "waste_in_period"), "waste"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module (:data:`HOMES`) the first time it is asked for
+    and kept here after; a submodule (``from gpuwatch.views import period``) is found by the
+    import system itself once this says the name is no attribute."""
+    home = HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "GPU_METRICS",

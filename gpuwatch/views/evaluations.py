@@ -10,8 +10,9 @@ which GPU-hours wasted every surface reports, is decided here once: :attr:`Evalu
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -49,10 +50,10 @@ class VerdictRow:
     mean_util_ratio: float | None
     summary: str
     fix: str | None
-    #: the evidence as read: JSON text, parsed on first use (a listing of thousands of jobs
-    #: shows none of it), or the dict itself
-    stored_evidence: str | dict[str, Any] | None
     rules_version: str = ""
+    #: the evidence as read: JSON text, parsed on first use (a listing of thousands of jobs
+    #: shows none of it, and does not read it: None), or the dict itself
+    stored_evidence: str | dict[str, Any] | None = None
 
     @cached_property
     def evidence(self) -> dict[str, Any]:
@@ -200,32 +201,31 @@ def shown_select(
     return sa.select(*(picked.c[name] for name in LISTED_COLUMNS)).where(picked.c.pick == 1)
 
 
-#: ``verdicts`` columns a :class:`VerdictRow` holds under the same name, as stored
-_AS_STORED = (
-    "job_id",
-    "evaluated_at",
-    "window_kind",
-    "window_start",
-    "window_end",
-    "cause",
-    "gpus",
-    "gpu_hours",
-    "gpu_hours_wasted",
-    "mean_util_ratio",
-    "summary",
-    "fix",
-    "rules_version",
-)
+#: the ``verdicts`` column behind each :class:`VerdictRow` field not named as stored
+_COLUMN_OF = {"verdict_id": "id", "stored_evidence": "evidence"}
 
 
-def verdict_of(r: Any) -> VerdictRow:
-    """A :class:`VerdictRow` from a row mapping holding the ``verdicts`` columns."""
-    return VerdictRow(
-        verdict_id=r["id"],
-        confidence=float(r["confidence"]),
-        stored_evidence=r.get("evidence"),
-        **{name: r[name] for name in _AS_STORED},
-    )
+def verdict_reader(keys: Sequence[str]) -> Callable[[Sequence[Any]], VerdictRow]:
+    """What makes a :class:`VerdictRow` of each result row whose columns are ``keys`` (the
+    ``verdicts`` columns, and any others a query adds): the columns' positions are found once
+    per query and a row's values handed on by position, so a listing of thousands of rows reads
+    no value by name. A query without ``evidence`` makes rows without it (the last field)."""
+    at = {key: i for i, key in enumerate(keys)}
+    columns = [_COLUMN_OF.get(f.name, f.name) for f in fields(VerdictRow)]
+    if "evidence" not in at:
+        columns.remove("evidence")
+    values = operator.itemgetter(*(at[column] for column in columns))
+
+    def read(row: Sequence[Any]) -> VerdictRow:
+        return VerdictRow(*values(row))
+
+    return read
+
+
+def verdicts_of(result: sa.Result[Any]) -> list[VerdictRow]:
+    """Every row of a query of ``verdicts`` columns as a :class:`VerdictRow`."""
+    read = verdict_reader(list(result.keys()))
+    return [read(row) for row in result]
 
 
 def group_evaluations(rows: Sequence[VerdictRow]) -> dict[str, Evaluation]:
@@ -247,4 +247,4 @@ def latest_evaluations(
 ) -> dict[str, Evaluation]:
     """Each job's newest evaluation (optionally: only those at or after ``evaluated_since``)."""
     query = latest_select(evaluated_since=evaluated_since, job_ids=job_ids)
-    return group_evaluations([verdict_of(r) for r in conn.execute(query).mappings()])
+    return group_evaluations(verdicts_of(conn.execute(query)))

@@ -208,3 +208,39 @@ def test_a_command_imports_its_own_module_only(sqlite_url):
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "no jobs match" in out and out.strip().splitlines()[-1] == "['gpuwatch.cli.jobs']"
+
+
+#: modules ``gpuwatch jobs --low-util --format json`` needs none of: the other questions' read
+#: models (a job's page and its series, the overview, a node, the report), the classifier's
+#: feature code, the web view and its framework, the alerts, the plots, the table renderer
+NOT_FOR_THE_LISTING = (
+    "gpuwatch.views.job",
+    "gpuwatch.views._job_series",
+    "gpuwatch.views.overview",
+    "gpuwatch.views.node",
+    "gpuwatch.views.report",
+    "gpuwatch.classify.features",
+    "gpuwatch.web",
+    "gpuwatch.alerts",
+    "fastapi",
+    "matplotlib",
+    "rich",
+)
+
+
+def test_the_low_util_listing_imports_its_own_read_model_only(sqlite_url):
+    """``gpuwatch.views`` hands each name on from its module when it is first asked for: in a
+    fresh interpreter the JSON listing loads ``gpuwatch.views.lowutil`` and none of
+    :data:`NOT_FOR_THE_LISTING`, while ``from gpuwatch.views import ...`` still finds every name."""
+    assert _run("--db", sqlite_url, "db", "upgrade").exit_code == 0
+    watched = (*NOT_FOR_THE_LISTING, "gpuwatch.views.lowutil")
+    probe = (
+        "import sys\n"
+        "from gpuwatch.cli.main import cli\n"
+        f"cli(['--db', {sqlite_url!r}, 'jobs', '--low-util', '--format', 'json'], standalone_mode=False)\n"
+        f"print(sorted(m for m in {watched!r} if m in sys.modules))\n"
+        "import gpuwatch.views\n"
+        "print(all(getattr(gpuwatch.views, name) is not None for name in gpuwatch.views.__all__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-3:] == ["[]", "['gpuwatch.views.lowutil']", "True"]

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from gpuwatch.classify.verdict import Cause
 from gpuwatch.sql.schema import slurm_jobs, verdicts
 from gpuwatch.views import LowUtilFilters, low_util_jobs, low_util_page
-from gpuwatch.views.evaluations import group_evaluations, latest_select, shown_select, verdict_of
+from gpuwatch.views.evaluations import group_evaluations, latest_select, shown_select, verdicts_of
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 CAUSES = [c.value for c in Cause]
@@ -54,7 +54,7 @@ def test_shown_select_picks_what_evaluation_picks(engine) -> None:
     with engine.begin() as conn:
         conn.execute(verdicts.insert(), _random_verdicts(seed=7, jobs=150))
     with engine.connect() as conn:
-        evaluations = group_evaluations([verdict_of(r) for r in conn.execute(latest_select()).mappings()])
+        evaluations = group_evaluations(verdicts_of(conn.execute(latest_select())))
         expected = {job: e.shown.verdict_id for job, e in evaluations.items() if e.shown is not None}
         picked = {r["job_id"]: r["id"] for r in conn.execute(shown_select()).mappings()}
         assert picked == expected
@@ -129,7 +129,7 @@ def test_pages_are_slices_of_the_whole_listing(engine) -> None:
 def test_evidence_and_other_causes_only_when_asked(engine) -> None:
     with engine.begin() as conn:
         conn.execute(verdicts.insert(), _random_verdicts(seed=3, jobs=30))
-        evaluations = group_evaluations([verdict_of(r) for r in conn.execute(latest_select()).mappings()])
+        evaluations = group_evaluations(verdicts_of(conn.execute(latest_select())))
     plain = low_util_jobs(engine, LowUtilFilters(limit=None), now=T0)
     full = low_util_jobs(engine, LowUtilFilters(limit=None), now=T0, evidence=True)
     assert [j.raw_job_id for j in plain] == [j.raw_job_id for j in full]
