@@ -11,12 +11,14 @@ postgres, or $GPUWATCH_BENCH_PG), ``--nodes`` nodes x ``--gpus`` GPUs x ``--days
 - ``verdicts``: one evaluation per ``--eval-every-min`` of each job's run, two rows each
   (recent + job window), ~35 % of the jobs with a non-healthy cause, as the daemon stores them
   (COPY);
-- ``gpu_samples``: one sample per GPU per ``--interval`` s (util per job + noise), COPY into
-  the daily partitions — only for the naive baseline (``--no-samples`` skips it).
+- GPU samples: one per GPU per ``--interval`` s (util per job + noise), packed as the daemon
+  packs them (``daemon/store/packing.py``) and COPYed into the daily partitions — only for the
+  naive baseline (``--no-samples`` skips it).
 
 Then, median of ``--runs``: the listing (:func:`gpuwatch.views.low_util_jobs`,
 ``since = now - 7 d``, what the command runs) vs the naive query (mean ``util_gpu_ratio`` of
-each job's raw samples over its run, jobs under 50 %), and the ratio. The listing reads
+each job's raw samples over its run, read through ``sql/gpu_readings.py``, jobs under 50 %),
+and the ratio. The listing reads
 verdicts per job, never samples: its cost follows jobs x evaluations, not samples.
 
 With samples, the daemon's own rollup (:class:`gpuwatch.sql.rollups.Rollup`) then builds
@@ -39,17 +41,22 @@ import time
 import uuid
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.ingest import copy_table, copy_values
+from gpuwatch.daemon.store.columns import FIELDS, BatchColumns
+from gpuwatch.daemon.store.packing import pack_rows
 from gpuwatch.slurm.model import SlurmJob
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
+from gpuwatch.sql.gpu_readings import gpu_samples_between
 from gpuwatch.sql.jobs import replace_job_gpus, upsert_jobs
 from gpuwatch.sql.partitions import PartitionManager
-from gpuwatch.sql.schema import nodes
+from gpuwatch.sql.schema import gpu_sample_packs, nodes
 from gpuwatch.views import LowUtilFilters, low_util_jobs
 
 ADMIN = os.environ.get("GPUWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -63,7 +70,7 @@ SELECT j.job_id, avg(s.util_gpu_ratio) AS util, count(*) AS samples
 FROM slurm_jobs j
 JOIN job_gpus g ON g.job_id = j.job_id
 JOIN nodes n ON n.name = g.node
-JOIN gpu_samples s ON s.node_id = n.id AND s.gpu_index = g.gpu_index
+JOIN ({readings}) s ON s.node_id = n.id AND s.gpu_index = g.gpu_index
      AND s.ts >= j.start_at AND s.ts < coalesce(j.end_at, :now)
 WHERE j.end_at IS NULL OR j.end_at >= :since
 GROUP BY j.job_id
@@ -76,7 +83,7 @@ SELECT s.gpu_index, date_trunc('minute', s.ts) AS minute, avg(s.util_gpu_ratio),
 FROM slurm_jobs j
 JOIN job_gpus g ON g.job_id = j.job_id
 JOIN nodes n ON n.name = g.node
-JOIN gpu_samples s ON s.node_id = n.id AND s.gpu_index = g.gpu_index
+JOIN ({readings}) s ON s.node_id = n.id AND s.gpu_index = g.gpu_index
      AND s.ts >= j.start_at AND s.ts < coalesce(j.end_at, :now)
 WHERE j.job_id = :job
 GROUP BY 1, 2
@@ -206,13 +213,11 @@ def load_samples(
     )
     steps = int((NOW - start).total_seconds() // interval)
     stamps = [(start + timedelta(seconds=interval * k)) for k in range(steps)]
-    texts = [t.isoformat() for t in stamps]
     by_node: dict[str, list] = {}
     for job, util, _ in jobs:
         by_node.setdefault(job.nodes[0], []).append((job.start, job.end or NOW, util))
     total = 0
     for node, spans in by_node.items():
-        buf = io.StringIO()
         nid = node_ids[node]
         utils = []
         k = 0
@@ -220,18 +225,33 @@ def load_samples(
             while k < len(spans) and spans[k][1] <= t:
                 k += 1
             utils.append(spans[k][2] if k < len(spans) and spans[k][0] <= t else 0.0)
-        for g in range(gpus):
-            noise = [rng.uniform(-0.05, 0.05) for _ in range(64)]
-            for i, ts in enumerate(texts):
-                u = min(1.0, max(0.0, utils[i] + noise[i & 63]))
-                buf.write(f"{nid}\t{g}\t{ts}\tok\t{u:.3f}\tf\n")
-            total += len(texts)
-        copy_text(
-            engine,
-            "COPY gpu_samples (node_id, gpu_index, ts, state, util_gpu_ratio, simulated) FROM STDIN",
-            buf,
-        )
+        noise = [[rng.uniform(-0.05, 0.05) for _ in range(64)] for _ in range(gpus)]
+        n = len(stamps) * gpus
+        columns: dict[str, Any] = {name: None for name in FIELDS["gpu"]}
+        columns |= {
+            "ts": [t for t in stamps for _ in range(gpus)],
+            "gpu_index": list(range(gpus)) * len(stamps),
+            "state": ["ok"] * n,
+            "util_gpu_ratio": [
+                round(min(1.0, max(0.0, utils[i] + noise[g][i & 63])), 3)
+                for i in range(len(stamps))
+                for g in range(gpus)
+            ],
+            "simulated": [False] * n,
+        }
+        batch = BatchColumns("bench", 0, "bench", {"gpu": columns}, None, n, frozenset(stamps))
+        packs = pack_rows(nid, batch)[gpu_sample_packs.name]
+        with engine.begin() as conn:
+            cur = conn.connection.dbapi_connection.cursor()
+            copy_table(cur, gpu_sample_packs, [copy_values(gpu_sample_packs, row) for row in packs])
+        total += n
     return total
+
+
+def readings_sql(engine: sa.Engine) -> str:
+    """The SQL of every stored GPU reading, as ``sql/gpu_readings.py`` unpacks them."""
+    with engine.connect() as conn:
+        return str(gpu_samples_between(conn).element)
 
 
 def timed(fn, runs: int) -> tuple[float, object]:
@@ -267,7 +287,8 @@ def job_page(engine: sa.Engine, jobs, start: datetime, n_samples: int, runs: int
 
     def naive():  # type: ignore[no-untyped-def]
         with engine.connect() as conn:
-            return conn.execute(sa.text(NAIVE_JOB), {"now": NOW, "job": longest.job_id}).all()
+            query = sa.text(NAIVE_JOB.format(readings=readings_sql(engine)))
+            return conn.execute(query, {"now": NOW, "job": longest.job_id}).all()
 
     naive_s, rows = timed(naive, runs)
     print(
@@ -312,7 +333,7 @@ def main() -> None:
             f"generated {args.nodes} nodes x {args.gpus} GPUs x {args.days:g} d "
             f"in {time.perf_counter() - t0:.0f} s: "
             f"{len(jobs)} jobs ({unhealthy} not healthy), {n_verdicts:,} verdict rows, "
-            f"{n_samples:,} gpu_samples rows"
+            f"{n_samples:,} GPU samples"
         )
         since = NOW - timedelta(days=7)
         listing_s, rows = timed(
@@ -324,14 +345,16 @@ def main() -> None:
             f"{len(rows)} jobs"
         )
         if n_samples:
+            readings = readings_sql(engine)
 
             def naive():  # type: ignore[no-untyped-def]
                 with engine.connect() as conn:
-                    return conn.execute(sa.text(NAIVE), {"now": NOW, "since": since}).all()
+                    query = sa.text(NAIVE.format(readings=readings))
+                    return conn.execute(query, {"now": NOW, "since": since}).all()
 
             naive_s, found = timed(naive, max(1, min(3, args.runs)))
             print(
-                f"naive    (mean of raw gpu_samples):   median {1000 * naive_s:8.1f} ms over "
+                f"naive    (mean of raw GPU samples):   median {1000 * naive_s:8.1f} ms over "
                 f"{max(1, min(3, args.runs))} runs, {len(found)} jobs"
             )
             print(f"ratio    naive / listing = {naive_s / listing_s:,.0f}x")
