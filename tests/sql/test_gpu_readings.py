@@ -108,7 +108,7 @@ def test_scaled_fields_read_back_exactly(engine):
     assert (row.util_gpu_ratio, row.util_memory_ratio, row.power_watts) == (0.37, 0.1, 312.125)
     assert (row.sm_clock_hz, row.sm_clock_max_hz, row.temperature_celsius) == (1.41e9, 1.98e9, -4.5)
     assert row.energy_joules == 123_456_789.012  # a counter: kept in float8
-    assert row.pcie_tx_bytes_per_s == pytest.approx(2.5e10, rel=1e-7)  # float4 on PostgreSQL
+    assert row.pcie_tx_bytes_per_s == pytest.approx(2.5e10, rel=1e-7)  # kept as float4, on both databases
     assert row.util_gpu_stddev_ratio == (2**31 - 1) / 1e6
 
 

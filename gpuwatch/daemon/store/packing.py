@@ -16,6 +16,7 @@ as integers, saturated to the column's range.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -58,8 +59,16 @@ def stored_values(field: PackedField, values: Sequence[Any]) -> list[Any]:
     if field.scale is not None:
         return _scaled(values, field.scale)
     if field.element is sa.REAL:
-        return _saturated(values, -FLOAT4_MAX, FLOAT4_MAX)
+        return _float4(values)
     return list(values)
+
+
+def _float4(values: Sequence[Any]) -> list[Any]:
+    """Each value as the float4 the column keeps, saturated to its range: on every database the
+    same value, where PostgreSQL would round it and SQLite (whose REAL is 8 bytes) would not."""
+    present = _saturated([v for v in values if v is not None], -FLOAT4_MAX, FLOAT4_MAX)
+    rounded = iter(array("f", present))  # double -> float in C, to the nearest
+    return [None if v is None else next(rounded) for v in values]
 
 
 def _scaled(values: Sequence[Any], scale: float) -> list[Any]:
