@@ -203,50 +203,49 @@ GPU_SAMPLE_FIELDS: tuple[PackedField, ...] = (
     _as_is("simulated", sa.Boolean),
 )
 
-#: GPU samples, packed: ONE row per node, UTC hour and stored batch (on PostgreSQL, per group of
-#: batches stored together), every GPU and stamp of it, an array per field
-#: (:data:`GPU_SAMPLE_FIELDS`); element ``i`` of every array is one GPU at one stamp. A pack never
-#: spans an hour, so a reader of ``[start, end)`` finds its packs among those starting in
-#: ``[floor_hour(start), end)``. ``sql/gpu_readings.py`` reads them, ``daemon/store/packing.py``
-#: writes them.
-gpu_sample_packs = sa.Table(
-    "gpu_sample_packs",
-    metadata,
-    sa.Column("node_id", sa.Integer, primary_key=True),
-    # the pack's first stamp: the partition key, and with node_id the duplicate rule (a pack
-    # starting at the same stamp on the same node is the same readings sent again)
-    sa.Column("ts", UtcDateTime, primary_key=True),
-    sa.Column("ts_last", UtcDateTime, nullable=False),
-    sa.Column("sample_ts", UtcDateTimeList, nullable=False),
-    sa.Column("gpu_index", array_of(sa.SmallInteger), nullable=False),
-    *(sa.Column(f.column, array_of(f.element), nullable=False) for f in GPU_SAMPLE_FIELDS),
-    postgresql_partition_by=PARTITION_BY,
-)
-sa.Index("ix_gpu_sample_packs_ts", gpu_sample_packs.c.ts, postgresql_using="brin")
 
-#: per-process GPU readings, packed: ONE row per node, UTC day and stored batch (on PostgreSQL, per
-#: group of batches stored together), an array per field
-#: (element i of every array is one process on one GPU at one stamp): 110 of 507 bytes per
-#: GPU-sample on disk, where a row per process took 273 of 671 (``python bench/storage.py``);
+def _pack_table(name: str, *elements: sa.Column) -> sa.Table:
+    """A packed raw table: ONE row per node and stored batch (on PostgreSQL, per group of batches
+    stored together) within a period, an array per field; element ``i`` of every array is one
+    reading. Its key (node, first stamp) is the duplicate rule: a pack starting at the same
+    stamp on the same node is the same readings sent again."""
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("node_id", sa.Integer, primary_key=True),
+        sa.Column("ts", UtcDateTime, primary_key=True),  # the first stamp: the partition key too
+        sa.Column("ts_last", UtcDateTime, nullable=False),
+        sa.Column("sample_ts", UtcDateTimeList, nullable=False),
+        sa.Column("gpu_index", array_of(sa.SmallInteger), nullable=False),
+        *elements,
+        postgresql_partition_by=PARTITION_BY,
+    )
+    sa.Index(f"ix_{name}_ts", table.c.ts, postgresql_using="brin")
+    return table
+
+
+#: GPU samples, packed per node, push and UTC hour, an array per field (:data:`GPU_SAMPLE_FIELDS`):
+#: 17-91 B per GPU-sample at the default 18-cycle pushes, where a row each took 222-397
+#: (``python bench/storage.py``). A pack never spans an hour, so a reader of ``[start, end)``
+#: finds its packs among those starting in ``[floor_hour(start), end)``.
+#: ``sql/gpu_readings.py`` reads them, ``daemon/store/packing.py`` writes them.
+gpu_sample_packs = _pack_table(
+    "gpu_sample_packs",
+    *(sa.Column(f.column, array_of(f.element), nullable=False) for f in GPU_SAMPLE_FIELDS),
+)
+
+#: per-process GPU readings, packed per node, push and UTC day (element i of every array is one
+#: process on one GPU at one stamp): 10.5 B per GPU-sample at the default 18-cycle pushes, 110 B
+#: for one-cycle batches, where a row per process took 273 (``python bench/storage.py``);
 #: ``sql/process_packs.py`` reads them, ``daemon/store/packing.py`` writes them.
-gpu_process_packs = sa.Table(
+gpu_process_packs = _pack_table(
     "gpu_process_packs",
-    metadata,
-    sa.Column("node_id", sa.Integer, primary_key=True),
-    # the pack's first stamp: the partition key, and with node_id the duplicate rule (a pack
-    # starting at the same stamp on the same node is the same readings sent again)
-    sa.Column("ts", UtcDateTime, primary_key=True),
-    sa.Column("ts_last", UtcDateTime, nullable=False),
-    sa.Column("sample_ts", UtcDateTimeList, nullable=False),
-    sa.Column("gpu_index", array_of(sa.SmallInteger), nullable=False),
     sa.Column("pid", array_of(sa.BigInteger), nullable=False),
     sa.Column("used_memory_bytes", array_of(sa.BigInteger), nullable=False),
     sa.Column("sm_util_ratio", array_of(Double), nullable=False),
     sa.Column("memory_util_ratio", array_of(Double), nullable=False),
     sa.Column("job_id", array_of(sa.String(64)), nullable=False),
-    postgresql_partition_by=PARTITION_BY,
 )
-sa.Index("ix_gpu_process_packs_ts", gpu_process_packs.c.ts, postgresql_using="brin")
 
 cpu_samples = _sample_table(
     "cpu_samples",
