@@ -3,10 +3,14 @@
 The batch id goes into ``ingested_batches`` in the same transaction as the samples. A
 batch seen before inserts nothing there (``ON CONFLICT DO NOTHING``), and then the
 transaction stores nothing else and reports ``duplicate``. A daemon killed mid-batch
-rolls back, and the agent, which never got a 200, sends it again. Every sample table
+rolls back, and the agent, which never got a 200, sends it again. Every host sample table
 also has a primary key ending in ``ts`` with ``ON CONFLICT DO NOTHING``, so a sample
 that arrives in two different batches (an agent restored from an old spool copy) is
-still stored once.
+still stored once. GPU samples are packed (``daemon/store/packing.py``): a pack that meets one
+stored before (the same key), or a GPU reading twice in one group, sends the group a batch at a
+time, and each batch's GPU readings are checked against what is stored
+(``sql.gpu_readings.stored_reading_keys``); only new ones go in, appended to the node's pack
+that starts at their first stamp if there is one.
 
 How rows go in depends on the database (``BulkMode``):
 

@@ -48,11 +48,6 @@ def pack_rows(node_id: int, columns: BatchColumns) -> dict[str, list[dict[str, A
     return out
 
 
-def gpu_samples_in(rows: Iterable[dict[str, Any]]) -> int:
-    """How many GPU samples the ``gpu_sample_packs`` rows (dicts) hold."""
-    return sum(len(row["gpu_index"]) for row in rows)
-
-
 def stored_values(field: PackedField, values: Sequence[Any]) -> list[Any]:
     """A field's values as its pack column holds them: scaled to integers, or float4 saturated,
     or as they are."""
@@ -188,17 +183,10 @@ class PackInsert:
     sql: str
     params: list[Any]
     table: sa.Table
-    #: GPU samples in the packs (0 for processes: they are not samples)
-    samples: int
 
     @property
     def sql_on_conflict(self) -> str:
         return f"{self.sql} ON CONFLICT DO NOTHING"
-
-    @property
-    def sql_counting(self) -> str:
-        """The insert, skipping packs already there, returning how many GPU samples each new one holds."""
-        return f"{self.sql_on_conflict} RETURNING cardinality(gpu_index)"
 
     @classmethod
     def of(cls, stored: Iterable[tuple[int, BatchColumns]], *, gpu_samples: bool = True) -> list[PackInsert]:
@@ -244,7 +232,7 @@ class PackInsert:
             f"{insert.sql} ON CONFLICT (node_id, ts) DO UPDATE SET {appended}, "
             f'ts_last = GREATEST("{table}".ts_last, EXCLUDED.ts_last)'
         )
-        return cls(sql, insert.params, insert.table, insert.samples)
+        return cls(sql, insert.params, insert.table)
 
     @classmethod
     def _of_rows(cls, layout: _Layout, packs: list[tuple[int, list[list[Any]]]]) -> list[PackInsert]:
@@ -260,8 +248,7 @@ class PackInsert:
             chunk = rows[i : i + ROWS_PER_INSERT]
             values_sql = ", ".join([row_sql] * len(chunk))
             sql = f'INSERT INTO "{layout.table.name}" ({columns}) VALUES {values_sql}'
-            samples = sum(len(row[4]) for row in chunk) if layout.table is gpu_sample_packs else 0
-            inserts.append(cls(sql, [value for row in chunk for value in row], layout.table, samples))
+            inserts.append(cls(sql, [value for row in chunk for value in row], layout.table))
         return inserts
 
 
