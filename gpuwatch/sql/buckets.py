@@ -3,12 +3,18 @@ and times read back from SQL as aware UTC datetimes."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
 
 from gpuwatch.sql.types import UtcDateTime
+
+
+def floor_hour(ts: datetime) -> datetime:
+    """The start of ``ts``'s UTC hour (whatever zone ``ts`` is written in: an hour of +05:30
+    does not start at a UTC hour)."""
+    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
 def minute_bucket(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnElement:

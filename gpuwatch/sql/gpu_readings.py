@@ -22,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.buckets import floor_hour
 from gpuwatch.sql.schema import GPU_SAMPLE_FIELDS, PackedField, gpu_sample_packs
 from gpuwatch.sql.types import UtcDateTime
 
@@ -36,10 +37,6 @@ _unpacked = sa.Table(
     *(sa.Column(f.name, f.read_as) for f in GPU_SAMPLE_FIELDS),
     prefixes=["TEMPORARY"],
 )
-
-
-def floor_hour(ts: datetime) -> datetime:
-    return ts.replace(minute=0, second=0, microsecond=0)
 
 
 def gpu_samples_between(

@@ -15,11 +15,11 @@ adds whole hours from here to the minutes of the hours not summed yet and gets t
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.buckets import as_utc, minute_bucket
+from gpuwatch.sql.buckets import as_utc, floor_hour, minute_bucket
 from gpuwatch.sql.schema import (
     gpu_minutes,
     job_gpus,
@@ -37,10 +37,6 @@ MINUTE = timedelta(minutes=1)
 SETTLE = timedelta(minutes=10)
 #: ``rollup_state`` row: hours summed up to (exclusive)
 STATE = "job_hours"
-
-
-def floor_hour(ts: datetime) -> datetime:
-    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
 def ceil_hour(ts: datetime) -> datetime:

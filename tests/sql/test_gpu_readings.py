@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
@@ -121,3 +121,18 @@ def test_a_batch_over_an_hour_is_cut_into_packs_that_never_span_one(engine):
         assert sorted((p.ts.hour, p.ts_last.hour) for p in packs) == [(7, 7), (8, 8)]
         after = gpu_samples_between(conn, start.replace(hour=8, minute=0, second=10))
         assert conn.execute(sa.select(sa.func.count()).select_from(after)).scalar() == 2
+
+
+def test_a_start_given_in_another_zone_finds_the_packs_of_its_utc_hour(engine):
+    """Packs start at most an hour before a reading of theirs, a UTC hour: a start written at
+    +05:30 (05:50 UTC is 11:20 there) must not move that bound to 11:00 +05:30, 05:30 UTC, past a
+    pack that started at 05:10 UTC."""
+    (node,) = _nodes(engine, "node001").values()
+    start = factories.T0.replace(hour=5, minute=10, second=0)
+    BatchStore(engine).store(node, factories.batch(cycles=300, gpus=1, start=start))  # to 05:59:50
+    india = timezone(timedelta(hours=5, minutes=30))
+    since = (start + timedelta(minutes=40)).astimezone(india)  # 05:50 UTC
+    with engine.connect() as conn:
+        readings = gpu_samples_between(conn, since, since + timedelta(minutes=5))
+        assert conn.execute(sa.select(sa.func.count()).select_from(readings)).scalar() == 30
+        assert gpu_samples_per_node(conn, since) == {node: 60}

@@ -19,7 +19,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +27,7 @@ from sqlalchemy.dialects import postgresql
 
 from gpuwatch.daemon.store import pg_arrays
 from gpuwatch.daemon.store.columns import PROCESS_FIELDS, BatchColumns
+from gpuwatch.sql.buckets import floor_hour
 from gpuwatch.sql.partitions import utc_day
 from gpuwatch.sql.process_packs import ELEMENT_FIELDS
 from gpuwatch.sql.schema import GPU_SAMPLE_FIELDS, PackedField, gpu_process_packs, gpu_sample_packs
@@ -123,10 +124,6 @@ def _split(
     return {key: [[field[i] for i in where] for field in fields] for key, where in by_period.items()}
 
 
-def _utc_hour(ts: datetime) -> datetime:
-    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
-
-
 def _gpu_fields(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
     """UTC hour -> the batch's GPU samples in it: stamps, GPU indices, then each packed field."""
     if "gpu" not in columns.tables or not len(columns.tables["gpu"]["ts"]):
@@ -137,7 +134,7 @@ def _gpu_fields(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
         list(columns.column("gpu", "gpu_index")),
         *(stored_values(f, columns.column("gpu", f.name)) for f in GPU_SAMPLE_FIELDS),
     ]
-    return _split(stamps, fields, _utc_hour)
+    return _split(stamps, fields, floor_hour)
 
 
 def _process_fields(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
