@@ -80,16 +80,9 @@ def stored_reading_keys(
 ) -> set[tuple[int, datetime]]:
     """(GPU index, stamp) of each reading of the node stored with ``first <= ts <= last``: what
     the store checks a pack against before adding to one that overlaps it."""
+    after = last + timedelta(microseconds=1)  # stamps are whole microseconds on both databases
     if conn.dialect.name == "postgresql":
-        query = sa.text(
-            "SELECT u.gpu_index, u.ts FROM gpu_sample_packs p, "
-            "unnest(p.sample_ts, p.gpu_index) AS u(ts, gpu_index) "
-            "WHERE p.node_id = :node AND p.ts >= :hour AND p.ts <= :last AND p.ts_last >= :first "
-            "AND u.ts >= :first AND u.ts <= :last"
-        ).columns(sa.column("gpu_index", sa.SmallInteger), sa.column("ts", UtcDateTime))
-        params = {"node": node_id, "hour": floor_hour(first), "first": first, "last": last}
-        return {(gpu, ts) for gpu, ts in conn.execute(query, params)}
-    after = last + timedelta(microseconds=1)
+        return {(r.gpu_index, r.ts) for r in conn.execute(_keys(first, after, node_id))}
     return {(r["gpu_index"], r["ts"]) for r in _unpack(conn, first, after, node_id, keys_only=True)}
 
 
@@ -102,7 +95,7 @@ def gpu_samples_per_node(conn: sa.Connection, since: datetime | None) -> dict[in
     """Node id -> how many GPU samples it has with ``ts >= since`` (all, for None; nodes with
     none left out)."""
     if conn.dialect.name == "postgresql":
-        readings = _unnested(since, None, None).subquery("gpu_readings")
+        readings = _keys(since, None, None).subquery("gpu_reading_keys")
         query = sa.select(readings.c.node_id, sa.func.count()).group_by(readings.c.node_id)
         return {node_id: int(n) for node_id, n in conn.execute(query)}
     counts: dict[int, int] = {}
@@ -128,9 +121,34 @@ _READ = ", ".join(f'{_read_sql(f)} AS "{f.name}"' for f in GPU_SAMPLE_FIELDS)
 
 
 def _unnested(start: datetime | None, end: datetime | None, node_id: int | None) -> sa.TextualSelect:
-    """PostgreSQL: the packs that can hold readings of the range, unnested, each (node, GPU,
-    stamp) once. A pack never spans an hour, so one with a reading at or after ``start``
-    starts at or after ``start``'s hour: the BRIN index on ``ts`` finds them."""
+    """PostgreSQL: the readings of the range, every field, each (node, GPU, stamp) once."""
+    where, params = _where(start, end, node_id)
+    sql = (
+        "SELECT DISTINCT ON (p.node_id, u.gpu_index, u.ts) p.node_id, u.gpu_index, u.ts, "
+        f"{_READ} FROM gpu_sample_packs p CROSS JOIN LATERAL "
+        f"unnest(p.sample_ts, p.gpu_index, {_UNNESTED}) AS u(ts, gpu_index, {_ELEMENTS}){where} "
+        "ORDER BY p.node_id, u.gpu_index, u.ts"
+    )
+    return sa.text(sql).bindparams(**params).columns(*(sa.column(c.name, c.type) for c in _unpacked.c))
+
+
+def _keys(start: datetime | None, end: datetime | None, node_id: int | None) -> sa.TextualSelect:
+    """PostgreSQL: (node, GPU, stamp) of each reading of the range, once: only the two arrays
+    that make the key are unnested."""
+    where, params = _where(start, end, node_id)
+    sql = (
+        "SELECT DISTINCT p.node_id, u.gpu_index, u.ts FROM gpu_sample_packs p CROSS JOIN LATERAL "
+        f"unnest(p.sample_ts, p.gpu_index) AS u(ts, gpu_index){where}"
+    )
+    return (
+        sa.text(sql).bindparams(**params).columns(*(sa.column(c.name, c.type) for c in list(_unpacked.c)[:3]))
+    )
+
+
+def _where(start: datetime | None, end: datetime | None, node_id: int | None) -> tuple[str, dict[str, Any]]:
+    """The WHERE of a range's packs (``p``) and readings (``u``), and its parameters. A pack never
+    spans an hour, so one with a reading at or after ``start`` starts at or after ``start``'s
+    UTC hour: the BRIN index on ``ts`` finds them."""
     where, params = [], {}
     if start is not None:
         where += ["p.ts >= :hour", "p.ts_last >= :start", "u.ts >= :start"]
@@ -141,14 +159,7 @@ def _unnested(start: datetime | None, end: datetime | None, node_id: int | None)
     if node_id is not None:
         where.append("p.node_id = :node")
         params["node"] = node_id
-    sql = (
-        "SELECT DISTINCT ON (p.node_id, u.gpu_index, u.ts) p.node_id, u.gpu_index, u.ts, "
-        f"{_READ} FROM gpu_sample_packs p CROSS JOIN LATERAL "
-        f"unnest(p.sample_ts, p.gpu_index, {_UNNESTED}) AS u(ts, gpu_index, {_ELEMENTS})"
-        + (f" WHERE {' AND '.join(where)}" if where else "")
-        + " ORDER BY p.node_id, u.gpu_index, u.ts"
-    )
-    return sa.text(sql).bindparams(**params).columns(*(sa.column(c.name, c.type) for c in _unpacked.c))
+    return (f" WHERE {' AND '.join(where)}" if where else ""), params
 
 
 # ----------------------------------------------------------------------------- SQLite
