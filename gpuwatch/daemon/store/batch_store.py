@@ -301,12 +301,11 @@ class BatchStore:
         added (a GPU sample pack counts its samples; process packs are not samples)."""
         added = 0
         for name, table_rows in rows.items():
-            insert = _insert(conn, self._tables[name]).on_conflict_do_nothing()
-            insert = insert.execution_options(preserve_rowcount=True)
             if name == gpu_sample_packs.name:  # a pack or two per batch
                 added += sum(_add_new_readings(conn, row) for row in table_rows)
                 continue
-            result = conn.execute(insert, table_rows)
+            insert = _insert(conn, self._tables[name]).on_conflict_do_nothing()
+            result = conn.execute(insert.execution_options(preserve_rowcount=True), table_rows)
             if name != gpu_process_packs.name:
                 added += result.rowcount
         return added

@@ -161,10 +161,9 @@ def _array_types(table: sa.Table) -> tuple[type[list], ...]:
 
 
 assert [c.name for c in gpu_process_packs.c][3:] == list(ELEMENT_FIELDS)
-_LAYOUTS = (
-    _Layout(gpu_sample_packs, _gpu_fields, _array_types(gpu_sample_packs)),
-    _Layout(gpu_process_packs, _process_fields, _array_types(gpu_process_packs)),
-)
+_GPU = _Layout(gpu_sample_packs, _gpu_fields, _array_types(gpu_sample_packs))
+_PROCESSES = _Layout(gpu_process_packs, _process_fields, _array_types(gpu_process_packs))
+_LAYOUTS = (_GPU, _PROCESSES)
 
 #: packs per INSERT: a parameter per value, well under a statement's 65,535 (a writer group
 #: holds at most one pack per node and hour or day)
@@ -200,7 +199,7 @@ class PackInsert:
         """
         stored = list(stored)
         inserts = []
-        for layout in _LAYOUTS if gpu_samples else _LAYOUTS[1:]:
+        for layout in _LAYOUTS if gpu_samples else (_PROCESSES,):
             merged: dict[tuple[int, Hashable], list[list[Any]]] = {}
             for node_id, batch in stored:
                 for period, fields in layout.split(batch).items():
@@ -220,11 +219,9 @@ class PackInsert:
         """The insert of one GPU sample pack (``fields``, as :func:`gpu_sample_fields` gives
         them) that, where a pack of the node already starts at its first stamp, appends its
         readings to that pack instead: for readings known not to be stored yet."""
-        (insert,) = cls._of_rows(_LAYOUTS[0], [(node_id, fields)])
+        (insert,) = cls._of_rows(_GPU, [(node_id, fields)])
         table = gpu_sample_packs.name
-        appended = ", ".join(
-            f'"{c}" = "{table}"."{c}" || EXCLUDED."{c}"' for c in _LAYOUTS[0].element_columns
-        )
+        appended = ", ".join(f'"{c}" = "{table}"."{c}" || EXCLUDED."{c}"' for c in _GPU.element_columns)
         sql = (
             f"{insert.sql} ON CONFLICT (node_id, ts) DO UPDATE SET {appended}, "
             f'ts_last = GREATEST("{table}".ts_last, EXCLUDED.ts_last)'
@@ -261,17 +258,17 @@ def gpu_sample_fields(columns: BatchColumns) -> list[list[list[Any]]]:
 
 def pack_fields(row: dict[str, Any]) -> list[list[Any]]:
     """A ``gpu_sample_packs`` row's (dict's) element lists, in column order."""
-    return [row[name] for name in _LAYOUTS[0].element_columns]
+    return [row[name] for name in _GPU.element_columns]
 
 
 def element_columns() -> list[str]:
     """``gpu_sample_packs``' array columns, in order."""
-    return _LAYOUTS[0].element_columns
+    return _GPU.element_columns
 
 
 def pack_row(node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
     """The ``gpu_sample_packs`` row (dict) of element lists."""
-    return _LAYOUTS[0].row(node_id, fields)
+    return _GPU.row(node_id, fields)
 
 
 def new_readings(fields: list[list[Any]], stored: set[tuple[int, datetime]]) -> list[list[Any]]:
