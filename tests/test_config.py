@@ -110,3 +110,14 @@ def test_a_check_across_keys_does_not_print_the_section():
     text = str(exc.value)
     assert "digest.weekly_user_via names 'slack_dm' but [alerts.slack_dm] has no bot_token" in text
     assert "SECRET" not in text and "hunter2" not in text
+
+
+def test_retention_tiers_nest_raw_inside_minutes_inside_hours():
+    retention = load_settings(None).retention
+    assert (retention.raw_days, retention.minute_days, retention.rollup_days) == (14, 14, 400)
+    with pytest.raises(Exception, match="minute_days must be >= raw_days"):
+        load_settings(None, retention={"raw_days": 30, "minute_days": 14, "batch_record_days": 30})
+    with pytest.raises(Exception, match="rollup_days must be >= minute_days"):
+        load_settings(None, retention={"minute_days": 60, "rollup_days": 30})
+    loaded = load_settings(None, retention={"raw_days": 7, "minute_days": 30, "rollup_days": 30})
+    assert loaded.retention.minute_days == 30

@@ -302,7 +302,17 @@ class RetentionConfig(Section):
             "bytes, read by no view (forensics). None: raw_days."
         ),
     )
-    rollup_days: int = Field(400, ge=1, description="Per-minute rollups, which the classifier and CLI read.")
+    minute_days: int = Field(
+        14,
+        ge=1,
+        description=(
+            "Per-minute rollups (gpu_minutes, job_minutes, node_minutes), which the classifier reads "
+            "and views read for the ranges they cover."
+        ),
+    )
+    rollup_days: int = Field(
+        400, ge=1, description="Hourly rollups (gpu_hours, node_hours), which views read before the minutes."
+    )
     batch_record_days: int = Field(
         30,
         ge=1,
@@ -314,8 +324,12 @@ class RetentionConfig(Section):
     def _horizons(self) -> RetentionConfig:
         if self.batch_record_days < self.raw_days:
             raise ValueError("batch_record_days must be >= raw_days (a re-sent batch would be stored again)")
-        if self.rollup_days < self.raw_days:
-            raise ValueError("rollup_days must be >= raw_days (rollups are made from raw samples)")
+        if self.minute_days < self.raw_days:
+            raise ValueError(
+                "minute_days must be >= raw_days (late samples re-roll minutes up to raw_days back)"
+            )
+        if self.rollup_days < self.minute_days:
+            raise ValueError("rollup_days must be >= minute_days (hours are folded from the minutes)")
         if self.process_days is not None and self.process_days > self.raw_days:
             raise ValueError("process_days must be <= raw_days (it can only keep process rows for less)")
         return self

@@ -141,6 +141,7 @@ def build_scheduler(
             store.engine,
             raw_days=r.raw_days,
             rollup_days=r.rollup_days,
+            minute_days=r.minute_days,
             batch_record_days=r.batch_record_days,
             process_days=r.process_days,
         )

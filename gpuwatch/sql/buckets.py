@@ -25,6 +25,13 @@ def minute_bucket(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnEle
     return sa.func.strftime("%Y-%m-%d %H:%M:00.000000", column)
 
 
+def hour_bucket(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnElement:
+    """The start of the row's UTC hour, as a value comparable with UtcDateTime columns."""
+    if conn.dialect.name == "postgresql":
+        return sa.func.date_trunc("hour", column)
+    return sa.func.strftime("%Y-%m-%d %H:00:00.000000", column)
+
+
 def epoch_seconds(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnElement:
     """Seconds since 1970 of a UtcDateTime column, as an SQL integer (for bucketing in SQL)."""
     if conn.dialect.name == "postgresql":

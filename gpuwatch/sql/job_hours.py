@@ -49,14 +49,17 @@ def summed_until(conn: sa.Connection) -> datetime | None:
     return conn.execute(sa.select(rollup_state.c.done_until).where(rollup_state.c.name == STATE)).scalar()
 
 
-def gpu_sums() -> list[sa.ColumnElement]:
+def gpu_sums(table: sa.Table = gpu_minutes) -> list[sa.ColumnElement]:
     """The sums over a set of GPU-minutes (a job's: :func:`gpu_minutes_of_jobs`): minutes,
     utilization, and energy with the samples estimated from power and the samples behind it
-    (minutes with an energy figure, a lost GPU's samples left out)."""
-    m = gpu_minutes.c
+    (minutes with an energy figure, a lost GPU's samples left out). ``table``: ``gpu_minutes``,
+    or ``gpu_hours``, whose rows count their ``minutes`` (and, for the samples behind the
+    energy, every sample of an hour with an energy figure)."""
+    m = table.c
     counted = sa.case((m.energy_joules.is_not(None), m.samples - m.lost_samples), else_=0)
+    minutes = sa.func.coalesce(sa.func.sum(m.minutes), 0) if "minutes" in m else sa.func.count()
     return [
-        sa.func.count().label("gpu_minutes"),
+        minutes.label("gpu_minutes"),
         sa.func.sum(m.util_gpu_ratio_sum).label("util_gpu_ratio_sum"),
         sa.func.coalesce(sa.func.sum(m.util_gpu_ratio_n), 0).label("util_gpu_ratio_n"),
         sa.func.sum(m.energy_joules).label("energy_joules"),

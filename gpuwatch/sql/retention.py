@@ -1,9 +1,14 @@
-"""Retention: raw samples for days, per-minute rollups for months, jobs and verdicts forever.
+"""Retention: raw samples for days, per-minute rollups for weeks, hourly ones for months, jobs
+and verdicts forever.
 
 On PostgreSQL raw samples go a whole daily partition at a time (``DROP TABLE`` of
 ``<table>_pYYYYMMDD``: instant, no vacuum debt); a partition goes only when its whole day
 is older than the cut-off. On SQLite the same cut-off is a ``DELETE``. Rollups and the
-batch idempotency records are deleted by time. Slurm jobs, their GPUs and verdicts are kept:
+batch idempotency records are deleted by time: the per-minute rollups after ``minute_days``
+(cut at an hour start, and only once their hours are folded into ``gpu_hours`` / ``node_hours``
+and summed into ``job_hours``), the hourly ones after ``rollup_days``. Where the minutes then
+start is recorded in ``rollup_state`` ('minutes_from'), so readers pick the tier a range needs
+without the config (``sql/resolution.py``). Slurm jobs, their GPUs and verdicts are kept:
 they are small, and the CLI's history of a job needs them.
 
 A job that runs across partition boundaries keeps its history: its minutes live in the
@@ -23,8 +28,16 @@ from datetime import date, datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
+from gpuwatch.sql import hours, job_hours
+from gpuwatch.sql.buckets import floor_hour
 from gpuwatch.sql.partitions import list_partitions, partition_name
-from gpuwatch.sql.schema import PARTITIONED_TABLES, ROLLUP_TABLES, gpu_process_packs, ingested_batches
+from gpuwatch.sql.schema import (
+    HOUR_TABLES,
+    PARTITIONED_TABLES,
+    ROLLUP_TABLES,
+    gpu_process_packs,
+    ingested_batches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +61,12 @@ def apply_retention(
     raw_days: int,
     rollup_days: int,
     batch_record_days: int,
+    minute_days: int | None = None,
     process_days: int | None = None,
     now: datetime | None = None,
 ) -> RetentionReport:
-    """Delete what is older than each horizon; returns what went."""
+    """Delete what is older than each horizon; returns what went. ``minute_days``: how long the
+    per-minute rollups stay (None: as long as the hourly ones, ``rollup_days``)."""
     now = now or utcnow()
     raw_cut = now - timedelta(days=raw_days)
     cuts = {table.name: raw_cut for table in PARTITIONED_TABLES}
@@ -74,10 +89,18 @@ def apply_retention(
                 if deleted:
                     report.deleted_rows[table.name] = deleted
         rollup_cut = now - timedelta(days=rollup_days)
+        minute_cut = _minute_cut(conn, now, rollup_cut, minute_days)
         for table in ROLLUP_TABLES:
-            deleted = conn.execute(table.delete().where(table.c.minute < rollup_cut)).rowcount
+            deleted = conn.execute(table.delete().where(table.c.minute < minute_cut)).rowcount
             if deleted:
                 report.deleted_rows[table.name] = deleted
+        for table in HOUR_TABLES:
+            deleted = conn.execute(table.delete().where(table.c.hour < rollup_cut)).rowcount
+            if deleted:
+                report.deleted_rows[table.name] = deleted
+        kept_from = hours.state(conn, hours.MINUTES_FROM)
+        if kept_from is None or minute_cut > kept_from:
+            hours.set_state(conn, hours.MINUTES_FROM, minute_cut)
         batch_cut = now - timedelta(days=batch_record_days)
         deleted = conn.execute(
             ingested_batches.delete().where(ingested_batches.c.received_at < batch_cut)
@@ -91,3 +114,18 @@ def apply_retention(
             report.deleted_rows or "no rows",
         )
     return report
+
+
+def _minute_cut(
+    conn: sa.Connection, now: datetime, rollup_cut: datetime, minute_days: int | None
+) -> datetime:
+    """Where the minute tables start once retention has run: ``minute_days`` back, at an hour
+    start (a partly deleted hour could not be folded again), and never past the hours folded or
+    the job-hours summed so far: minutes go only once what outlives them was made from them."""
+    if minute_days is None:
+        return rollup_cut
+    cut = floor_hour(now - timedelta(days=minute_days))
+    made = [hours.state(conn, hours.STATE), hours.state(conn, job_hours.STATE)]
+    if any(t is None for t in made):
+        return min(cut, rollup_cut)
+    return max(rollup_cut, min(cut, *(t for t in made if t is not None)))

@@ -19,7 +19,9 @@ The scheduled pass (:meth:`Rollup.run_once`):
    when its raw samples were all there, are kept, and the late samples in it are not added
    (they are stored raw, until retention drops them);
 3. sums each job's minutes per hour into ``job_hours`` once an hour is complete and settled,
-   and again for the hours a late range re-rolled (``sql/job_hours.py``).
+   and again for the hours a late range re-rolled (``sql/job_hours.py``);
+4. folds each complete hour of ``gpu_minutes`` and ``node_minutes`` into ``gpu_hours`` and
+   ``node_hours``, and again the folded hours a late range re-rolled (``sql/hours.py``).
 
 Rolling a range also adds to ``job_gpus`` the GPUs the agents attributed in it to jobs Slurm
 gave no GPU map (:func:`gpuwatch.sql.jobs.attach_attributed_gpus`), so their hours are summed.
@@ -42,8 +44,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql import job_hours
+from gpuwatch.sql import hours, job_hours
 from gpuwatch.sql.buckets import as_utc, epoch_seconds, minute_bucket
+from gpuwatch.sql.folding import join_distinct
 from gpuwatch.sql.gpu_readings import first_gpu_sample_at, gpu_samples_between
 from gpuwatch.sql.jobs import attach_attributed_gpus
 from gpuwatch.sql.schema import (
@@ -68,13 +71,6 @@ MINUTE = timedelta(minutes=1)
 
 def floor_minute(ts: datetime) -> datetime:
     return ts.astimezone(timezone.utc).replace(second=0, microsecond=0)
-
-
-def join_distinct(conn: sa.Connection, text: sa.ColumnElement) -> sa.ColumnElement:
-    """The group's distinct non-NULL texts joined by spaces (commas on SQLite), NULL for none."""
-    if conn.dialect.name == "postgresql":
-        return sa.func.string_agg(sa.distinct(text), sa.literal_column("' '"))
-    return sa.func.group_concat(sa.distinct(text))
 
 
 def xid_codes(text: str | None) -> tuple[int, ...]:
@@ -380,6 +376,7 @@ class RollupReport:
     done_until: datetime | None = None
     late_too_old: int = 0
     job_hours: int = 0  # job-hours (re)summed (sql/job_hours.py)
+    hours_folded: int = 0  # hours (re)folded into gpu_hours and node_hours (sql/hours.py)
 
 
 class Rollup:
@@ -474,6 +471,7 @@ class Rollup:
                     self.roll(start, end, node_id)
                     with self.engine.begin() as conn:
                         report.job_hours += job_hours.resum(conn, start, end)
+                        report.hours_folded += hours.refold(conn, start, end, node_id)
                     report.late_ranges += 1
 
         # 2. new whole minutes
@@ -491,6 +489,9 @@ class Rollup:
         # 3. hours now complete and settled: each job's sums per hour, for reports
         with self.engine.begin() as conn:
             report.job_hours += job_hours.advance(conn, cursor)
+        # 4. hours now complete: folded into the hourly tables (sql/hours.py)
+        with self.engine.begin() as conn:
+            report.hours_folded += hours.advance(conn, cursor)
         report.done_until = cursor
         if report.minutes_rolled or report.late_ranges:
             log.info(

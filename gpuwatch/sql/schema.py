@@ -27,6 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.folding import KEYS, fold_kind
 from gpuwatch.sql.types import Double, Json, UtcDateTime, UtcDateTimeList, array_of
 
 NAMING_CONVENTION = {
@@ -541,8 +542,10 @@ node_minutes = sa.Table(
 )
 sa.Index("ix_node_minutes_minute", node_minutes.c.minute)
 
-#: how far the rollup job has got: 'minutes' (rolled up to, exclusive) and 'late_scan'
-#: (batches received since this are checked for samples older than the rolled-up edge)
+#: how far the rollup job has got: 'minutes' (rolled up to, exclusive), 'late_scan' (batches
+#: received since this are checked for samples older than the rolled-up edge), 'hours' (minutes
+#: folded into the hourly tables up to), 'job_hours'; and 'minutes_from', set by retention: the
+#: minute tables hold every minute from there on (``sql/resolution.py``)
 rollup_state = sa.Table(
     "rollup_state",
     metadata,
@@ -550,7 +553,37 @@ rollup_state = sa.Table(
     sa.Column("done_until", UtcDateTime, nullable=False),
 )
 
+#: the per-minute rollups, kept ``retention.minute_days``
 ROLLUP_TABLES: tuple[sa.Table, ...] = (gpu_minutes, job_minutes, node_minutes)
+
+
+def _hourly(name: str, minutes: sa.Table) -> sa.Table:
+    """The hourly twin of a minute table: its columns, keyed by ``hour`` instead of ``minute``,
+    and ``minutes``, the minute rows folded in (a count of minutes over hours is its SUM).
+    Every column must fold one known way (:func:`gpuwatch.sql.folding.fold_kind`)."""
+    columns: list[sa.Column] = []
+    for column in minutes.c:
+        if column.name == "minute":
+            columns += [
+                sa.Column("hour", UtcDateTime, primary_key=True),
+                sa.Column("minutes", sa.SmallInteger, nullable=False),
+            ]
+            continue
+        if column.name not in KEYS:
+            fold_kind(column.name)
+        columns.append(column._copy())
+    table = sa.Table(name, metadata, *columns)
+    sa.Index(f"ix_{name}_hour", table.c.hour)
+    return table
+
+
+#: per GPU per hour, folded from gpu_minutes (``sql/hours.py``): history past the minutes, kept
+#: ``retention.rollup_days``. job_minutes has no such twin: ``job_hours`` serves jobs' long ranges.
+gpu_hours = _hourly("gpu_hours", gpu_minutes)
+#: per node per hour, folded from node_minutes (``sql/hours.py``)
+node_hours = _hourly("node_hours", node_minutes)
+#: the hourly rollups, kept ``retention.rollup_days``; each minute table they fold
+HOUR_TABLES: dict[sa.Table, sa.Table] = {gpu_hours: gpu_minutes, node_hours: node_minutes}
 
 # --------------------------------------------------------------------------- verdicts
 #: what the classifier concluded about a job over a window: one row per (evaluation, cause);
