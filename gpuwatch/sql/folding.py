@@ -17,6 +17,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from gpuwatch.sql.buckets import hour_bucket
+from gpuwatch.sql.types import UtcDateTime
 
 SUM, MAX, MIN, ANY, TEXT = "sum", "max", "min", "any", "text"
 
@@ -53,6 +54,24 @@ def fold_kind(name: str) -> str:
     if name in ("xid_codes", "frameworks"):
         return TEXT
     raise ValueError(f"no rule folds the minute column {name!r} into an hour (gpuwatch/sql/folding.py)")
+
+
+def hourly_columns(minutes: sa.Table) -> list[sa.Column]:
+    """The columns of a minute table's hourly twin: its own, keyed by ``hour`` instead of
+    ``minute``, and ``minutes``, the minute rows folded in (a count of minutes over hours is
+    its SUM). Raises for a column no rule folds (:func:`fold_kind`)."""
+    columns: list[sa.Column] = []
+    for column in minutes.c:
+        if column.name == "minute":
+            columns += [
+                sa.Column("hour", UtcDateTime, primary_key=True),
+                sa.Column("minutes", sa.SmallInteger, nullable=False),
+            ]
+            continue
+        if column.name not in KEYS:
+            fold_kind(column.name)
+        columns.append(column._copy())
+    return columns
 
 
 def join_distinct(conn: sa.Connection, text: sa.ColumnElement) -> sa.ColumnElement:

@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.folding import KEYS, fold_kind
+from gpuwatch.sql.folding import hourly_columns
 from gpuwatch.sql.types import Double, Json, UtcDateTime, UtcDateTimeList, array_of
 
 NAMING_CONVENTION = {
@@ -558,21 +558,9 @@ ROLLUP_TABLES: tuple[sa.Table, ...] = (gpu_minutes, job_minutes, node_minutes)
 
 
 def _hourly(name: str, minutes: sa.Table) -> sa.Table:
-    """The hourly twin of a minute table: its columns, keyed by ``hour`` instead of ``minute``,
-    and ``minutes``, the minute rows folded in (a count of minutes over hours is its SUM).
-    Every column must fold one known way (:func:`gpuwatch.sql.folding.fold_kind`)."""
-    columns: list[sa.Column] = []
-    for column in minutes.c:
-        if column.name == "minute":
-            columns += [
-                sa.Column("hour", UtcDateTime, primary_key=True),
-                sa.Column("minutes", sa.SmallInteger, nullable=False),
-            ]
-            continue
-        if column.name not in KEYS:
-            fold_kind(column.name)
-        columns.append(column._copy())
-    table = sa.Table(name, metadata, *columns)
+    """The hourly twin of a minute table (:func:`gpuwatch.sql.folding.hourly_columns`), with an
+    index on its hour."""
+    table = sa.Table(name, metadata, *hourly_columns(minutes))
     sa.Index(f"ix_{name}_hour", table.c.hour)
     return table
 

@@ -2,7 +2,9 @@
 aggregates of a GPU's minutes the node page shares with it).
 
 Only rollup tables are read (``gpu_minutes``, ``job_minutes``, ``node_minutes``), never raw
-samples, so a page costs the same on a day-old job as on a new one. Every mean is
+samples, so a page costs the same on a day-old job as on a new one. A range older than the
+minutes kept reads the hourly tables instead (``gpu_hours``, ``node_hours``, and the job's
+``job_hours`` for its CPU; ``sql/resolution.py``), a point per hour. Every mean is
 ``SUM(x_sum) / SUM(x_n)``: a metric a card does not have is None, never 0.
 """
 
@@ -17,8 +19,9 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
 from gpuwatch.sql.buckets import epoch_seconds
+from gpuwatch.sql.resolution import MINUTES, Tier, tier_for
 from gpuwatch.sql.rollups import join_distinct
-from gpuwatch.sql.schema import gpu_minutes, job_minutes, node_minutes, nodes
+from gpuwatch.sql.schema import gpu_minutes, job_hours, job_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
 
 MINUTE = timedelta(minutes=1)
@@ -39,23 +42,23 @@ def _minute(value: Any, dialect: sa.Dialect) -> datetime:
     return out
 
 
-def sum_and_n(metric: str, label: str) -> list[sa.Label[Any]]:
-    """``SUM(<metric>_sum)`` and ``SUM(<metric>_n)`` of ``gpu_minutes``, labelled ``<label>_sum``
-    and ``<label>_n``: what :func:`mean` divides."""
-    g = gpu_minutes.c
+def sum_and_n(metric: str, label: str, table: sa.Table = gpu_minutes) -> list[sa.Label[Any]]:
+    """``SUM(<metric>_sum)`` and ``SUM(<metric>_n)`` of ``table`` (GPU minutes or hours),
+    labelled ``<label>_sum`` and ``<label>_n``: what :func:`mean` divides."""
+    g = table.c
     return [sa.func.sum(g[f"{metric}_{part}"]).label(f"{label}_{part}") for part in ("sum", "n")]
 
 
-def gpu_span_columns(conn: sa.Connection) -> list[sa.Label[Any]]:
+def gpu_span_columns(conn: sa.Connection, table: sa.Table = gpu_minutes) -> list[sa.Label[Any]]:
     """What the job page and the node page both show of a GPU over a span, as aggregates of its
-    rollup minutes: the sums and counts of the means of util, SM activity and power, the most
-    memory used and the memory size, the samples it sent as lost and its XIDs (the
-    ``xid_codes`` texts joined)."""
-    g = gpu_minutes.c
+    rollup rows (``table``: GPU minutes or hours): the sums and counts of the means of util, SM
+    activity and power, the most memory used and the memory size, the samples it sent as lost
+    and its XIDs (the ``xid_codes`` texts joined)."""
+    g = table.c
     return [
-        *sum_and_n("util_gpu_ratio", "util"),
-        *sum_and_n("sm_active_ratio", "sm"),
-        *sum_and_n("power_watts", "power"),
+        *sum_and_n("util_gpu_ratio", "util", table),
+        *sum_and_n("sm_active_ratio", "sm", table),
+        *sum_and_n("power_watts", "power", table),
         sa.func.max(g.memory_used_bytes_max).label("memory_max"),
         sa.func.max(g.memory_total_bytes).label("memory_total"),
         sa.func.sum(g.lost_samples).label("lost"),
@@ -66,16 +69,19 @@ def gpu_span_columns(conn: sa.Connection) -> list[sa.Label[Any]]:
 def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime) -> dict[str, Any]:
     """One GPU's sums over ``[start, end)``: :func:`gpu_span_columns`, and its samples, the sums
     of its tensor activity, its power limit and its energy (joules, None where not measured)."""
-    g = gpu_minutes.c
+    tier = tier_for(conn, start)
+    g = tier.gpu.c
     r = (
         conn.execute(
             sa.select(
                 sa.func.sum(g.samples).label("samples"),
-                *gpu_span_columns(conn),
-                *sum_and_n("tensor_active_ratio", "tensor"),
+                *gpu_span_columns(conn, tier.gpu),
+                *sum_and_n("tensor_active_ratio", "tensor", tier.gpu),
                 sa.func.max(g.power_limit_watts).label("power_limit"),
                 sa.func.sum(g.energy_joules).label("energy_j"),
-            ).where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
+            ).where(
+                g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, *tier.within(tier.gpu, start, end)
+            )
         )
         .mappings()
         .one()
@@ -86,20 +92,23 @@ def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime)
 def util_per_minute(
     conn: sa.Connection, refs: Sequence[GpuRef], start: datetime, end: datetime
 ) -> dict[GpuRef, list[float | None]]:
-    """Each GPU's mean utilization per minute of ``[start, end)``, None where no data."""
-    g = gpu_minutes.c
+    """Each GPU's mean utilization per minute of ``[start, end)``, None where no data; on the
+    hourly tier each minute of the range holds its hour's mean."""
+    tier = tier_for(conn, start)
+    g = tier.gpu.c
     minutes = max(1, int((end - start) / MINUTE))
+    per_row = int(tier.width / MINUTE)
     series: dict[GpuRef, list[float | None]] = {}
     for ref in refs:
         values: list[float | None] = [None] * minutes
         rows = conn.execute(
-            sa.select(g.minute, g.util_gpu_ratio_sum, g.util_gpu_ratio_n).where(
-                g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end
+            sa.select(tier.time(tier.gpu), g.util_gpu_ratio_sum, g.util_gpu_ratio_n).where(
+                g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, *tier.within(tier.gpu, start, end)
             )
         )
-        for minute, total, n in rows:
-            k = int((_minute(minute, conn.dialect) - start) / MINUTE)
-            if 0 <= k < minutes:
+        for bucket, total, n in rows:
+            first = int((_minute(bucket, conn.dialect) - start) / MINUTE)
+            for k in range(max(0, first), min(minutes, first + per_row)):
                 values[k] = mean(total, n)
         series[ref] = values
     return series
@@ -114,9 +123,12 @@ def util_bucketed(
     Minute ``k`` belongs to column ``((k + 1) * columns - 1) // minutes``: the column whose
     slice ``[c * minutes // columns, (c + 1) * minutes // columns)`` holds it.
     """
-    g = gpu_minutes.c
+    tier = tier_for(conn, start)
+    g = tier.gpu.c
     minutes = max(1, int((end - start) / MINUTE))
-    k = (epoch_seconds(conn, g.minute) - int(start.timestamp())) // 60
+    # an hour row counts in the column of its first minute in the range
+    seconds = epoch_seconds(conn, tier.time(tier.gpu)) - int(start.timestamp())
+    k = sa.case((seconds < 0, 0), else_=seconds) // 60
     column = ((k + 1) * columns - 1) // minutes
     per_minute = sa.case((g.util_gpu_ratio_n > 0, g.util_gpu_ratio_sum / g.util_gpu_ratio_n))
     series: dict[GpuRef, list[float | None]] = {}
@@ -124,7 +136,7 @@ def util_bucketed(
         values: list[float | None] = [None] * columns
         rows = conn.execute(
             sa.select(column.label("c"), sa.func.avg(per_minute))
-            .where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, g.minute >= start, g.minute < end)
+            .where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, *tier.within(tier.gpu, start, end))
             .group_by(sa.literal_column("c"))
         )
         for c, value in rows:
@@ -149,19 +161,21 @@ def downsample(values: Sequence[float | None], columns: int = 60) -> list[float 
 def chart_series(
     conn: sa.Connection, job_id: str, refs: Sequence[GpuRef], start: datetime, end: datetime
 ) -> tuple[dict[str, dict[GpuRef, Points]], dict[str, Points], dict[str, Points], bool]:
-    """Per-minute series of ``[start, end)``: GPU metrics per GPU (ratios), CPU, network; simulated?
+    """Per-minute series of ``[start, end)`` (per hour before the minutes kept): GPU metrics per
+    GPU (ratios), CPU, network; simulated?
 
     Only the job's own (node, GPU) pairs are read: a 1-GPU job on an 8-GPU node reads 1/8 of
     the node's rows.
     """
-    g, j, n = gpu_minutes.c, job_minutes.c, node_minutes.c
+    tier = tier_for(conn, start)
+    g, n, at = tier.gpu.c, tier.node.c, tier.time_column
     wanted = {(ref.node_id, ref.gpu_index): ref for ref in refs}
     node_ids = sorted({ref.node_id for ref in refs})
     gpu_rows = (
         conn.execute(
-            sa.select(gpu_minutes)
-            .where(sa.tuple_(g.node_id, g.gpu_index).in_(sorted(wanted)), g.minute >= start, g.minute < end)
-            .order_by(g.minute)
+            sa.select(tier.gpu)
+            .where(sa.tuple_(g.node_id, g.gpu_index).in_(sorted(wanted)), *tier.within(tier.gpu, start, end))
+            .order_by(tier.time(tier.gpu))
         ).mappings()
         if wanted
         else []
@@ -169,7 +183,7 @@ def chart_series(
     gpu: dict[str, dict[GpuRef, Points]] = {m: defaultdict(list) for m in GPU_METRICS}
     simulated = False
     for r in gpu_rows:
-        ref, t = wanted[(r["node_id"], r["gpu_index"])], _minute(r["minute"], conn.dialect)
+        ref, t = wanted[(r["node_id"], r["gpu_index"])], _minute(r[at], conn.dialect)
         simulated = simulated or bool(r["simulated"])
         gpu["util"][ref].append((t, mean(r["util_gpu_ratio_sum"], r["util_gpu_ratio_n"])))
         gpu["sm"][ref].append((t, mean(r["sm_active_ratio_sum"], r["sm_active_ratio_n"])))
@@ -180,30 +194,45 @@ def chart_series(
         gpu["power"][ref].append((t, watts / limit if watts is not None and limit else None))
     # CPU as ratios: the job's cgroup against its allocation, the node's busy and iowait
     cpu: dict[str, Points] = defaultdict(list)
-    job_rows = conn.execute(
-        sa.select(job_minutes).where(j.job_id == job_id, j.minute >= start, j.minute < end).order_by(j.minute)
-    ).mappings()
-    for r in job_rows:
-        used, alloc = mean(r["cpu_used_cores_sum"], r["cpu_used_cores_n"]), r["cpu_allocated_cores"]
-        cpu["job CPU of allocated"].append(
-            (_minute(r["minute"], conn.dialect), used / alloc if used is not None and alloc else None)
-        )
+    cpu["job CPU of allocated"] = _job_cpu(conn, tier, job_id, start, end)
+    if not cpu["job CPU of allocated"]:
+        del cpu["job CPU of allocated"]
     network: dict[str, Points] = defaultdict(list)
     node_rows = (
         conn.execute(
-            sa.select(node_minutes, nodes.c.name)
+            sa.select(tier.node, nodes.c.name)
             .join(nodes, nodes.c.id == n.node_id)
-            .where(n.node_id.in_(node_ids), n.minute >= start, n.minute < end)
-            .order_by(n.minute)
+            .where(n.node_id.in_(node_ids), *tier.within(tier.node, start, end))
+            .order_by(tier.time(tier.node))
         ).mappings()
         if node_ids
         else []
     )
     for r in node_rows:
-        t, name = _minute(r["minute"], conn.dialect), r["name"]
+        t, name = _minute(r[at], conn.dialect), r["name"]
         cpu[f"{name} busy"].append((t, mean(r["busy_ratio_sum"], r["busy_ratio_n"])))
         cpu[f"{name} iowait"].append((t, mean(r["iowait_ratio_sum"], r["iowait_ratio_n"])))
         network[f"{name} NIC"].append((t, mean(r["nic_bytes_per_s_sum"], r["nic_bytes_per_s_n"])))
         if r["ib_bytes_per_s_n"]:
             network[f"{name} IB"].append((t, mean(r["ib_bytes_per_s_sum"], r["ib_bytes_per_s_n"])))
     return {m: dict(v) for m, v in gpu.items()}, dict(cpu), dict(network), simulated
+
+
+def _job_cpu(conn: sa.Connection, tier: Tier, job_id: str, start: datetime, end: datetime) -> Points:
+    """The job's cgroup CPU use over its allocation, per minute (``job_minutes``), or per hour
+    on the hourly tier (``job_hours``: the summed mean cores used over the summed cores held)."""
+    if tier is MINUTES:
+        j = job_minutes.c
+        query = sa.select(j.minute, j.cpu_used_cores_sum, j.cpu_used_cores_n, j.cpu_allocated_cores)
+        rows = conn.execute(
+            query.where(j.job_id == job_id, j.minute >= start, j.minute < end).order_by(j.minute)
+        )
+        used = [(t, mean(total, n), alloc) for t, total, n, alloc in rows]
+    else:
+        h = job_hours.c
+        query = sa.select(h.hour, h.cpu_used_cores, h.cpu_allocated_cores).where(h.job_id == job_id)
+        rows = conn.execute(query.where(*tier.within(job_hours, start, end)).order_by(h.hour))
+        used = [(t, None if u is None else float(u), alloc) for t, u, alloc in rows]
+    return [
+        (_minute(t, conn.dialect), u / alloc if u is not None and alloc else None) for t, u, alloc in used
+    ]

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.sql.job_hours import gpu_sums
-from gpuwatch.sql.schema import gpu_minutes
+from gpuwatch.sql.resolution import tier_for
 
 JOULES_PER_KWH = 3.6e6
 
@@ -41,14 +41,15 @@ def gpus_energy(
     conn: sa.Connection, gpus: Sequence[tuple[int, int]], job_id: str, start: datetime, end: datetime
 ) -> JobEnergy | None:
     """Energy of the GPUs ``(node_id, gpu_index)`` over ``[start, end)`` (a job's own GPUs and
-    run, as the job page knows them); None when no minute of them has an energy figure."""
+    run, as the job page knows them); None when no minute of them has an energy figure. Read
+    from the minutes, or the hours for a range older than the minutes (``sql/resolution.py``)."""
     if not gpus:
         return None
-    m = gpu_minutes.c
+    tier = tier_for(conn, start)
+    m = tier.gpu.c
     wanted = sa.or_(*(sa.and_(m.node_id == node, m.gpu_index == index) for node, index in gpus))
-    row = (
-        conn.execute(sa.select(*gpu_sums()).where(wanted, m.minute >= start, m.minute < end)).mappings().one()
-    )
+    query = sa.select(*gpu_sums(tier.gpu)).where(wanted, *tier.within(tier.gpu, start, end))
+    row = conn.execute(query).mappings().one()
     return energy_of(job_id, row)
 
 

@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from gpuwatch.cards import Card
 from gpuwatch.classify.features import GpuRef, JobScope, load_scope
 from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.rollups import floor_minute, xid_codes
-from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
+from gpuwatch.sql.schema import attribution_samples, slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
 from gpuwatch.views.advice import Advice, Saving, estimated_saving, right_sizing, site_cards
@@ -280,11 +281,14 @@ def job_advice(
 
 
 def _any_simulated(conn: sa.Connection, refs: tuple[GpuRef, ...], start: datetime, end: datetime) -> bool:
-    g = gpu_minutes.c
+    tier = tier_for(conn, start)
+    g = tier.gpu.c
     pairs = sorted({(ref.node_id, ref.gpu_index) for ref in refs})
     if not pairs:
         return False
-    query = sa.select(g.minute).where(
-        sa.tuple_(g.node_id, g.gpu_index).in_(pairs), g.minute >= start, g.minute < end, g.simulated.is_(True)
+    query = sa.select(g.node_id).where(
+        sa.tuple_(g.node_id, g.gpu_index).in_(pairs),
+        *tier.within(tier.gpu, start, end),
+        g.simulated.is_(True),
     )
     return conn.execute(query.limit(1)).first() is not None

@@ -19,8 +19,9 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.rollups import xid_codes
-from gpuwatch.sql.schema import gpu_minutes, gpus, job_gpus, nodes, slurm_jobs
+from gpuwatch.sql.schema import gpus, job_gpus, nodes, slurm_jobs
 from gpuwatch.views._job_series import gpu_span_columns, mean
 from gpuwatch.views.evaluations import latest_evaluations
 from gpuwatch.views.faults import GpuFaults
@@ -96,15 +97,16 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
         node = conn.execute(sa.select(nodes).where(nodes.c.name == name)).mappings().first()
         if node is None:
             return None
-        g = gpu_minutes.c
-        in_span = (g.node_id == node["id"], g.minute >= start, g.minute < end)
+        tier = tier_for(conn, start)  # a span older than the minutes kept: hourly
+        g, at = tier.gpu.c, tier.time(tier.gpu)
+        in_span = (g.node_id == node["id"], *tier.within(tier.gpu, start, end))
         minute_rows = conn.execute(
-            sa.select(g.gpu_index, g.minute, g.util_gpu_ratio_sum, g.util_gpu_ratio_n, g.simulated)
+            sa.select(g.gpu_index, at, g.util_gpu_ratio_sum, g.util_gpu_ratio_n, g.simulated)
             .where(*in_span)
-            .order_by(g.gpu_index, g.minute)
+            .order_by(g.gpu_index, at)
         ).all()
         totals = conn.execute(
-            sa.select(g.gpu_index, sa.func.count().label("minutes"), *gpu_span_columns(conn))
+            sa.select(g.gpu_index, tier.minutes(tier.gpu).label("minutes"), *gpu_span_columns(conn, tier.gpu))
             .where(*in_span)
             .group_by(g.gpu_index)
         ).all()

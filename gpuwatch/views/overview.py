@@ -22,7 +22,8 @@ from typing import NamedTuple
 import sqlalchemy as sa
 
 from gpuwatch.sql.buckets import epoch_seconds
-from gpuwatch.sql.schema import gpu_minutes, gpus, node_minutes, nodes
+from gpuwatch.sql.resolution import tier_for
+from gpuwatch.sql.schema import gpus, nodes
 from gpuwatch.views.lowutil import LowUtilFilters, LowUtilJob, low_util_jobs
 
 #: a GPU counts as reporting when it has a rolled-up minute this recent
@@ -104,10 +105,11 @@ def _node_cells(conn: sa.Connection, start: datetime, end: datetime) -> _NodeCel
     floats from text). That replaces a result row per node-minute (60,000 at 1,000 nodes),
     which was most of the overview's time. SQLite, the one-machine default, reads them row
     by row."""
-    n = node_minutes.c
-    offset = (epoch_seconds(conn, n.minute) - int(start.timestamp())) // 60  # an SQL integer
+    tier = tier_for(conn, start)  # a span older than the minutes kept: a cell per node-hour
+    n = tier.node.c
+    offset = (epoch_seconds(conn, tier.time(tier.node)) - int(start.timestamp())) // 60  # an SQL integer
     util = n.gpu_util_ratio_sum / n.gpu_util_ratio_n
-    span = (n.minute >= start, n.minute < end, n.gpu_util_ratio_n > 0)
+    span = (*tier.within(tier.node, start, end), n.gpu_util_ratio_n > 0)
     if conn.dialect.name == "postgresql":
         has_util = n.gpu_util_ratio_sum.is_not(None)
         doubles = sa.func.string_agg(sa.func.float8send(util), sa.cast(b"", sa.LargeBinary))
@@ -152,17 +154,18 @@ def _reporting(conn: sa.Connection, end: datetime, low_ratio: float) -> tuple[in
     every GPU-minute kept. MIG instances and their cards (only on MIG nodes: few rows) are
     read row by row: an instance adds its card once to the count and its share to the busy
     ones, and such a card's own reading is taken out of the SQL count."""
-    g = gpu_minutes.c
-    in_span = (g.minute >= end - REPORTING, g.minute < end, g.util_gpu_ratio_n > 0)
+    tier = tier_for(conn, end - REPORTING)
+    g, at = tier.gpu.c, tier.time(tier.gpu)
+    in_span = (*tier.within(tier.gpu, end - REPORTING, end), g.util_gpu_ratio_n > 0)
     latest = (
-        sa.select(g.node_id, g.gpu_index, sa.func.max(g.minute).label("minute"))
+        sa.select(g.node_id, g.gpu_index, sa.func.max(at).label("at"))
         .where(*in_span)
         .group_by(g.node_id, g.gpu_index)
         .subquery()
     )
     util = g.util_gpu_ratio_sum / g.util_gpu_ratio_n
-    same = (g.node_id == latest.c.node_id, g.gpu_index == latest.c.gpu_index, g.minute == latest.c.minute)
-    at_latest = gpu_minutes.join(latest, sa.and_(*same))
+    same = (g.node_id == latest.c.node_id, g.gpu_index == latest.c.gpu_index, at == latest.c.at)
+    at_latest = tier.gpu.join(latest, sa.and_(*same))
     gpu = sa.and_(gpus.c.node_id == g.node_id, gpus.c.gpu_index == g.gpu_index)
     count, busy = conn.execute(
         sa.select(sa.func.count(), sa.func.sum(sa.case((util > low_ratio, 1), else_=0)))

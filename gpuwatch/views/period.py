@@ -2,7 +2,8 @@
 
 Whole hours come from ``job_hours`` (a row per job-hour, summed by the rollup pass:
 ``sql/job_hours.py``); the rest of the period — a start or end inside an hour, the hours not
-summed yet — from the minute tables, with the same sums (:func:`gpuwatch.sql.job_hours.gpu_sums_of_jobs`,
+summed yet — from the minute tables (an edge older than the minutes kept: its whole hour from
+``job_hours``), with the same sums (:func:`gpuwatch.sql.job_hours.gpu_sums_of_jobs`,
 :func:`~gpuwatch.sql.job_hours.host_sums`). So a month reads a row per job-hour, not per
 GPU-minute, and the figures are the same either way:
 
@@ -31,6 +32,7 @@ from gpuwatch.sql.job_hours import (
     summed_until,
 )
 from gpuwatch.sql.jobs import IDS_PER_READ, among
+from gpuwatch.sql.resolution import minutes_from
 from gpuwatch.sql.schema import job_hours, job_minutes, slurm_jobs
 from gpuwatch.views.energy import JobEnergy, energy_of
 
@@ -64,7 +66,11 @@ def jobs_in_period(
     totals: dict[str, dict[str, Any]] = {}
     with engine.connect() as conn:
         until = summed_until(conn)
-        first, last = ceil_hour(start), min(floor_hour(end), until) if until is not None else None
+        # an edge hour older than the minutes kept (sql/resolution.py) is read whole from job_hours
+        kept_from = minutes_from(conn)
+        first = floor_hour(start) if kept_from is not None and start < kept_from else ceil_hour(start)
+        last_hour = ceil_hour(end) if kept_from is not None and end <= kept_from else floor_hour(end)
+        last = min(last_hour, until) if until is not None else None
         ids = sorted(set(job_ids)) if job_ids is not None else None
         step = IDS_PER_READ
         for chunk in [None] if ids is None else [ids[i : i + step] for i in range(0, len(ids), step)]:

@@ -19,7 +19,8 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.features import JobScope, WindowFeatures, window_features
 from gpuwatch.config.thresholds import Thresholds
-from gpuwatch.sql.schema import gpu_minutes, gpus
+from gpuwatch.sql.resolution import HOURS, MINUTES
+from gpuwatch.sql.schema import gpus
 
 
 @dataclass(frozen=True)
@@ -138,16 +139,24 @@ def _cards(f: WindowFeatures | None, gpus: int) -> float:
 
 def site_gpu_models(conn: sa.Connection) -> list[tuple[str, int | None]]:
     """Each GPU model the cluster has (NVML name) with the memory one of its GPUs reported last:
-    the cards a job could be sent to instead. One indexed lookup per model, not a scan."""
-    g, m = gpus.c, gpu_minutes.c
+    the cards a job could be sent to instead. One indexed lookup per model, not a scan; in the
+    hourly rollups when its minutes are gone (a GPU not seen for ``retention.minute_days``)."""
+    g = gpus.c
     out = []
     for name in conn.execute(sa.select(g.name).where(g.name.is_not(None)).distinct()).scalars():
         one = conn.execute(sa.select(g.node_id, g.gpu_index).where(g.name == name).limit(1)).first()
-        total = conn.execute(
-            sa.select(m.memory_total_bytes)
-            .where(m.node_id == one.node_id, m.gpu_index == one.gpu_index, m.memory_total_bytes.is_not(None))
-            .order_by(m.minute.desc())
-            .limit(1)
-        ).scalar()
+        total = None
+        for tier in (MINUTES, HOURS):
+            m = tier.gpu.c
+            total = conn.execute(
+                sa.select(m.memory_total_bytes)
+                .where(
+                    m.node_id == one.node_id, m.gpu_index == one.gpu_index, m.memory_total_bytes.is_not(None)
+                )
+                .order_by(tier.time(tier.gpu).desc())
+                .limit(1)
+            ).scalar()
+            if total is not None:
+                break
         out.append((name, None if total is None else int(total)))
     return out

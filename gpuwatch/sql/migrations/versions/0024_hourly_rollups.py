@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from gpuwatch.sql.buckets import floor_hour
-from gpuwatch.sql.folding import fold_select
+from gpuwatch.sql.folding import fold_select, hourly_columns
 from gpuwatch.sql.types import UtcDateTime
 
 revision = "0024"
@@ -31,19 +31,6 @@ _TWINS = {"gpu_hours": "gpu_minutes", "node_hours": "node_minutes"}
 _STATES = ("hours", "minutes_from")
 
 
-def _hourly(name: str, minutes: sa.Table, metadata: sa.MetaData) -> sa.Table:
-    columns: list[sa.Column] = []
-    for c in minutes.c:
-        if c.name == "minute":
-            columns += [
-                sa.Column("hour", UtcDateTime, primary_key=True),
-                sa.Column("minutes", sa.SmallInteger, nullable=False),
-            ]
-        else:
-            columns.append(sa.Column(c.name, c.type, nullable=c.nullable, primary_key=c.primary_key))
-    return sa.Table(name, metadata, *columns)
-
-
 def upgrade() -> None:
     bind = op.get_bind()
     metadata = sa.MetaData()
@@ -52,7 +39,7 @@ def upgrade() -> None:
     until = None if done is None else floor_hour(UtcDateTime().process_result_value(done, bind.dialect))
     for name, source in _TWINS.items():
         minutes = sa.Table(source, metadata, autoload_with=bind)
-        hourly = _hourly(name, minutes, metadata)
+        hourly = sa.Table(name, metadata, *hourly_columns(minutes))
         hourly.create(bind)
         op.create_index(f"ix_{name}_hour", name, ["hour"])
         if until is not None:

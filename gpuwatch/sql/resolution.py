@@ -1,0 +1,67 @@
+"""Which rollup tier answers a time range: the per-minute tables or the hourly ones.
+
+Minutes are kept ``retention.minute_days``, hours ``retention.rollup_days``; retention records
+where the minutes start (``rollup_state`` 'minutes_from', :func:`minutes_from`). A range that
+starts there or later reads the minute tables; a range that starts before reads the hourly
+tables, all of it (the simplest choice that is always whole: no range is half minutes, half
+hours, and the hours are folded up to the last complete hour, so such a range misses at most
+the hour in progress). A range on the hourly tier covers the hours it overlaps (its first and
+last hour whole). Means (``sum / n``) are the same on either tier; a count of minutes is
+``COUNT(*)`` of minute rows and ``SUM(minutes)`` of hour rows (:meth:`Tier.minutes`).
+``job_minutes`` has no hourly twin: a job's long ranges read ``job_hours``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from gpuwatch.sql import hours
+from gpuwatch.sql.buckets import floor_hour
+from gpuwatch.sql.schema import gpu_hours, gpu_minutes, node_hours, node_minutes
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One resolution of the rollups: its GPU table, its node table, their time column and width."""
+
+    gpu: sa.Table
+    node: sa.Table
+    time_column: str
+    width: timedelta
+
+    @property
+    def hourly(self) -> bool:
+        return self.time_column == "hour"
+
+    def time(self, table: sa.Table) -> sa.Column:
+        """``table``'s time column (``minute`` or ``hour``), each row's bucket start."""
+        return table.c[self.time_column]
+
+    def within(self, table: sa.Table, start: datetime, end: datetime) -> tuple[sa.ColumnElement[bool], ...]:
+        """``table``'s rows of ``[start, end)``: on hours, those of the hours it overlaps."""
+        first = floor_hour(start) if self.hourly else start
+        return (self.time(table) >= first, self.time(table) < end)
+
+    def minutes(self, table: sa.Table) -> sa.ColumnElement:
+        """The minutes a group of ``table``'s rows stands for (0 for no rows)."""
+        if self.hourly:
+            return sa.func.coalesce(sa.func.sum(table.c.minutes), 0)
+        return sa.func.count()
+
+
+MINUTES = Tier(gpu_minutes, node_minutes, "minute", timedelta(minutes=1))
+HOURS = Tier(gpu_hours, node_hours, "hour", timedelta(hours=1))
+
+
+def minutes_from(conn: sa.Connection) -> datetime | None:
+    """The minute tables hold every minute from this on; None: every minute ever rolled."""
+    return hours.state(conn, hours.MINUTES_FROM)
+
+
+def tier_for(conn: sa.Connection, start: datetime) -> Tier:
+    """The tier a range starting at ``start`` reads: minutes where they reach back that far."""
+    kept_from = minutes_from(conn)
+    return HOURS if kept_from is not None and start < kept_from else MINUTES
