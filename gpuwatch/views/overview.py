@@ -107,7 +107,8 @@ def _node_cells(conn: sa.Connection, start: datetime, end: datetime) -> _NodeCel
     by row."""
     tier = tier_for(conn, start)  # a span older than the minutes kept: a cell per node-hour
     n = tier.node.c
-    offset = (epoch_seconds(conn, tier.time(tier.node)) - int(start.timestamp())) // 60  # an SQL integer
+    seconds = epoch_seconds(conn, tier.time(tier.node)) - int(start.timestamp())
+    offset = sa.case((seconds < 0, 0), else_=seconds) // 60  # an SQL integer; an hour begun before: 0
     util = n.gpu_util_ratio_sum / n.gpu_util_ratio_n
     span = (*tier.within(tier.node, start, end), n.gpu_util_ratio_n > 0)
     if conn.dialect.name == "postgresql":
