@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.sql import job_hours
 from gpuwatch.sql.buckets import as_utc, floor_hour
 from gpuwatch.sql.folding import fold_select
 from gpuwatch.sql.job_hours import ceil_hour
@@ -24,7 +25,7 @@ from gpuwatch.sql.schema import HOUR_TABLES, rollup_state
 #: ``rollup_state`` row: minutes folded into the hourly tables up to (exclusive, an hour start)
 STATE = "hours"
 #: ``rollup_state`` row set by retention: the minute tables hold every minute from here on
-MINUTES_FROM = "minutes_from"
+MINUTES_FROM = job_hours.MINUTES_FROM
 HOUR = timedelta(hours=1)
 
 

@@ -37,6 +37,8 @@ MINUTE = timedelta(minutes=1)
 SETTLE = timedelta(minutes=10)
 #: ``rollup_state`` row: hours summed up to (exclusive)
 STATE = "job_hours"
+#: ``rollup_state`` row set by retention: the minute tables hold every minute from here on
+MINUTES_FROM = "minutes_from"
 
 
 def ceil_hour(ts: datetime) -> datetime:
@@ -204,7 +206,8 @@ def resum_jobs(conn: sa.Connection, job_ids: Collection[str]) -> int:
     """Sum again the summed hours of ``job_ids``' runs, theirs alone, and drop their stored
     totals (``job_totals``, made anew by the next totals pass): what they held changed (their
     GPU map, :func:`gpuwatch.sql.jobs.replace_job_gpus`), and both were derived from it. Hours
-    not summed yet are left to :func:`advance`. The job-hours written."""
+    not summed yet are left to :func:`advance`, and hours before the minutes kept are kept as
+    they are (their minutes are gone). The job-hours written."""
     if not job_ids:
         return 0
     ids = sorted(job_ids)
@@ -219,6 +222,12 @@ def resum_jobs(conn: sa.Connection, job_ids: Collection[str]) -> int:
     if not runs:
         return 0
     start = floor_hour(min(as_utc(conn, r.start_at) for r in runs))
+    # hours before the minutes kept (retention.minute_days) cannot be summed again: kept as they are
+    kept_from = conn.execute(
+        sa.select(rollup_state.c.done_until).where(rollup_state.c.name == MINUTES_FROM)
+    ).scalar()
+    if kept_from is not None:
+        start = max(start, as_utc(conn, kept_from))
     end = min(until, max(ceil_hour(as_utc(conn, r.end_at)) if r.end_at is not None else until for r in runs))
     return sum_hours(conn, start, end, ids) if start < end else 0
 

@@ -11,10 +11,19 @@ from gpuwatch import wire
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql import hours
 from gpuwatch.sql.folding import MAX, MIN, SUM, fold_kind
+from gpuwatch.sql.job_hours import resum_jobs
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup, framework_names, xid_codes
-from gpuwatch.sql.schema import gpu_hours, gpu_minutes, job_minutes, node_hours, node_minutes
+from gpuwatch.sql.schema import (
+    gpu_hours,
+    gpu_minutes,
+    job_hours,
+    job_minutes,
+    node_hours,
+    node_minutes,
+    slurm_jobs,
+)
 from tests import factories
 
 H0 = factories.T0.replace(hour=12, minute=0, second=0)  # 12:00 UTC
@@ -210,3 +219,27 @@ def test_the_minutes_are_cut_at_a_whole_hour(engine):
         assert hours.state(conn, hours.MINUTES_FROM) == H0 + timedelta(hours=1)
         left = conn.execute(sa.select(gpu_minutes.c.minute)).scalars().all()
         assert min(left) == H0 + timedelta(hours=1, minutes=3), "the first minute of 13:00 kept (13:03)"
+
+
+def test_a_job_summed_again_keeps_its_hours_older_than_the_minutes(engine):
+    """A job's GPU map replaced after retention dropped its minutes: its old job-hours stay."""
+    old = {
+        "job_id": "77",
+        "hour": H0,
+        "gpu_minutes": 60,
+        "util_gpu_ratio_sum": 180.0,
+        "util_gpu_ratio_n": 360,
+    }
+    with engine.begin() as conn:
+        conn.execute(
+            slurm_jobs.insert().values(
+                job_id="77", source="test", start_at=H0, end_at=H0 + timedelta(hours=1),
+                first_seen_at=H0, updated_at=H0,
+            )
+        )  # fmt: skip
+        conn.execute(job_hours.insert().values(**old))
+        hours.set_state(conn, "job_hours", H0 + timedelta(days=20))
+        hours.set_state(conn, hours.MINUTES_FROM, H0 + timedelta(days=6))
+        resum_jobs(conn, ["77"])
+        kept = conn.execute(sa.select(job_hours)).mappings().one()
+    assert {k: kept[k] for k in old} == old
