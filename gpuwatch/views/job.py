@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from gpuwatch.cards import Card
 from gpuwatch.classify.features import GpuRef, JobScope, load_scope
 from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.sql.readings import samples_between
 from gpuwatch.sql.rollups import floor_minute, xid_codes
-from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
+from gpuwatch.sql.schema import gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
 from gpuwatch.views.advice import Advice, Saving, estimated_saving, right_sizing, site_cards
@@ -124,7 +125,7 @@ def resolve_job(conn: sa.Connection, text: str) -> str | None:
         ).scalar()
         if found:
             return found
-    for table in (verdicts, attribution_samples):
+    for table in (verdicts, samples_between(conn, "attribution", job_ids=[text])):
         if conn.execute(sa.select(table.c.job_id).where(table.c.job_id == text).limit(1)).first():
             return text
     return None
