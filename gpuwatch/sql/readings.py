@@ -64,7 +64,8 @@ def samples_between(
     does not unpack every reading."""
     spec = SAMPLE_KINDS[kind]
     if job_ids is not None:
-        assert "job_id" in {k.name for k in spec.keys}, kind
+        if "job_id" not in {k.name for k in spec.keys}:
+            raise ValueError(f"{kind} samples are not keyed by a job")
         job_ids = list(job_ids)
     if conn.dialect.name == "postgresql":
         return _unnested(spec, start, end, node_id, job_ids).subquery(spec.readings)

@@ -26,7 +26,10 @@ How rows go in depends on the database (``BulkMode``):
   the columns (``BatchStore.copy_min_rows``, off by default, ``daemon/store/pg_copy.py``): a
   third less server CPU, more daemon CPU.
 * ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy inserts of dict rows
-  (packs) per table, each pack's readings checked against what is stored, not pipelined.
+  (packs) per table, not pipelined. One query reads the spans of the stored packs the group's
+  may meet; a pack that meets none (nor another of the group) and holds no reading twice goes
+  in as it is, the others reading by reading against what is stored (:func:`_apart`). Measured
+  on SQLite, one-cycle batches of 8 GPUs: 3.4 ms each, 2.3 when the host kinds were rows.
 
 The answer's ``samples`` is what the database added: all of the batch when nothing in it was
 stored before, else the group goes again from a savepoint a batch at a time and each batch is
@@ -54,6 +57,7 @@ from gpuwatch.clock import utcnow
 from gpuwatch.daemon.store import packing, pg_arrays, pg_copy
 from gpuwatch.daemon.store.columns import BatchColumns, columns_of
 from gpuwatch.sql import readings
+from gpuwatch.sql.buckets import floor_hour
 from gpuwatch.sql.partitions import PartitionManager, utc_day
 from gpuwatch.sql.schema import (
     GPU_IDENTITY_FIELDS,
@@ -283,12 +287,18 @@ class BatchStore:
         """Insert ``rows`` (per table name) skipping any already there; how many samples that
         added (a sample pack counts its new readings; process packs are not samples)."""
         added = 0
+        packs = {name: table_rows for name, table_rows in rows.items() if packing.kind_of(name) is not None}
+        spans = _stored_spans(conn, [self._tables[name] for name in packs], packs)
         for name, table_rows in rows.items():
             kind = packing.kind_of(name)
-            if kind is not None:  # a pack or two per batch and kind
-                added += sum(_add_new_readings(conn, kind, row) for row in table_rows)
+            if kind is None:  # the processes' packs
+                conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
                 continue
-            conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
+            clean, overlapping = _apart(spans[name], table_rows, kind)
+            if clean:  # the common case: one statement for the table
+                conn.execute(self._tables[name].insert(), clean)
+                added += sum(len(row["sample_ts"]) for row in clean)
+            added += sum(_add_new_readings(conn, kind, row) for row in overlapping)
         return added
 
     def _write_unnest(
@@ -451,6 +461,47 @@ class _Repeated(Exception):
 def _stored_keys(conn: sa.Connection, kind: str, node_id: int, fields: list[list[Any]]) -> set[tuple]:
     """(keys..., stamp) of the node's ``kind`` readings already stored over a pack's span."""
     return readings.stored_keys(conn, kind, node_id, min(fields[0]), max(fields[0]))
+
+
+#: the stored packs' spans per table name, node id: [(first stamp, last stamp), ...]
+_Spans = dict[str, dict[int, list[tuple[Any, Any]]]]
+
+
+def _stored_spans(conn: sa.Connection, tables: list[sa.Table], packs: dict[str, list[dict]]) -> _Spans:
+    """The portable path: the span of every stored pack of ``tables`` that may meet one of
+    ``packs`` (rows per table name), in ONE query for the group. A pack never spans an hour,
+    so one that reaches the earliest stamp starts in its hour or later."""
+    spans: _Spans = {t.name: defaultdict(list) for t in tables}
+    every = [row for rows in packs.values() for row in rows]
+    if not every:
+        return spans
+    first, last = min(row["ts"] for row in every), max(row["ts_last"] for row in every)
+    node_ids = sorted({row["node_id"] for row in every})
+    selects = [
+        sa.select(sa.literal(t.name).label("name"), t.c.node_id, t.c.ts, t.c.ts_last).where(
+            t.c.node_id.in_(node_ids), t.c.ts >= floor_hour(first), t.c.ts <= last, t.c.ts_last >= first
+        )
+        for t in tables
+    ]
+    for name, node_id, ts, ts_last in conn.execute(sa.union_all(*selects)):
+        spans[name][node_id].append((ts, ts_last))
+    return spans
+
+
+def _apart(
+    stored: dict[int, list[tuple[Any, Any]]], packs: list[dict[str, Any]], kind: str
+) -> tuple[list[dict], list[dict]]:
+    """The portable path: ``kind`` ``packs`` split into those whose span meets no ``stored``
+    pack of their node nor another of ``packs`` and that hold no reading twice (inserted as
+    they are), and the others (checked reading by reading, in order: :func:`_add_new_readings`)."""
+    spans = defaultdict(list, {node_id: list(found) for node_id, found in stored.items()})
+    for row in packs:
+        spans[row["node_id"]].append((row["ts"], row["ts_last"]))
+    clean, overlapping = [], []
+    for row in packs:  # a pack meets its own span once
+        met = sum(ts <= row["ts_last"] and row["ts"] <= ts_last for ts, ts_last in spans[row["node_id"]])
+        (clean if met == 1 and not packing.holds_repeats(kind, row) else overlapping).append(row)
+    return clean, overlapping
 
 
 def _add_new_readings(conn: sa.Connection, kind: str, row: dict[str, Any]) -> int:

@@ -297,6 +297,12 @@ def kind_of(table: str) -> str | None:
 _KINDS_BY_TABLE = {layout.table.name: kind for kind, layout in _SAMPLES.items()}
 
 
+def holds_repeats(kind: str, row: dict[str, Any]) -> bool:
+    """Whether a ``kind`` sample pack row (dict) holds a reading twice (a batch repeating one)."""
+    fields = pack_fields(kind, row)
+    return len(set(_SAMPLES[kind].key_of(fields))) != len(fields[0])
+
+
 def new_readings(kind: str, fields: list[list[Any]], stored: set[tuple]) -> list[list[Any]]:
     """``fields`` (a ``kind`` pack's element lists) without the readings whose key (keys...,
     stamp) is in ``stored``, each remaining one once (its first)."""
