@@ -205,14 +205,14 @@ def bench_raw_copy(
     conflict check. Timed from the rows (building them from the batches is not counted).
     ``gpu_only``: only the GPU and process rows, to see what the host rows cost."""
     from gpuwatch.daemon.store.batch_store import sample_rows
-    from gpuwatch.sql.schema import PACK_TABLES, SAMPLE_TABLES
+    from gpuwatch.sql.schema import PACK_TABLES, gpu_process_packs, gpu_sample_packs
 
     ids = register(engine, BatchStore(engine), batches)
-    tables = {t.name: t for t in (*SAMPLE_TABLES.values(), *PACK_TABLES)}
+    tables = {t.name: t for t in PACK_TABLES}
     merged: dict[str, list[list]] = {}
     for b in batches:
         for name, rows in sample_rows(ids[b.node], b).items():
-            if gpu_only and tables[name] not in PACK_TABLES:
+            if gpu_only and tables[name] not in (gpu_sample_packs, gpu_process_packs):
                 continue
             merged.setdefault(name, []).extend(copy_values(tables[name], row) for row in rows)
     t0 = time.perf_counter()

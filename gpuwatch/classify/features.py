@@ -1,7 +1,7 @@
 """Window features of one job, from the per-minute rollup tables only.
 
 A job's GPUs come from ``job_gpus`` (node name -> ``nodes.id``) and its time span from
-``slurm_jobs``; when the Slurm sync has no GPUs for it, from ``attribution_samples`` (the
+``slurm_jobs``; when the Slurm sync has no GPUs for it, from the attribution samples (the
 prolog/process attribution the agents send). Windows are whole minutes ``[start, end)`` of
 ``gpu_minutes`` / ``job_minutes`` / ``node_minutes``:
 
@@ -32,12 +32,12 @@ import sqlalchemy as sa
 
 from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql.jobs import SLURM
+from gpuwatch.sql.readings import samples_between
 from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, framework_names, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
     NODE_MINUTE_SUMS,
     UTIL_BINS,
-    attribution_samples,
     gpu_minutes,
     gpus,
     job_gpus,
@@ -152,15 +152,15 @@ def load_scope(conn: sa.Connection, job_id: str) -> JobScope | None:
     start = job["start_at"] if job else None
     end = job["end_at"] if job else None
     if not refs:
-        a = attribution_samples.c
+        a = samples_between(
+            conn, "attribution", None if start is None else start - MINUTE, job_ids=[job_id]
+        ).c
         query = (
             sa.select(a.node_id, nodes.c.name, a.gpu_index, sa.func.min(a.ts), sa.func.max(a.ts))
             .join(nodes, nodes.c.id == a.node_id)
             .where(a.job_id == job_id)
             .group_by(a.node_id, nodes.c.name, a.gpu_index)
         )
-        if start is not None:
-            query = query.where(a.ts >= start - MINUTE)
         rows = conn.execute(query).all()
         refs = [GpuRef(r[0], r[1], r[2]) for r in rows]
         source = "attribution" if refs else "none"

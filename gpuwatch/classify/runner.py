@@ -23,7 +23,8 @@ from gpuwatch.classify.features import load_scope
 from gpuwatch.classify.verdict import Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpuwatch.slurm.model import HOLDING_STATES, TERMINAL_STATES
-from gpuwatch.sql.schema import attribution_samples, gpu_minutes, slurm_jobs, verdicts
+from gpuwatch.sql.readings import samples_between
+from gpuwatch.sql.schema import gpu_minutes, slurm_jobs, verdicts
 from gpuwatch.sql.types import UtcDateTime
 
 MINUTE = timedelta(minutes=1)
@@ -43,9 +44,9 @@ def running_jobs(
             )
         ).scalars()
     )
-    a = attribution_samples.c
     since = now - timedelta(seconds=thresholds.recent_window_s)
-    seen = set(conn.execute(sa.select(a.job_id).where(a.ts >= since, a.ts <= now).distinct()).scalars())
+    a = samples_between(conn, "attribution", since, now + timedelta(microseconds=1)).c
+    seen = set(conn.execute(sa.select(a.job_id).distinct()).scalars())
     recorded = set(conn.execute(sa.select(s.job_id).where(s.job_id.in_(seen))).scalars()) if seen else set()
     return sorted(known | (seen - recorded))
 

@@ -40,7 +40,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, SlurmJob
 from gpuwatch.sql.job_hours import resum_jobs
-from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
+from gpuwatch.sql.readings import samples_between
+from gpuwatch.sql.schema import job_gpus, nodes, slurm_jobs
 
 #: ``job_gpus.source``: Slurm's allocation, or the GPUs the agents attributed to a job Slurm
 #: gave no GPU map
@@ -239,18 +240,17 @@ def attach_attributed_gpus(
     ``[start, end)`` when Slurm gave the job no GPU map, so its hours are summed, its energy
     counted and a MIG instance weighed as its share of the card like any other job's. Slurm's
     allocation, when it comes, replaces them (:func:`replace_job_gpus`). Returns rows added."""
-    a, n, jg = attribution_samples.c, nodes.c, job_gpus.c
+    attribution = samples_between(conn, "attribution", start, end, node_id=node_id)
+    a, n, jg = attribution.c, nodes.c, job_gpus.c
     slurm_map = sa.exists().where(jg.job_id == a.job_id, jg.source == SLURM)
     known = sa.exists().where(jg.job_id == a.job_id, jg.node == n.name, jg.gpu_index == a.gpu_index)
     seen = (
         sa.select(a.job_id, n.name, a.gpu_index, sa.literal(AGENT).label("source"))
         .distinct()
-        .select_from(attribution_samples.join(nodes, n.id == a.node_id))
+        .select_from(attribution.join(nodes, n.id == a.node_id))
         .join(slurm_jobs, slurm_jobs.c.job_id == a.job_id)
-        .where(a.ts >= start, a.ts < end, ~slurm_map, ~known)
+        .where(~slurm_map, ~known)
     )
-    if node_id is not None:
-        seen = seen.where(a.node_id == node_id)
     return conn.execute(
         job_gpus.insert().from_select(["job_id", "node", "gpu_index", "source"], seen)
     ).rowcount

@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -49,17 +50,13 @@ from gpuwatch.sql.buckets import as_utc, epoch_seconds, minute_bucket
 from gpuwatch.sql.folding import join_distinct
 from gpuwatch.sql.gpu_readings import first_gpu_sample_at, gpu_samples_between
 from gpuwatch.sql.jobs import attach_attributed_gpus
+from gpuwatch.sql.readings import first_sample_at, samples_between
 from gpuwatch.sql.schema import (
     UTIL_BINS,
-    cpu_samples,
     gpu_minutes,
     gpus,
-    infiniband_samples,
     ingested_batches,
     job_minutes,
-    job_samples,
-    memory_samples,
-    nic_samples,
     node_minutes,
     rollup_state,
 )
@@ -204,7 +201,7 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
 
 
 def _job_select(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None) -> sa.Select:
-    j = job_samples.c
+    j = samples_between(conn, "job", start, end, node_id=node_id).c
     query = sa.select(
         j.node_id,
         j.job_id,
@@ -219,9 +216,7 @@ def _job_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         ),
         sa.func.max(j.memory_limit_bytes).label("memory_limit_bytes"),
         sa.func.max(j.memory_swap_bytes).label("memory_swap_bytes_max"),
-    ).where(j.ts >= start, j.ts < end)
-    if node_id is not None:
-        query = query.where(j.node_id == node_id)
+    )
     return query.group_by(j.node_id, j.job_id, sa.text("3"))
 
 
@@ -243,30 +238,35 @@ def _node_rows(conn: sa.Connection, start: datetime, end: datetime, node_id: int
                 {k: v for k, v in r.items() if k not in ("node_id", "minute")}
             )
 
-    def grouped(table: sa.Table, *cols: sa.ColumnElement) -> None:
-        bucket = minute_bucket(conn, table.c.ts).label("minute")
-        query = sa.select(table.c.node_id, bucket, *cols).where(table.c.ts >= start, table.c.ts < end)
-        merge(query, table.c.node_id)
+    def grouped(kind: str, columns: Callable[[Any], list[sa.ColumnElement]]) -> None:
+        """The ``kind`` readings of the range (``node_id`` already applied) grouped per minute."""
+        t = samples_between(conn, kind, start, end, node_id=node_id).c
+        merge(sa.select(t.node_id, minute_bucket(conn, t.ts).label("minute"), *columns(t)), t.node_id)
 
-    c, m, g = cpu_samples.c, memory_samples.c, gpu_minutes.c
+    g = gpu_minutes.c
     grouped(
-        cpu_samples,
-        *_sums_n(c.busy_ratio, c.iowait_ratio),
-        sa.func.max(c.threads_per_core).label("threads_per_core"),
+        "cpu",
+        lambda c: [
+            *_sums_n(c.busy_ratio, c.iowait_ratio),
+            sa.func.max(c.threads_per_core).label("threads_per_core"),
+        ],
     )
     grouped(
-        memory_samples,
-        *_sums_n(m.swap_in_bytes_per_s, m.swap_out_bytes_per_s),
-        sa.func.min(m.available_bytes).label("available_bytes_min"),
-        sa.func.max(m.total_bytes).label("total_bytes"),
+        "memory",
+        lambda m: [
+            *_sums_n(m.swap_in_bytes_per_s, m.swap_out_bytes_per_s),
+            sa.func.min(m.available_bytes).label("available_bytes_min"),
+            sa.func.max(m.total_bytes).label("total_bytes"),
+        ],
     )
     # network: the node's total over its devices; n counts sample times, so sum/n = mean total rate
-    for table, name in ((nic_samples, "nic_bytes_per_s"), (infiniband_samples, "ib_bytes_per_s")):
-        t = table.c
+    for kind, name in (("nic", "nic_bytes_per_s"), ("infiniband", "ib_bytes_per_s")):
         grouped(
-            table,
-            sa.func.sum(t.rx_bytes_per_s + t.tx_bytes_per_s).label(f"{name}_sum"),
-            sa.func.count(sa.distinct(t.ts)).label(f"{name}_n"),
+            kind,
+            lambda t, name=name: [
+                sa.func.sum(t.rx_bytes_per_s + t.tx_bytes_per_s).label(f"{name}_sum"),
+                sa.func.count(sa.distinct(t.ts)).label(f"{name}_n"),
+            ],
         )
     # whole cards (and cards in MIG mode, taken out again below): every GPU not a MIG instance
     whole = sa.and_(g.node_id == gpus.c.node_id, g.gpu_index == gpus.c.gpu_index)
@@ -436,7 +436,7 @@ class Rollup:
             late_scan = self._state(conn, "late_scan")
             if done_until is None:
                 first = first_gpu_sample_at(conn)
-                first_job = conn.execute(sa.select(sa.func.min(job_samples.c.ts))).scalar()
+                first_job = first_sample_at(conn, "job")
                 candidates = [t for t in (first, first_job) if t is not None]
                 done_until = floor_minute(min(candidates)) if candidates else floor_minute(now - self.lag)
         target = floor_minute(now - self.lag)

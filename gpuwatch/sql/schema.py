@@ -7,17 +7,16 @@ Layout:
   makes a re-sent batch store nothing twice. Written in the same transaction as its samples.
 * ``gpus`` — per (node, GPU index) identity (UUID, model, PCI bus) so sample rows don't
   repeat strings.
-* ``<kind>_samples`` — one table per host sample kind, a row per sample, columns named like
-  the wire fields (units in the names); every primary key includes ``ts`` as PostgreSQL
-  requires of partitioned tables, and makes ingest idempotent per sample too.
-* ``gpu_sample_packs`` and ``gpu_process_packs`` — GPU samples and their processes, packed: a
-  row per node and batch, an array per field (the bulk of the raw data: a few dozen bytes per
-  GPU-sample where a row each took hundreds).
+* ``<kind>_sample_packs`` — every sample kind (GPU, cpu, memory, nic, infiniband, disk, job,
+  attribution, agent), packed: a row per node, batch and UTC hour, an array per field named
+  like the wire field (units in the names); ``gpu_process_packs`` the GPU processes, per day.
+  A few dozen bytes per GPU-sample where a row each took hundreds; the primary key (node,
+  first stamp) is the duplicate rule, and ``sql/readings.py`` gives readers the old rows back.
 
 Every raw table is partitioned by ``ts`` in daily ranges on PostgreSQL (``sql/partitions.py``
-creates them ahead). Row tables are listed in :data:`SAMPLE_TABLES`, keyed by wire ``kind``,
-packed ones in :data:`PACK_TABLES`; a test holds each table's columns to its wire model's
-fields.
+creates them ahead). Sample kinds are listed in :data:`SAMPLE_KINDS`, keyed by wire ``kind``,
+the pack tables in :data:`PACK_TABLES`; a test holds each kind's keys and fields to its wire
+model's fields.
 """
 
 from __future__ import annotations
@@ -88,23 +87,6 @@ gpus = sa.Table(
 )
 
 
-def _sample_table(name: str, keys: list[sa.Column], *columns: sa.Column) -> sa.Table:
-    """A partitioned sample table: ``node_id`` + ``keys`` + ``ts`` form the primary key."""
-    table = sa.Table(
-        name,
-        metadata,
-        sa.Column("node_id", sa.Integer, primary_key=True),
-        *keys,
-        sa.Column("ts", UtcDateTime, primary_key=True),
-        *columns,
-        postgresql_partition_by=PARTITION_BY,
-    )
-    # BRIN on PostgreSQL: rows arrive in time order, so a tiny block-range index serves
-    # cluster-wide time-range scans; SQLite gets an ordinary index.
-    sa.Index(f"ix_{name}_ts", table.c.ts, postgresql_using="brin")
-    return table
-
-
 def _d(name: str) -> sa.Column:
     return sa.Column(name, Double, nullable=True)
 
@@ -113,24 +95,11 @@ def _i(name: str) -> sa.Column:
     return sa.Column(name, sa.BigInteger, nullable=True)
 
 
-def _doubles(*names: str) -> list[sa.Column]:
-    return [_d(name) for name in names]
-
-
-def _bigints(*names: str) -> list[sa.Column]:
-    return [_i(name) for name in names]
-
-
-def _device_key() -> list[sa.Column]:
-    """The key of a per-device sample table (a NIC, a block device, an HCA and its ports)."""
-    return [sa.Column("device", sa.String(64), primary_key=True)]
-
-
 @dataclass(frozen=True)
 class PackedField:
-    """One field of a GPU sample as ``gpu_sample_packs`` holds it: an array column, element ``i``
-    of every array one GPU at one stamp. A field with a ``scale`` is stored as the integer
-    ``round(value * scale)`` (saturated to the column's range) and read back as
+    """One field of a sample as its pack table holds it: an array column, element ``i`` of every
+    array one reading (in ``gpu_sample_packs``, one GPU at one stamp). A field with a ``scale``
+    is stored as the integer ``round(value * scale)`` (saturated to the column's range) and read back as
     ``stored / scale``: decimal values with up to ``log10(scale)`` places (NVML's whole percents,
     milliwatts, MHz) come back exactly, in 4 bytes instead of 8."""
 
@@ -205,11 +174,12 @@ GPU_SAMPLE_FIELDS: tuple[PackedField, ...] = (
 )
 
 
-def _pack_table(name: str, *elements: sa.Column) -> sa.Table:
+def _pack_table(name: str, keys: tuple[PackedField, ...], *elements: sa.Column) -> sa.Table:
     """A packed raw table: ONE row per node and stored batch (on PostgreSQL, per group of batches
     stored together) within a period, an array per field; element ``i`` of every array is one
     reading. Its key (node, first stamp) is the duplicate rule: a pack starting at the same
-    stamp on the same node is the same readings sent again."""
+    stamp on the same node is the same readings sent again. ``keys``: what tells a reading from
+    the others at its stamp (a GPU index, a device), an array each after ``sample_ts``."""
     table = sa.Table(
         name,
         metadata,
@@ -217,7 +187,7 @@ def _pack_table(name: str, *elements: sa.Column) -> sa.Table:
         sa.Column("ts", UtcDateTime, primary_key=True),  # the first stamp: the partition key too
         sa.Column("ts_last", UtcDateTime, nullable=False),
         sa.Column("sample_ts", UtcDateTimeList, nullable=False),
-        sa.Column("gpu_index", array_of(sa.SmallInteger), nullable=False),
+        *(sa.Column(k.column, array_of(k.element), nullable=False) for k in keys),
         *elements,
         postgresql_partition_by=PARTITION_BY,
     )
@@ -225,15 +195,134 @@ def _pack_table(name: str, *elements: sa.Column) -> sa.Table:
     return table
 
 
+@dataclass(frozen=True)
+class SampleKind:
+    """One wire sample kind as it is stored: its pack table, the fields that key a reading at its
+    stamp (``keys``) and the rest (``fields``), in the order of the reading's columns (``node_id``,
+    ``keys``, ``ts``, ``fields``: the row tables' columns before samples were packed)."""
+
+    kind: str  #: the wire kind
+    table: sa.Table
+    keys: tuple[PackedField, ...]
+    fields: tuple[PackedField, ...]
+
+    @property
+    def readings(self) -> str:
+        """The name of the readings (``cpu_samples``): what readers and ``count_rows`` call them."""
+        return f"{self.kind}_samples"
+
+
+def _sample_kind(kind: str, keys: tuple[PackedField, ...], fields: tuple[PackedField, ...]) -> SampleKind:
+    """A kind packed in ``<kind>_sample_packs``, an array per key and field."""
+    columns = (sa.Column(f.column, array_of(f.element), nullable=False) for f in fields)
+    return SampleKind(kind, _pack_table(f"{kind}_sample_packs", keys, *columns), keys, fields)
+
+
+def _doubles(*names: str) -> tuple[PackedField, ...]:
+    return tuple(_as_is(name, Double) for name in names)
+
+
+def _bigints(*names: str) -> tuple[PackedField, ...]:
+    return tuple(_as_is(name, sa.BigInteger) for name in names)
+
+
+_DEVICE = _as_is("device", sa.String(64))
+_GPU_INDEX = _as_is("gpu_index", sa.SmallInteger)
+_JOB_ID = _as_is("job_id", sa.String(64))
+
 #: GPU samples, packed per node, push and UTC hour, an array per field (:data:`GPU_SAMPLE_FIELDS`):
 #: 17-91 B per GPU-sample at the default 18-cycle pushes, where a row each took 222-397
 #: (``python bench/storage.py``). A pack never spans an hour, so a reader of ``[start, end)``
 #: finds its packs among those starting in ``[floor_hour(start), end)``.
-#: ``sql/gpu_readings.py`` reads them, ``daemon/store/packing.py`` writes them.
-gpu_sample_packs = _pack_table(
-    "gpu_sample_packs",
-    *(sa.Column(f.column, array_of(f.element), nullable=False) for f in GPU_SAMPLE_FIELDS),
+#: ``sql/readings.py`` reads them, ``daemon/store/packing.py`` writes them.
+GPU_SAMPLES = _sample_kind("gpu", (_GPU_INDEX,), GPU_SAMPLE_FIELDS)
+gpu_sample_packs = GPU_SAMPLES.table
+
+#: the host kinds, packed like the GPU samples (per node, push and UTC hour) but every value as
+#: the wire gives it (float8, int8, text, JSON): a node sends one of each per cycle where it
+#: sends a GPU sample per GPU, so narrowing them would save little, and every answer read from
+#: them stays what it was when they were rows. What packing saves is the row: a header, the
+#: node and stamp, and a primary-key index entry per sample, most of a host row's bytes.
+#: A table per kind rather than one for all: each kind has its own fields and key, and a reader
+#: of one kind reads only its packs.
+HOST_SAMPLES: tuple[SampleKind, ...] = (
+    _sample_kind(
+        "cpu",
+        (),
+        (
+            _as_is("cores", sa.Integer),
+            *_doubles("busy_ratio", "user_ratio", "system_ratio", "iowait_ratio", "steal_ratio"),
+            _as_is("per_core_busy_ratio", Json),
+            _as_is("load1", Double),
+            _as_is("threads_per_core", sa.SmallInteger),
+        ),
+    ),
+    _sample_kind(
+        "memory",
+        (),
+        (
+            *_bigints("total_bytes", "available_bytes", "used_bytes", "swap_total_bytes", "swap_used_bytes"),
+            *_doubles("swap_in_bytes_per_s", "swap_out_bytes_per_s"),
+        ),
+    ),
+    _sample_kind(
+        "nic",
+        (_DEVICE,),
+        (
+            *_doubles("rx_bytes_per_s", "tx_bytes_per_s", "rx_packets_per_s", "tx_packets_per_s"),
+            *_bigints("rx_errors", "tx_errors"),
+        ),
+    ),
+    _sample_kind(
+        "infiniband",
+        (_DEVICE, _as_is("port", sa.SmallInteger)),
+        _doubles(
+            "rx_bytes_per_s",
+            "tx_bytes_per_s",
+            "rx_packets_per_s",
+            "tx_packets_per_s",
+            "link_rate_bytes_per_s",
+        ),
+    ),
+    _sample_kind(
+        "disk",
+        (_DEVICE,),
+        _doubles("read_bytes_per_s", "write_bytes_per_s", "reads_per_s", "writes_per_s", "busy_ratio"),
+    ),
+    _sample_kind(
+        "job",
+        (_JOB_ID,),
+        (
+            *_doubles("cpu_used_cores", "cpu_allocated_cores"),
+            *_bigints("memory_used_bytes", "memory_limit_bytes", "memory_swap_bytes", "memory_cache_bytes"),
+            _as_is("memory_pressure_ratio", Double),
+            _as_is("cgroup_version", sa.SmallInteger),
+        ),
+    ),
+    _sample_kind(
+        "attribution",
+        (_GPU_INDEX, _JOB_ID),
+        (
+            _as_is("gpu_uuid", sa.String(96)),
+            _as_is("user", sa.String(64)),
+            _as_is("uid", sa.BigInteger),
+            _as_is("source", sa.String(16)),
+            _as_is("pids", Json),
+        ),
+    ),
+    _sample_kind(
+        "agent",
+        (),
+        (
+            *_bigints("spool_batches", "spool_bytes", "dropped_batches_total"),
+            _as_is("collector_errors", Json),
+            _as_is("collector_seconds", Json),
+        ),
+    ),
 )
+
+#: wire sample kind -> how it is stored, every kind
+SAMPLE_KINDS: dict[str, SampleKind] = {k.kind: k for k in (GPU_SAMPLES, *HOST_SAMPLES)}
 
 #: per-process GPU readings, packed per node, push and UTC day (element i of every array is one
 #: process on one GPU at one stamp): 10.5 B per GPU-sample at the default 18-cycle pushes, 110 B
@@ -241,6 +330,7 @@ gpu_sample_packs = _pack_table(
 #: ``sql/process_packs.py`` reads them, ``daemon/store/packing.py`` writes them.
 gpu_process_packs = _pack_table(
     "gpu_process_packs",
+    (_GPU_INDEX,),
     sa.Column("pid", array_of(sa.BigInteger), nullable=False),
     sa.Column("used_memory_bytes", array_of(sa.BigInteger), nullable=False),
     sa.Column("sm_util_ratio", array_of(Double), nullable=False),
@@ -248,95 +338,11 @@ gpu_process_packs = _pack_table(
     sa.Column("job_id", array_of(sa.String(64)), nullable=False),
 )
 
-cpu_samples = _sample_table(
-    "cpu_samples",
-    [],
-    sa.Column("cores", sa.Integer, nullable=False),
-    *_doubles("busy_ratio", "user_ratio", "system_ratio", "iowait_ratio", "steal_ratio"),
-    sa.Column("per_core_busy_ratio", Json, nullable=True),
-    _d("load1"),
-    sa.Column("threads_per_core", sa.SmallInteger, nullable=True),
-)
-
-memory_samples = _sample_table(
-    "memory_samples",
-    [],
-    *_bigints("total_bytes", "available_bytes", "used_bytes", "swap_total_bytes", "swap_used_bytes"),
-    _d("swap_in_bytes_per_s"),
-    _d("swap_out_bytes_per_s"),
-)
-
-nic_samples = _sample_table(
-    "nic_samples",
-    _device_key(),
-    *_doubles("rx_bytes_per_s", "tx_bytes_per_s", "rx_packets_per_s", "tx_packets_per_s"),
-    _i("rx_errors"),
-    _i("tx_errors"),
-)
-
-infiniband_samples = _sample_table(
-    "infiniband_samples",
-    [*_device_key(), sa.Column("port", sa.SmallInteger, primary_key=True)],
-    *_doubles(
-        "rx_bytes_per_s", "tx_bytes_per_s", "rx_packets_per_s", "tx_packets_per_s", "link_rate_bytes_per_s"
-    ),
-)
-
-disk_samples = _sample_table(
-    "disk_samples",
-    _device_key(),
-    *_doubles("read_bytes_per_s", "write_bytes_per_s", "reads_per_s", "writes_per_s", "busy_ratio"),
-)
-
-job_samples = _sample_table(
-    "job_samples",
-    [sa.Column("job_id", sa.String(64), primary_key=True)],
-    _d("cpu_used_cores"),
-    _d("cpu_allocated_cores"),
-    *_bigints("memory_used_bytes", "memory_limit_bytes", "memory_swap_bytes", "memory_cache_bytes"),
-    _d("memory_pressure_ratio"),
-    sa.Column("cgroup_version", sa.SmallInteger, nullable=True),
-)
-
-attribution_samples = _sample_table(
-    "attribution_samples",
-    [
-        sa.Column("gpu_index", sa.SmallInteger, primary_key=True),
-        sa.Column("job_id", sa.String(64), primary_key=True),
-    ],
-    sa.Column("gpu_uuid", sa.String(96), nullable=True),
-    sa.Column("user", sa.String(64), nullable=True),
-    _i("uid"),
-    sa.Column("source", sa.String(16), nullable=False),
-    sa.Column("pids", Json, nullable=True),
-)
-
-agent_samples = _sample_table(
-    "agent_samples",
-    [],
-    *_bigints("spool_batches", "spool_bytes", "dropped_batches_total"),
-    sa.Column("collector_errors", Json, nullable=True),
-    sa.Column("collector_seconds", Json, nullable=True),
-)
-
-#: wire sample kind -> its table of a row per sample (GPU samples and their processes are packed:
-#: :data:`PACK_TABLES`)
-SAMPLE_TABLES: dict[str, sa.Table] = {
-    "cpu": cpu_samples,
-    "memory": memory_samples,
-    "nic": nic_samples,
-    "infiniband": infiniband_samples,
-    "disk": disk_samples,
-    "job": job_samples,
-    "attribution": attribution_samples,
-    "agent": agent_samples,
-}
-
-#: the packed raw tables, wire kind (processes: ``gpu``'s) aside
-PACK_TABLES: tuple[sa.Table, ...] = (gpu_sample_packs, gpu_process_packs)
+#: the packed raw tables: every sample kind's, and the GPU processes'
+PACK_TABLES: tuple[sa.Table, ...] = (*(k.table for k in SAMPLE_KINDS.values()), gpu_process_packs)
 
 #: every raw table, partitioned by day on PostgreSQL
-PARTITIONED_TABLES: tuple[sa.Table, ...] = (*SAMPLE_TABLES.values(), *PACK_TABLES)
+PARTITIONED_TABLES: tuple[sa.Table, ...] = PACK_TABLES
 
 #: wire fields of GpuSample kept in ``gpus`` rather than in every sample row
 GPU_IDENTITY_FIELDS = (

@@ -16,9 +16,10 @@ import sqlalchemy as sa
 from gpuwatch.cards import Card
 from gpuwatch.classify.features import GpuRef, JobScope, load_scope
 from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.sql.readings import samples_between
 from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.rollups import floor_minute, xid_codes
-from gpuwatch.sql.schema import attribution_samples, slurm_jobs, verdicts
+from gpuwatch.sql.schema import slurm_jobs, verdicts
 from gpuwatch.views import _job_series as series
 from gpuwatch.views._job_series import GPU_METRICS, Points, downsample
 from gpuwatch.views.advice import Advice, Saving, estimated_saving, right_sizing, site_cards
@@ -125,7 +126,7 @@ def resolve_job(conn: sa.Connection, text: str) -> str | None:
         ).scalar()
         if found:
             return found
-    for table in (verdicts, attribution_samples):
+    for table in (verdicts, samples_between(conn, "attribution", job_ids=[text])):
         if conn.execute(sa.select(table.c.job_id).where(table.c.job_id == text).limit(1)).first():
             return text
     return None

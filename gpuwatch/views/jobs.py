@@ -19,7 +19,8 @@ from gpuwatch.clock import utcnow
 from gpuwatch.slurm.model import TERMINAL_STATES, normalize_state
 from gpuwatch.sql.job_hours import floor_hour
 from gpuwatch.sql.jobs import AGENT, CHUNK, SLURM
-from gpuwatch.sql.schema import attribution_samples, job_gpus, nodes, slurm_jobs
+from gpuwatch.sql.readings import samples_between
+from gpuwatch.sql.schema import job_gpus, nodes, slurm_jobs
 from gpuwatch.views.period import jobs_in_period
 
 
@@ -114,7 +115,7 @@ def jobs_query(
 
     The GPUs are the job's ``job_gpus``: Slurm's allocation, else (a job seen only by ``sacct``,
     or the sync is off) those the agents attributed to it, as the rollup pass stored them, or
-    before it has, as the agents' ``attribution_samples`` say.
+    before it has, as the agents' attribution samples say.
     Utilization is the sample-weighted mean over its run of the GPU-minutes it held
     (:func:`gpuwatch.views.period.jobs_in_period`: the job-hours the rollup pass summed, the
     minutes of the rest), the figure ``gpuwatch report`` and the job view read, so it is there
@@ -231,9 +232,9 @@ def _by_job_gpus(conn: sa.Connection, ids: Sequence[str]) -> dict[str, tuple[lis
 def _by_attribution(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[str]]:
     """Job id -> the GPUs the agents attributed to it, for jobs with no ``job_gpus`` yet (the
     rollup pass stores the agents' map once it rolls the job's minutes)."""
-    a = attribution_samples.c
     found: dict[str, set[tuple[str, int]]] = defaultdict(set)
     for chunk in _chunks(list(ids)):
+        a = samples_between(conn, "attribution", job_ids=chunk).c
         for job_id, node, idx in conn.execute(
             sa.select(a.job_id, nodes.c.name, a.gpu_index)
             .join(nodes, nodes.c.id == a.node_id)

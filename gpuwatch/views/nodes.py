@@ -10,7 +10,8 @@ import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
 from gpuwatch.sql.gpu_readings import gpu_samples_per_node
-from gpuwatch.sql.schema import SAMPLE_TABLES, gpus, ingested_batches, nodes
+from gpuwatch.sql.readings import samples_per_node
+from gpuwatch.sql.schema import SAMPLE_KINDS, gpus, ingested_batches, nodes
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,10 @@ def node_summaries(
         )
         gpu_window = gpu_samples_per_node(conn, since)
         window_counts = dict(gpu_window)
-        for table in SAMPLE_TABLES.values():  # GPU samples are packed: counted above
-            counts = conn.execute(
-                sa.select(table.c.node_id, sa.func.count())
-                .where(table.c.ts >= since)
-                .group_by(table.c.node_id)
-            ).all()
-            for node_id, n in counts:
+        for kind in SAMPLE_KINDS:
+            if kind == "gpu":  # counted above
+                continue
+            for node_id, n in samples_per_node(conn, kind, since).items():
                 window_counts[node_id] = window_counts.get(node_id, 0) + n
         rows = conn.execute(
             sa.select(nodes.c.id, nodes.c.name, nodes.c.last_seen_at, nodes.c.agent_version).order_by(

@@ -13,7 +13,8 @@ from gpuwatch.clock import utcnow
 from gpuwatch.daemon.store.batch_store import count_rows
 from gpuwatch.sql.gpu_readings import read_gpu_samples
 from gpuwatch.sql.process_packs import count_processes, read_processes
-from gpuwatch.sql.schema import PARTITIONED_TABLES, SAMPLE_TABLES
+from gpuwatch.sql.readings import read_samples
+from gpuwatch.sql.schema import HOST_SAMPLES, PARTITIONED_TABLES
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
 from tests.daemon.test_ingest_api import _stored
@@ -53,9 +54,8 @@ def _table_rows(engine) -> dict[str, list[tuple]]:
     """Every sample table's rows without node and order: what a batch stored."""
     out = {}
     with engine.connect() as conn:
-        for table in SAMPLE_TABLES.values():
-            columns = [c for c in table.c if c.name != "node_id"]
-            out[table.name] = sorted(map(tuple, conn.execute(sa.select(*columns))), key=repr)
+        for spec in HOST_SAMPLES:
+            out[spec.readings] = sorted((tuple(r)[1:] for r in read_samples(conn, spec.kind)), key=repr)
         out["gpu_samples"] = [tuple(r)[1:] for r in read_gpu_samples(conn)]
         far = utcnow() + timedelta(days=1)
         out["processes"] = [
@@ -206,7 +206,7 @@ def test_nul_characters_are_removed_and_the_cycle_kept(bundle_api, version):
     assert response.json()["samples"] == len(batch.samples)
     with engine.connect() as conn:
         (row,) = [r for r in read_gpu_samples(conn) if r.gpu_index == 0 and r.ts == gpu.ts]
-        errors = conn.execute(sa.select(SAMPLE_TABLES["agent"].c.collector_errors)).scalars().all()
+        errors = [r.collector_errors for r in read_samples(conn, "agent")]
         from gpuwatch.sql.schema import gpus
 
         name, uuid_text = conn.execute(sa.select(gpus.c.name, gpus.c.uuid).where(gpus.c.gpu_index == 0)).one()

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from gpuwatch.daemon.store.batch_store import count_rows
 from gpuwatch.sql.gpu_readings import count_gpu_samples, read_gpu_samples
-from gpuwatch.sql.schema import SAMPLE_TABLES, gpus, ingested_batches, nodes
+from gpuwatch.sql.schema import HOST_SAMPLES, gpus, ingested_batches, nodes
 from tests.fault.conftest import node_agent, wait_for
 
 pytestmark = pytest.mark.slow
@@ -61,9 +61,9 @@ def test_stored_rows_match_what_the_agent_sent(daemon_process, tmp_path):
         assert set(names) == {0, 1, 2, 3} and all(names.values())
         counts = count_rows(conn)
         assert counts["gpu_samples"] == len(sent_gpu)
-        for kind, table in SAMPLE_TABLES.items():
-            expected = sum(1 for b in sent for s in b.samples if s.kind == kind)
-            assert counts[table.name] == expected, kind
+        for spec in HOST_SAMPLES:
+            expected = sum(1 for b in sent for s in b.samples if s.kind == spec.kind)
+            assert counts[spec.readings] == expected, spec.kind
         assert counts["cpu_samples"] >= 3  # rates from the second cycle on
         assert node.agent_version and node.last_seen_at is not None
 

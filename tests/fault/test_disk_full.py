@@ -14,11 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from gpuwatch.agent import spool as spool_module
 from gpuwatch.sql.nodes import create_token
-from gpuwatch.sql.schema import SAMPLE_TABLES
+from gpuwatch.sql.readings import read_samples
 from tests.daemon_process import DaemonProcess
 from tests.fault.conftest import make_agent
 
@@ -104,9 +103,8 @@ def test_disk_full_drops_oldest_counts_logs_and_reports(full_disk, migrated, tmp
     finally:
         agent.close()
         daemon.stop()
-    table = SAMPLE_TABLES["agent"]
     with engine.connect() as conn:
-        seen = conn.execute(sa.select(sa.func.max(table.c.dropped_batches_total))).scalar()
+        seen = max(r.dropped_batches_total for r in read_samples(conn, "agent"))
     assert seen == dropped
     # every kept cycle delivered (one agent sample per cycle), in one merged batch or several
     delivered = [s for b in pusher.delivered for s in b.samples if s.kind == "agent"]

@@ -15,7 +15,7 @@ from gpuwatch.slurm.squeue import parse_squeue_json
 from gpuwatch.sql import jobs
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.rollups import Rollup, floor_minute
-from gpuwatch.sql.schema import attribution_samples, gpu_sample_packs, job_gpus, slurm_jobs
+from gpuwatch.sql.schema import SAMPLE_KINDS, gpu_sample_packs, job_gpus, slurm_jobs
 from gpuwatch.wire import AttributionSample, Batch, GpuSample
 
 from .conftest import V2205
@@ -199,7 +199,7 @@ def test_jobs_query_falls_back_to_agent_attribution(engine) -> None:
     # the raw samples gone (retention): the map the rollup pass stored and the rollups remain
     with engine.begin() as conn:
         conn.execute(gpu_sample_packs.delete())
-        conn.execute(attribution_samples.delete())
+        conn.execute(SAMPLE_KINDS["attribution"].table.delete())
     (again,) = views.jobs_query(engine, now=NOW)
     assert (again.gpu_list, again.util_samples, again.matched_by, again.mean_util_ratio) == (
         got.gpu_list, 2, "agent", got.mean_util_ratio

@@ -2,8 +2,8 @@
 
 ``batch_store.py`` stores a group of batches in one transaction (:class:`BatchStore`);
 ``columns.py`` turns either wire format into one list per field, ``pg_arrays.py`` and
-``pg_copy.py`` hand those lists to PostgreSQL in binary, ``packing.py`` packs the GPU
-processes. The tables themselves are :mod:`gpuwatch.sql`'s.
+``pg_copy.py`` hand those lists to PostgreSQL in binary, ``packing.py`` packs the samples of
+every kind and the GPU processes. The tables themselves are :mod:`gpuwatch.sql`'s.
 """
 
 from gpuwatch.daemon.store.batch_store import (

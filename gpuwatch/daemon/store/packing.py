@@ -1,5 +1,5 @@
-"""Writing the packed GPU samples and processes (layouts: :mod:`gpuwatch.sql.gpu_readings`,
-:mod:`gpuwatch.sql.process_packs`).
+"""Writing the packed samples of every kind and the GPU processes (layouts:
+:mod:`gpuwatch.sql.readings`, :mod:`gpuwatch.sql.process_packs`).
 
 :func:`pack_rows` builds a batch's packed rows (dicts; SQLite stores the lists as JSON, the
 benchmarks' raw COPY uses them too). On PostgreSQL :class:`PackInsert` makes ONE
@@ -9,7 +9,7 @@ for the processes with a pack per batch: ~34 µs of Python and ~8 µs of server 
 batch, against 24 + 40 µs for sending flat arrays and letting the server ``GROUP BY`` +
 ``array_agg`` them (``python bench/packed_layout.py``).
 
-GPU samples are split by UTC hour (a reader of a time range then knows where a pack can start),
+Samples are split by UTC hour (a reader of a time range then knows where a pack can start),
 processes by UTC day; fields with a scale (:class:`gpuwatch.sql.schema.PackedField`) are stored
 as integers, saturated to the column's range.
 """
@@ -30,7 +30,7 @@ from gpuwatch.daemon.store.columns import PROCESS_FIELDS, BatchColumns
 from gpuwatch.sql.buckets import floor_hour
 from gpuwatch.sql.partitions import utc_day
 from gpuwatch.sql.process_packs import ELEMENT_FIELDS
-from gpuwatch.sql.schema import GPU_SAMPLE_FIELDS, PackedField, gpu_process_packs, gpu_sample_packs
+from gpuwatch.sql.schema import SAMPLE_KINDS, PackedField, SampleKind, gpu_process_packs
 
 #: the range of the integer a scaled field is stored in (``INTEGER``)
 INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
@@ -39,8 +39,8 @@ FLOAT4_MAX = 3.4028234663852886e38
 
 
 def pack_rows(node_id: int, columns: BatchColumns) -> dict[str, list[dict[str, Any]]]:
-    """The batch's packed rows (dicts) per table name: its GPU samples, one per UTC hour they
-    fall on, and its processes, one per UTC day; a table with nothing to pack left out."""
+    """The batch's packed rows (dicts) per table name: its samples of each kind, one per UTC hour
+    they fall on, and its processes, one per UTC day; a table with nothing to pack left out."""
     out: dict[str, list[dict[str, Any]]] = {}
     for layout in _LAYOUTS:
         rows = [layout.row(node_id, fields) for fields in layout.split(columns).values()]
@@ -98,6 +98,9 @@ class _Layout:
     split: Callable[[BatchColumns], dict[Hashable, list[list[Any]]]]
     #: the list class that sends each of those columns in binary, in order
     array_types: tuple[type[list], ...]
+    #: a sample kind's: its readings' key is the stamp and the next ``keys`` columns (a reading
+    #: twice in one pack is refused, :class:`RepeatedReadings`); None for the processes
+    keys: int | None = None
 
     def row(self, node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
         stamps = fields[0]
@@ -107,6 +110,11 @@ class _Layout:
     @property
     def element_columns(self) -> list[str]:
         return [c.name for c in self.table.c][3:]
+
+    def key_of(self, fields: list[list[Any]]) -> Iterable[tuple]:
+        """Each element's reading key, (keys..., stamp), as ``sql.readings.stored_keys`` gives it."""
+        assert self.keys is not None
+        return zip(*fields[1 : 1 + self.keys], fields[0], strict=True)
 
 
 def _split(
@@ -124,17 +132,22 @@ def _split(
     return {key: [[field[i] for i in where] for field in fields] for key, where in by_period.items()}
 
 
-def _gpu_fields(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
-    """UTC hour -> the batch's GPU samples in it: stamps, GPU indices, then each packed field."""
-    if "gpu" not in columns.tables or not len(columns.tables["gpu"]["ts"]):
-        return {}
-    stamps = list(columns.column("gpu", "ts"))
-    fields = [
-        stamps,
-        list(columns.column("gpu", "gpu_index")),
-        *(stored_values(f, columns.column("gpu", f.name)) for f in GPU_SAMPLE_FIELDS),
-    ]
-    return _split(stamps, fields, floor_hour)
+def _sample_fields(spec: SampleKind) -> Callable[[BatchColumns], dict[Hashable, list[list[Any]]]]:
+    """UTC hour -> the batch's ``spec`` samples in it: stamps, keys, then each packed field."""
+    kind = spec.kind
+
+    def split(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
+        if kind not in columns.tables or not len(columns.tables[kind]["ts"]):
+            return {}
+        stamps = list(columns.column(kind, "ts"))
+        fields = [
+            stamps,
+            *(list(columns.column(kind, k.name)) for k in spec.keys),
+            *(stored_values(f, columns.column(kind, f.name)) for f in spec.fields),
+        ]
+        return _split(stamps, fields, floor_hour)
+
+    return split
 
 
 def _process_fields(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
@@ -161,9 +174,13 @@ def _array_types(table: sa.Table) -> tuple[type[list], ...]:
 
 
 assert [c.name for c in gpu_process_packs.c][3:] == list(ELEMENT_FIELDS)
-_GPU = _Layout(gpu_sample_packs, _gpu_fields, _array_types(gpu_sample_packs))
+#: sample kind -> its layout
+_SAMPLES = {
+    kind: _Layout(spec.table, _sample_fields(spec), _array_types(spec.table), len(spec.keys))
+    for kind, spec in SAMPLE_KINDS.items()
+}
 _PROCESSES = _Layout(gpu_process_packs, _process_fields, _array_types(gpu_process_packs))
-_LAYOUTS = (_GPU, _PROCESSES)
+_LAYOUTS = (*_SAMPLES.values(), _PROCESSES)
 
 #: packs per INSERT: a parameter per value, well under a statement's 65,535 (a writer group
 #: holds at most one pack per node and hour or day)
@@ -185,21 +202,21 @@ class PackInsert:
         return f"{self.sql} ON CONFLICT DO NOTHING"
 
     @classmethod
-    def of(cls, stored: Iterable[tuple[int, BatchColumns]], *, gpu_samples: bool = True) -> list[PackInsert]:
+    def of(cls, stored: Iterable[tuple[int, BatchColumns]], *, samples: bool = True) -> list[PackInsert]:
         """The inserts of ``stored`` (node id, batch columns) pairs' packs, at most
         :data:`ROWS_PER_INSERT` rows each; none for a table with nothing to pack.
 
         The packs of one node and period in the group are ONE row: a bundle of 30 one-cycle
         batches is one pack, not 30 (a thirtieth of the arrays to encode and of the rows'
         overhead on disk). A batch stored again in another group cannot add a second copy: it
-        is a duplicate by its id before any of this. A GPU reading twice in one pack (a batch
+        is a duplicate by its id before any of this. A reading twice in one pack (a batch
         repeating a sample, or a copy of a batch in the same group) raises
         :class:`RepeatedReadings`: the store then goes a batch at a time, keeping each once.
-        ``gpu_samples=False``: the processes' packs only.
+        ``samples=False``: the processes' packs only.
         """
         stored = list(stored)
         inserts = []
-        for layout in _LAYOUTS if gpu_samples else (_PROCESSES,):
+        for layout in _LAYOUTS if samples else (_PROCESSES,):
             merged: dict[tuple[int, Hashable], list[list[Any]]] = {}
             for node_id, batch in stored:
                 for period, fields in layout.split(batch).items():
@@ -207,21 +224,22 @@ class PackInsert:
                     if found is not fields:
                         for values, more in zip(found, fields, strict=True):
                             values.extend(more)
-            if layout.table is gpu_sample_packs:
+            if layout.keys is not None:
                 for fields in merged.values():
-                    if len(set(zip(fields[0], fields[1], strict=True))) != len(fields[0]):
+                    if len(set(layout.key_of(fields))) != len(fields[0]):
                         raise RepeatedReadings
             inserts += cls._of_rows(layout, [(node_id, fields) for (node_id, _), fields in merged.items()])
         return inserts
 
     @classmethod
-    def appending(cls, node_id: int, fields: list[list[Any]]) -> PackInsert:
-        """The insert of one GPU sample pack (``fields``, as :func:`gpu_sample_fields` gives
+    def appending(cls, kind: str, node_id: int, fields: list[list[Any]]) -> PackInsert:
+        """The insert of one ``kind`` sample pack (``fields``, as :func:`sample_fields` gives
         them) that, where a pack of the node already starts at its first stamp, appends its
         readings to that pack instead: for readings known not to be stored yet."""
-        (insert,) = cls._of_rows(_GPU, [(node_id, fields)])
-        table = gpu_sample_packs.name
-        appended = ", ".join(f'"{c}" = "{table}"."{c}" || EXCLUDED."{c}"' for c in _GPU.element_columns)
+        layout = _SAMPLES[kind]
+        (insert,) = cls._of_rows(layout, [(node_id, fields)])
+        table = layout.table.name
+        appended = ", ".join(f'"{c}" = "{table}"."{c}" || EXCLUDED."{c}"' for c in layout.element_columns)
         sql = (
             f"{insert.sql} ON CONFLICT (node_id, ts) DO UPDATE SET {appended}, "
             f'ts_last = GREATEST("{table}".ts_last, EXCLUDED.ts_last)'
@@ -247,36 +265,50 @@ class PackInsert:
 
 
 class RepeatedReadings(Exception):
-    """A GPU reading (node, GPU, stamp) twice among the packs of one group."""
+    """A reading (node, keys, stamp) twice among the packs of one group."""
 
 
-def gpu_sample_fields(columns: BatchColumns) -> list[list[list[Any]]]:
-    """The batch's GPU sample packs' element lists (stamps, GPU indices, then each packed
-    field), one per UTC hour."""
-    return list(_gpu_fields(columns).values())
+def sample_fields(columns: BatchColumns) -> list[tuple[str, list[list[Any]]]]:
+    """The batch's sample packs' element lists (stamps, keys, then each packed field), one per
+    kind and UTC hour, with their kind."""
+    return [(kind, fields) for kind, layout in _SAMPLES.items() for fields in layout.split(columns).values()]
 
 
-def pack_fields(row: dict[str, Any]) -> list[list[Any]]:
-    """A ``gpu_sample_packs`` row's (dict's) element lists, in column order."""
-    return [row[name] for name in _GPU.element_columns]
+def pack_fields(kind: str, row: dict[str, Any]) -> list[list[Any]]:
+    """A ``kind`` sample pack row's (dict's) element lists, in column order."""
+    return [row[name] for name in _SAMPLES[kind].element_columns]
 
 
-def element_columns() -> list[str]:
-    """``gpu_sample_packs``' array columns, in order."""
-    return _GPU.element_columns
+def element_columns(kind: str) -> list[str]:
+    """The ``kind`` sample pack's array columns, in order."""
+    return _SAMPLES[kind].element_columns
 
 
-def pack_row(node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
-    """The ``gpu_sample_packs`` row (dict) of element lists."""
-    return _GPU.row(node_id, fields)
+def pack_row(kind: str, node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
+    """The ``kind`` sample pack row (dict) of element lists."""
+    return _SAMPLES[kind].row(node_id, fields)
 
 
-def new_readings(fields: list[list[Any]], stored: set[tuple[int, datetime]]) -> list[list[Any]]:
-    """``fields`` (a pack's element lists) without the readings whose (GPU, stamp) is in
-    ``stored``, each remaining one once (its first)."""
+def kind_of(table: str) -> str | None:
+    """The sample kind whose packs ``table`` holds; None for another table (the processes)."""
+    return _KINDS_BY_TABLE.get(table)
+
+
+_KINDS_BY_TABLE = {layout.table.name: kind for kind, layout in _SAMPLES.items()}
+
+
+def holds_repeats(kind: str, row: dict[str, Any]) -> bool:
+    """Whether a ``kind`` sample pack row (dict) holds a reading twice (a batch repeating one)."""
+    fields = pack_fields(kind, row)
+    return len(set(_SAMPLES[kind].key_of(fields))) != len(fields[0])
+
+
+def new_readings(kind: str, fields: list[list[Any]], stored: set[tuple]) -> list[list[Any]]:
+    """``fields`` (a ``kind`` pack's element lists) without the readings whose key (keys...,
+    stamp) is in ``stored``, each remaining one once (its first)."""
     seen = set(stored)
     keep = []
-    for i, key in enumerate(zip(fields[1], fields[0], strict=True)):
+    for i, key in enumerate(_SAMPLES[kind].key_of(fields)):
         if key not in seen:
             seen.add(key)
             keep.append(i)

@@ -12,14 +12,14 @@ from gpuwatch.sql.gpu_readings import count_gpu_samples, gpu_samples_per_node, r
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
 from gpuwatch.sql.process_packs import read_processes
+from gpuwatch.sql.readings import read_samples
 from gpuwatch.sql.schema import (
+    HOST_SAMPLES,
     PACK_TABLES,
-    SAMPLE_TABLES,
     gpu_process_packs,
     gpu_sample_packs,
     gpus,
     ingested_batches,
-    job_samples,
     nodes,
 )
 from gpuwatch.wire import v2 as wire_v2
@@ -74,7 +74,7 @@ def test_values_round_trip(engine):
         assert [(p.ts, p.ts_last, p.ts.date()) for p in packs] == [
             (t, t, t.date()) for t in sorted({s.ts for s in sent})
         ], "one pack per UTC day of the batch"
-        job = conn.execute(sa.select(job_samples)).first()
+        job = read_samples(conn, "job")[0]
         assert job.cpu_used_cores == 3.5 and job.cgroup_version == 2
         counts = count_rows(conn)
         assert counts["cpu_samples"] == counts["nic_samples"] == counts["agent_samples"] == 2
@@ -203,7 +203,7 @@ def _odd_samples(ts) -> list:
 
 def _all_rows(conn, start, end) -> dict[str, list[dict]]:
     out = {}
-    for table in (*SAMPLE_TABLES.values(), *PACK_TABLES):
+    for table in PACK_TABLES:
         query = (
             sa.select(table).where(table.c.ts >= start, table.c.ts < end).order_by(*table.primary_key.columns)
         )
@@ -256,7 +256,7 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
     lost = next(r for r in readings if r.gpu_index == 11)
     assert lost.state == "lost" and lost.util_gpu_ratio is None and lost.throttle_reasons is None
     assert next(r for r in readings if r.gpu_index == 10 and r.xid_errors).xid_errors == [79, 13]
-    assert [r["collector_errors"] for r in fast["agent_samples"] if r["collector_errors"]] == [
+    assert [e for pack in fast["agent_sample_packs"] for e in pack["collector_errors"] if e] == [
         {"nvml": "NVMLError_GpuIsLost"}
     ]
     # idempotent per sample: the same samples again under a new batch id add nothing
@@ -376,7 +376,8 @@ def test_stored_count_is_the_samples_that_went_in(engine, bulk):
     half_new = factories.batch(cycles=6)
     assert store.store(node_id, half_new).samples == len(half_new.samples) - len(first.samples)
     with engine.connect() as conn:
-        stored = sum(count_rows(conn, SAMPLE_TABLES.values()).values()) + _stored_once(conn)
+        counts = count_rows(conn, [k.table for k in HOST_SAMPLES])
+        stored = sum(counts[k.readings] for k in HOST_SAMPLES) + _stored_once(conn)
         assert stored == len(half_new.samples) + clean.samples
 
 

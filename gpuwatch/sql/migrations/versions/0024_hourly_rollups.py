@@ -8,7 +8,7 @@ keyed by ``hour``, plus ``minutes``, the minute rows folded in. Filled from the 
 stored, up to the hour the minute rollup has reached, so retention's first pass loses no history.
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 Create Date: 2026-12-07 10:30:00
 """
 
@@ -22,7 +22,7 @@ from gpuwatch.sql.folding import fold_select, hourly_columns
 from gpuwatch.sql.types import UtcDateTime
 
 revision = "0024"
-down_revision = "0022"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 
