@@ -17,9 +17,10 @@ tiers: raw samples kept ``raw-days``, per-minute rollups ``minute-days``, hourly
 ``rollup-days``; and, for comparison, per-minute rollups kept ``rollup-days`` (before the hourly
 tier). With ``--process-days`` also what ``retention.process_days`` (per-process rows kept
 shorter) saves.
-Batches are stored one cycle of all nodes per group, as the daemon stores agents' pushes; with
-``--bundle N``, N consecutive cycles of every node per group, as it stores replayed backlogs
-(or ``agent.push_every = N``): a node's processes of one group share one packed row.
+Each node's batches are stored as the daemon stores agents' pushes at the default config: the
+``agent.push_every`` (18) consecutive cycles of every node per group, so a node's samples of
+one group share one pack per table and hour; ``--bundle N`` stores N cycles per group instead
+(``--bundle 1``: a push per cycle, the costliest layout).
 ``--realistic`` gives the GPUs moving values (``bench/realistic.py``) instead of the same ones
 every cycle, which compress far better than a GPU's readings. ``--json`` prints one object
 instead: ``raw_bytes_per_gpu_sample`` (every sample table and the process packs, per GPU-sample),
@@ -47,7 +48,7 @@ from bench.ingest import _cycle, drop_db, fresh_db
 from bench.realistic import Realistic
 from gpuwatch import wire
 from gpuwatch.clock import utcnow
-from gpuwatch.config.settings import RetentionConfig
+from gpuwatch.config.settings import AgentConfig, RetentionConfig
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql import hours
 from gpuwatch.sql.buckets import floor_hour
@@ -106,7 +107,12 @@ def main() -> None:
     ap.add_argument(
         "--process-days", type=int, default=None, help="also extrapolate retention.process_days = N"
     )
-    ap.add_argument("--bundle", type=int, default=1, help="cycles of every node stored per group")
+    ap.add_argument(
+        "--bundle",
+        type=int,
+        default=AgentConfig().push_every,
+        help="cycles of every node stored per group (default: agent.push_every's default)",
+    )
     ap.add_argument("--realistic", action="store_true", help="GPU values that move (bench/realistic.py)")
     ap.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     args = ap.parse_args()
