@@ -55,16 +55,21 @@ def test_agents_shed_by_a_busy_daemon_deliver_everything_once(migrated, tmp_path
         for agent, _, _ in agents:
             agent.close()
         daemon.stop()
-    statuses = [s for _, pusher, _ in agents for s in pusher.statuses if s is not None]
+    answered = [s for _, pusher, _ in agents for s in pusher.statuses]
+    statuses = [s for s in answered if s is not None]
     assert statuses.count(503) >= 1, "the storm was shed at least once"
     assert set(statuses) == {200, 503}, sorted(set(statuses))
-    shed = next(x for x in metrics.splitlines() if x.startswith("gpuwatch_daemon_ingest_shed_total "))
-    assert float(shed.split()[1]) == statuses.count(503)
+    # a request shed while its body still arrives is answered 503 with "Connection: close"; a
+    # client still sending then may see the connection drop before it reads the 503 (no status):
+    # every shed is one or the other, and either way the agent keeps its batches
+    shed_line = next(x for x in metrics.splitlines() if x.startswith("gpuwatch_daemon_ingest_shed_total "))
+    shed = int(float(shed_line.split()[1]))
+    assert statuses.count(503) <= shed <= statuses.count(503) + answered.count(None)
     # the flood of 503s is one warning a minute and a count in the summary, not a line each
     log = [json.loads(x) for x in daemon.log_path.read_text().splitlines() if x.startswith("{")]
     assert not [x for x in log if x["msg"] == "ingest refused"]
     assert 1 <= len([x for x in log if x["msg"].startswith("daemon busy")]) <= 2
-    assert sum(x["shed"] for x in log if x["msg"] == "ingest summary") == statuses.count(503)
+    assert sum(x["shed"] for x in log if x["msg"] == "ingest summary") == shed
     assert all(agent.rejected_batches == 0 for agent, _, _ in agents)
     # 0 lost, 0 duplicated: every cycle of every agent acknowledged once, stored once
     assert_exactly_once(engine, [pusher for _, pusher, _ in agents], CYCLES, GPUS)
