@@ -1,7 +1,9 @@
 """Raw samples, read: the one module that knows how they lie on disk.
 
-Every sample kind is packed (``<kind>_sample_packs``, :data:`gpuwatch.sql.schema.SAMPLE_KINDS`):
-a row per node, UTC hour and stored batch, an array per field, scaled fields as integers. Every
+Every sample kind is packed (:data:`gpuwatch.sql.schema.SAMPLE_KINDS`: the GPU samples in
+``gpu_sample_packs``, the eight host kinds together in ``host_sample_packs``, each kind's arrays
+prefixed by its name): a row per node, UTC hour and stored batch, an array per field, scaled
+fields as integers. Every
 reader of raw samples — the rollup pass (``sql/rollups.py``), the job tables' attribution
 (``sql/jobs.py``), the views and the classifier, tests and benchmarks — asks here, never the
 tables themselves. The writer is the daemon's store (``daemon/store/packing.py``).
@@ -112,7 +114,23 @@ def stored_keys(conn: sa.Connection, kind: str, node_id: int, first: datetime, l
 
 def first_sample_at(conn: sa.Connection, kind: str) -> datetime | None:
     """The oldest stored ``kind`` sample's stamp; None when there is none."""
-    return conn.execute(sa.select(sa.func.min(SAMPLE_KINDS[kind].table.c.ts))).scalar()
+    spec = SAMPLE_KINDS[kind]
+    p = spec.table.c
+    if not spec.prefix:  # the table is the kind's own: its first pack's stamp
+        return conn.execute(sa.select(sa.func.min(p.ts))).scalar()
+    # a shared table: the first pack holding the kind starts at or before its first reading,
+    # in the same hour (a pack never spans one)
+    stamps = p[spec.columns[0]]
+    pg = conn.dialect.name == "postgresql"
+    held = (sa.func.cardinality if pg else sa.func.json_array_length)(stamps) > 0
+    first = conn.execute(sa.select(sa.func.min(p.ts)).where(held)).scalar()
+    if first is None:
+        return None
+    after = floor_hour(first) + timedelta(hours=1)
+    if pg:
+        keys = _keys(spec, first, after, None).subquery()
+        return conn.execute(sa.select(sa.func.min(keys.c.ts))).scalar()
+    return min(r["ts"] for r in _unpack(conn, spec, first, after, None, keys_only=True))
 
 
 def samples_per_node(conn: sa.Connection, kind: str, since: datetime | None) -> dict[int, int]:
@@ -141,7 +159,13 @@ def _read_sql(field: PackedField) -> str:
 
 
 def _quoted(prefix: str, fields: tuple[PackedField, ...]) -> str:
+    """``, u."a", u."b"``: the fields' unprefixed names, as the unnested readings (``u``) have them."""
     return "".join(f', {prefix}"{f.column}"' for f in fields)
+
+
+def _arrays_of(spec: SampleKind, fields: tuple[PackedField, ...]) -> str:
+    """``p."cpu_sample_ts", p."cpu_busy_ratio", ...``: the kind's stamps and ``fields`` in its pack."""
+    return ", ".join(f'p."{c}"' for c in (spec.columns[0], *(spec.column(f) for f in fields)))
 
 
 def _unnested(
@@ -152,13 +176,13 @@ def _unnested(
     job_ids: list[str] | None,
 ) -> sa.TextualSelect:
     """PostgreSQL: the readings of the range, every field, each (node, keys, stamp) once."""
-    where, params = _where(start, end, node_id, job_ids)
+    where, params = _where(spec, start, end, node_id, job_ids)
     key = "p.node_id" + _quoted("u.", spec.keys) + ", u.ts"
     read = "".join(f', {_read_sql(f)} AS "{f.name}"' for f in spec.fields)
     every = (*spec.keys, *spec.fields)
     sql = (
         f"SELECT DISTINCT ON ({key}) p.node_id{_quoted('u.', spec.keys)}, u.ts{read} "
-        f"FROM {spec.table.name} p CROSS JOIN LATERAL unnest(p.sample_ts{_quoted('p.', every)}) "
+        f"FROM {spec.table.name} p CROSS JOIN LATERAL unnest({_arrays_of(spec, every)}) "
         f"AS u(ts{_quoted('', every)}){where} ORDER BY {key}"
     )
     return sa.text(sql).bindparams(**params).columns(*_columns(spec))
@@ -169,10 +193,10 @@ def _keys(
 ) -> sa.TextualSelect:
     """PostgreSQL: (node, keys, stamp) of each reading of the range, once: only the arrays that
     make the key are unnested."""
-    where, params = _where(start, end, node_id)
+    where, params = _where(spec, start, end, node_id)
     sql = (
         f"SELECT DISTINCT p.node_id{_quoted('u.', spec.keys)}, u.ts FROM {spec.table.name} p "
-        f"CROSS JOIN LATERAL unnest(p.sample_ts{_quoted('p.', spec.keys)}) "
+        f"CROSS JOIN LATERAL unnest({_arrays_of(spec, spec.keys)}) "
         f"AS u(ts{_quoted('', spec.keys)}){where}"
     )
     return sa.text(sql).bindparams(**params).columns(*_columns(spec)[: len(spec.keys) + 2])
@@ -183,7 +207,11 @@ def _columns(spec: SampleKind) -> list[sa.ColumnClause]:
 
 
 def _where(
-    start: datetime | None, end: datetime | None, node_id: int | None, job_ids: list[str] | None = None
+    spec: SampleKind,
+    start: datetime | None,
+    end: datetime | None,
+    node_id: int | None,
+    job_ids: list[str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The WHERE of a range's packs (``p``) and readings (``u``), and its parameters. A pack never
     spans an hour, so one with a reading at or after ``start`` starts at or after ``start``'s
@@ -192,7 +220,7 @@ def _where(
     where, params = [], {}
     if job_ids is not None:
         jobs = "CAST(:jobs AS VARCHAR(64)[])"
-        where += [f"p.job_id && {jobs}", f"u.job_id = ANY({jobs})"]
+        where += [f'p."{spec.prefix}job_id" && {jobs}', f"u.job_id = ANY({jobs})"]
         params["jobs"] = job_ids
     if start is not None:
         where += ["p.ts >= :hour", "p.ts_last >= :start", "u.ts >= :start"]
@@ -237,9 +265,8 @@ def _unpack(
     keys, stamp) once, in the order the packs were stored."""
     p = spec.table.c
     keys = [k.name for k in spec.keys]
-    columns = [p.node_id, p.sample_ts, *(p[k.column] for k in spec.keys)] + (
-        [] if keys_only else [p[f.column] for f in spec.fields]
-    )
+    arrays = spec.columns[: 1 + len(keys)] if keys_only else spec.columns
+    columns = [p.node_id, *(p[name] for name in arrays)]
     query = sa.select(*columns)
     if start is not None:
         query = query.where(p.ts >= floor_hour(start), p.ts_last >= start)

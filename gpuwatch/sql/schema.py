@@ -7,15 +7,18 @@ Layout:
   makes a re-sent batch store nothing twice. Written in the same transaction as its samples.
 * ``gpus`` — per (node, GPU index) identity (UUID, model, PCI bus) so sample rows don't
   repeat strings.
-* ``<kind>_sample_packs`` — every sample kind (GPU, cpu, memory, nic, infiniband, disk, job,
-  attribution, agent), packed: a row per node, batch and UTC hour, an array per field named
-  like the wire field (units in the names); ``gpu_process_packs`` the GPU processes, per day.
+* ``gpu_sample_packs``, ``host_sample_packs`` — every sample kind packed: a row per node, batch
+  and UTC hour, an array per field named like the wire field (units in the names); the GPU
+  samples in the first, the eight host kinds (cpu, memory, nic, infiniband, disk, job,
+  attribution, agent) together in the second, each kind's arrays prefixed by its name
+  (``cpu_busy_ratio``); ``gpu_process_packs`` the GPU processes, per day.
   A few dozen bytes per GPU-sample where a row each took hundreds; the primary key (node,
   first stamp) is the duplicate rule, and ``sql/readings.py`` gives readers the old rows back.
 
 Every raw table is partitioned by ``ts`` in daily ranges on PostgreSQL (``sql/partitions.py``
 creates them ahead). Sample kinds are listed in :data:`SAMPLE_KINDS`, keyed by wire ``kind``,
-the pack tables in :data:`PACK_TABLES`; a test holds each kind's keys and fields to its wire
+the pack tables in :data:`PACK_TABLES` (:attr:`SampleKind.table` and ``prefix`` say where a
+kind's columns are); a test holds each kind's keys and fields to its wire
 model's fields.
 """
 
@@ -174,20 +177,17 @@ GPU_SAMPLE_FIELDS: tuple[PackedField, ...] = (
 )
 
 
-def _pack_table(name: str, keys: tuple[PackedField, ...], *elements: sa.Column) -> sa.Table:
+def _pack_table(name: str, *elements: sa.Column) -> sa.Table:
     """A packed raw table: ONE row per node and stored batch (on PostgreSQL, per group of batches
-    stored together) within a period, an array per field; element ``i`` of every array is one
-    reading. Its key (node, first stamp) is the duplicate rule: a pack starting at the same
-    stamp on the same node is the same readings sent again. ``keys``: what tells a reading from
-    the others at its stamp (a GPU index, a device), an array each after ``sample_ts``."""
+    stored together) within a period, an array per field; element ``i`` of every array of one
+    kind is one reading. Its key (node, first stamp) is the duplicate rule: a pack starting at
+    the same stamp on the same node is the same readings sent again."""
     table = sa.Table(
         name,
         metadata,
         sa.Column("node_id", sa.Integer, primary_key=True),
         sa.Column("ts", UtcDateTime, primary_key=True),  # the first stamp: the partition key too
         sa.Column("ts_last", UtcDateTime, nullable=False),
-        sa.Column("sample_ts", UtcDateTimeList, nullable=False),
-        *(sa.Column(k.column, array_of(k.element), nullable=False) for k in keys),
         *elements,
         postgresql_partition_by=PARTITION_BY,
     )
@@ -195,27 +195,41 @@ def _pack_table(name: str, keys: tuple[PackedField, ...], *elements: sa.Column) 
     return table
 
 
+def _arrays(prefix: str, keys: tuple[PackedField, ...], fields: tuple[PackedField, ...]) -> list[sa.Column]:
+    """One kind's array columns, named ``prefix`` + its column: the stamps (``sample_ts``), what
+    tells a reading from the others at its stamp (``keys``: a GPU index, a device), the fields."""
+    return [
+        sa.Column(f"{prefix}sample_ts", UtcDateTimeList, nullable=False),
+        *(sa.Column(prefix + f.column, array_of(f.element), nullable=False) for f in (*keys, *fields)),
+    ]
+
+
 @dataclass(frozen=True)
 class SampleKind:
-    """One wire sample kind as it is stored: its pack table, the fields that key a reading at its
-    stamp (``keys``) and the rest (``fields``), in the order of the reading's columns (``node_id``,
-    ``keys``, ``ts``, ``fields``: the row tables' columns before samples were packed)."""
+    """One wire sample kind as it is stored: its pack table, the prefix of its columns there, the
+    fields that key a reading at its stamp (``keys``) and the rest (``fields``), in the order of
+    the reading's columns (``node_id``, ``keys``, ``ts``, ``fields``: the row tables' columns
+    before samples were packed)."""
 
     kind: str  #: the wire kind
     table: sa.Table
     keys: tuple[PackedField, ...]
     fields: tuple[PackedField, ...]
+    prefix: str = ""  #: of its columns in ``table`` (``cpu_``: a table shared by several kinds)
 
     @property
     def readings(self) -> str:
         """The name of the readings (``cpu_samples``): what readers and ``count_rows`` call them."""
         return f"{self.kind}_samples"
 
+    @property
+    def columns(self) -> list[str]:
+        """Its array columns in ``table``: the stamps, the keys', the fields'."""
+        return [f"{self.prefix}sample_ts", *(self.prefix + f.column for f in (*self.keys, *self.fields))]
 
-def _sample_kind(kind: str, keys: tuple[PackedField, ...], fields: tuple[PackedField, ...]) -> SampleKind:
-    """A kind packed in ``<kind>_sample_packs``, an array per key and field."""
-    columns = (sa.Column(f.column, array_of(f.element), nullable=False) for f in fields)
-    return SampleKind(kind, _pack_table(f"{kind}_sample_packs", keys, *columns), keys, fields)
+    def column(self, field: PackedField) -> str:
+        """The array column of one of its keys or fields."""
+        return self.prefix + field.column
 
 
 def _doubles(*names: str) -> tuple[PackedField, ...]:
@@ -235,18 +249,21 @@ _JOB_ID = _as_is("job_id", sa.String(64))
 #: (``python bench/storage.py``). A pack never spans an hour, so a reader of ``[start, end)``
 #: finds its packs among those starting in ``[floor_hour(start), end)``.
 #: ``sql/readings.py`` reads them, ``daemon/store/packing.py`` writes them.
-GPU_SAMPLES = _sample_kind("gpu", (_GPU_INDEX,), GPU_SAMPLE_FIELDS)
-gpu_sample_packs = GPU_SAMPLES.table
+gpu_sample_packs = _pack_table("gpu_sample_packs", *_arrays("", (_GPU_INDEX,), GPU_SAMPLE_FIELDS))
+GPU_SAMPLES = SampleKind("gpu", gpu_sample_packs, (_GPU_INDEX,), GPU_SAMPLE_FIELDS)
 
 #: the host kinds, packed like the GPU samples (per node, push and UTC hour) but every value as
 #: the wire gives it (float8, int8, text, JSON): a node sends one of each per cycle where it
 #: sends a GPU sample per GPU, so narrowing them would save little, and every answer read from
 #: them stays what it was when they were rows. What packing saves is the row: a header, the
 #: node and stamp, and a primary-key index entry per sample, most of a host row's bytes.
-#: A table per kind rather than one for all: each kind has its own fields and key, and a reader
-#: of one kind reads only its packs.
-HOST_SAMPLES: tuple[SampleKind, ...] = (
-    _sample_kind(
+#: ONE table for the eight (``host_sample_packs``), each kind's arrays prefixed by its name
+#: (``cpu_sample_ts``, ``nic_device``; empty where a push held none): a pack per kind was
+#: 1.3-1.9 KB at 18-cycle pushes, under PostgreSQL's ~2 KB TOAST threshold, so never
+#: compressed; the eight together pass it and pglz compresses them, and the row's header, key
+#: and index entry are paid once (``python bench/storage.py``).
+_HOST_KINDS: tuple[tuple[str, tuple[PackedField, ...], tuple[PackedField, ...]], ...] = (
+    (
         "cpu",
         (),
         (
@@ -257,7 +274,7 @@ HOST_SAMPLES: tuple[SampleKind, ...] = (
             _as_is("threads_per_core", sa.SmallInteger),
         ),
     ),
-    _sample_kind(
+    (
         "memory",
         (),
         (
@@ -265,7 +282,7 @@ HOST_SAMPLES: tuple[SampleKind, ...] = (
             *_doubles("swap_in_bytes_per_s", "swap_out_bytes_per_s"),
         ),
     ),
-    _sample_kind(
+    (
         "nic",
         (_DEVICE,),
         (
@@ -273,7 +290,7 @@ HOST_SAMPLES: tuple[SampleKind, ...] = (
             *_bigints("rx_errors", "tx_errors"),
         ),
     ),
-    _sample_kind(
+    (
         "infiniband",
         (_DEVICE, _as_is("port", sa.SmallInteger)),
         _doubles(
@@ -284,12 +301,12 @@ HOST_SAMPLES: tuple[SampleKind, ...] = (
             "link_rate_bytes_per_s",
         ),
     ),
-    _sample_kind(
+    (
         "disk",
         (_DEVICE,),
         _doubles("read_bytes_per_s", "write_bytes_per_s", "reads_per_s", "writes_per_s", "busy_ratio"),
     ),
-    _sample_kind(
+    (
         "job",
         (_JOB_ID,),
         (
@@ -299,7 +316,7 @@ HOST_SAMPLES: tuple[SampleKind, ...] = (
             _as_is("cgroup_version", sa.SmallInteger),
         ),
     ),
-    _sample_kind(
+    (
         "attribution",
         (_GPU_INDEX, _JOB_ID),
         (
@@ -310,7 +327,7 @@ HOST_SAMPLES: tuple[SampleKind, ...] = (
             _as_is("pids", Json),
         ),
     ),
-    _sample_kind(
+    (
         "agent",
         (),
         (
@@ -319,6 +336,13 @@ HOST_SAMPLES: tuple[SampleKind, ...] = (
             _as_is("collector_seconds", Json),
         ),
     ),
+)
+
+host_sample_packs = _pack_table(
+    "host_sample_packs", *(c for kind, keys, fields in _HOST_KINDS for c in _arrays(f"{kind}_", keys, fields))
+)
+HOST_SAMPLES: tuple[SampleKind, ...] = tuple(
+    SampleKind(kind, host_sample_packs, keys, fields, f"{kind}_") for kind, keys, fields in _HOST_KINDS
 )
 
 #: wire sample kind -> how it is stored, every kind
@@ -330,7 +354,7 @@ SAMPLE_KINDS: dict[str, SampleKind] = {k.kind: k for k in (GPU_SAMPLES, *HOST_SA
 #: ``sql/process_packs.py`` reads them, ``daemon/store/packing.py`` writes them.
 gpu_process_packs = _pack_table(
     "gpu_process_packs",
-    (_GPU_INDEX,),
+    *_arrays("", (_GPU_INDEX,), ()),
     sa.Column("pid", array_of(sa.BigInteger), nullable=False),
     sa.Column("used_memory_bytes", array_of(sa.BigInteger), nullable=False),
     sa.Column("sm_util_ratio", array_of(Double), nullable=False),
@@ -339,7 +363,7 @@ gpu_process_packs = _pack_table(
 )
 
 #: the packed raw tables: every sample kind's, and the GPU processes'
-PACK_TABLES: tuple[sa.Table, ...] = (*(k.table for k in SAMPLE_KINDS.values()), gpu_process_packs)
+PACK_TABLES: tuple[sa.Table, ...] = (gpu_sample_packs, host_sample_packs, gpu_process_packs)
 
 #: every raw table, partitioned by day on PostgreSQL
 PARTITIONED_TABLES: tuple[sa.Table, ...] = PACK_TABLES

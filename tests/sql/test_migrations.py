@@ -51,8 +51,20 @@ def test_every_wire_field_has_a_column():
             continue
         fields = set(wire.SAMPLE_KINDS[kind].model_fields) - {"kind", "ts"}
         assert fields == {f.name for f in (*spec.keys, *spec.fields)}, kind
-        columns = {"node_id", "ts", "ts_last", "sample_ts", *(f.column for f in (*spec.keys, *spec.fields))}
-        assert columns == set(spec.table.c.keys()), kind
+        assert spec.columns == [
+            f"{spec.prefix}sample_ts",
+            *(spec.column(f) for f in (*spec.keys, *spec.fields)),
+        ]
+    # the host kinds share one table: every column is one kind's, named by its prefix
+    host = {spec.table for kind, spec in SAMPLE_KINDS.items() if kind != "gpu"}
+    assert len(host) == 1
+    columns = {
+        "node_id",
+        "ts",
+        "ts_last",
+        *(c for k, s in SAMPLE_KINDS.items() if k != "gpu" for c in s.columns),
+    }
+    assert columns == set(host.pop().c.keys())
     gpu_fields = set(wire.GpuSample.model_fields) - {
         "kind",
         "processes",

@@ -147,6 +147,30 @@ def test_bounds_and_one_node(engine):
         }
 
 
+def test_kinds_stored_in_one_row_per_push_and_hour(engine):
+    """The host kinds share a pack: one row per node, push and hour, its span every kind's; a kind
+    a push did not hold has empty arrays there, and its first reading is its own, not the row's."""
+    (node,) = _nodes(engine, "node001").values()
+    store = BatchStore(engine)
+    cpu_only = _batch("node001", 2, T1 + timedelta(seconds=20))  # 07:00:10 .. 07:00:20
+    cpu_only = cpu_only.model_copy(update={"samples": [s for s in cpu_only.samples if s.kind == "cpu"]})
+    store.store(node, cpu_only)
+    later = _batch("node001", 2, T1 + timedelta(seconds=40))  # 07:00:30 .. 07:00:40, every kind
+    store.store(node, later)
+    table = SAMPLE_KINDS["job"].table
+    assert all(spec.table is table for spec in HOST_SAMPLES)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(table).order_by(table.c.ts)).all()
+        assert [(r.ts, r.ts_last) for r in rows] == [
+            (T1 + timedelta(seconds=20), T1 + timedelta(seconds=30)),
+            (T1 + timedelta(seconds=40), T1 + timedelta(seconds=50)),
+        ]
+        assert len(rows[0].cpu_sample_ts) == 2 and rows[0].job_sample_ts == [] and rows[0].nic_device == []
+        assert first_sample_at(conn, "cpu") == T1 + timedelta(seconds=20)
+        assert first_sample_at(conn, "job") == T1 + timedelta(seconds=40)
+        assert count_samples(conn, "job") == 2 and count_samples(conn, "cpu") == 4
+
+
 def test_two_kinds_in_one_query(engine):
     """Each kind is its own selectable (on SQLite its own temporary table): a reader may join
     two kinds in one statement."""
@@ -178,8 +202,8 @@ def test_overlapping_packs_are_read_once(engine):
     later = sample_rows(node, _batch("node001", 4, t0 + timedelta(seconds=20)))
     PartitionManager(engine).ensure_days([t0.date()])
     with engine.begin() as conn:
-        for spec in HOST_SAMPLES:
-            conn.execute(spec.table.insert(), [*first[spec.table.name], *later[spec.table.name]])
+        for table in {spec.table for spec in HOST_SAMPLES}:  # the one table of the host kinds
+            conn.execute(table.insert(), [*first[table.name], *later[table.name]])
     with engine.connect() as conn:
         assert count_samples(conn, "cpu") == 6
         assert count_samples(conn, "attribution") == 6 * 2
@@ -209,7 +233,7 @@ def test_samples_sent_again_are_stored_once(engine, bulk):
             per_cycle = sum(1 for s in _odd_host_samples(T1) if s.kind == spec.kind)
             assert counts[spec.readings] == 7 * per_cycle, spec.kind
             elements = sum(
-                len(stamps) for stamps in conn.execute(sa.select(spec.table.c.sample_ts)).scalars()
+                len(stamps) for stamps in conn.execute(sa.select(spec.table.c[spec.columns[0]])).scalars()
             )
             assert elements == counts[spec.readings], f"{spec.kind}: a reading stored twice"
 

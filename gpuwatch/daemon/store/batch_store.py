@@ -4,12 +4,13 @@ The batch id goes into ``ingested_batches`` in the same transaction as the sampl
 batch seen before inserts nothing there (``ON CONFLICT DO NOTHING``), and then the
 transaction stores nothing else and reports ``duplicate``. A daemon killed mid-batch
 rolls back, and the agent, which never got a 200, sends it again. Samples of every kind are
-packed (``daemon/store/packing.py``), and a sample that arrives in two different batches (an
-agent restored from an old spool copy) is still stored once: a pack that meets one stored
-before (the same key: node, first stamp), or a reading twice in one group, sends the group a
+packed (``daemon/store/packing.py``; the eight host kinds share one row per node, group and
+hour), and a sample that arrives in two different batches (an agent restored from an old
+spool copy) is still stored once: a pack that meets one stored before (the same key: node,
+first stamp), or a reading twice in one group, sends the group a
 batch at a time, and each batch's readings are checked against what is stored
-(``sql.readings.stored_keys``); only new ones go in, appended to the node's pack of that kind
-that starts at their first stamp if there is one.
+(``sql.readings.stored_keys``, kind by kind); only new ones go in, appended to the node's pack
+of that table that starts at their first stamp if there is one.
 
 How rows go in depends on the database (``BulkMode``):
 
@@ -287,18 +288,17 @@ class BatchStore:
         """Insert ``rows`` (per table name) skipping any already there; how many samples that
         added (a sample pack counts its new readings; process packs are not samples)."""
         added = 0
-        packs = {name: table_rows for name, table_rows in rows.items() if packing.kind_of(name) is not None}
+        packs = {name: table_rows for name, table_rows in rows.items() if packing.holds_samples(name)}
         spans = _stored_spans(conn, [self._tables[name] for name in packs], packs)
         for name, table_rows in rows.items():
-            kind = packing.kind_of(name)
-            if kind is None:  # the processes' packs
+            if name not in packs:  # the processes' packs
                 conn.execute(_insert(conn, self._tables[name]).on_conflict_do_nothing(), table_rows)
                 continue
-            clean, overlapping = _apart(spans[name], table_rows, kind)
+            clean, overlapping = _apart(spans[name], table_rows, name)
             if clean:  # the common case: one statement for the table
                 conn.execute(self._tables[name].insert(), clean)
-                added += sum(len(row["sample_ts"]) for row in clean)
-            added += sum(_add_new_readings(conn, kind, row) for row in overlapping)
+                added += sum(packing.readings_in(name, packing.pack_fields(name, row)) for row in clean)
+            added += sum(_add_new_readings(conn, self._tables[name], row) for row in overlapping)
         return added
 
     def _write_unnest(
@@ -368,12 +368,12 @@ class BatchStore:
                     for insert, params in self._unnest_statements([one], samples=False):
                         cur.execute(_numbered(insert.sql_on_conflict), params)
                     node_id, batch = one
-                    for kind, fields in packing.sample_fields(batch):
-                        new = packing.new_readings(kind, fields, _stored_keys(conn, kind, node_id, fields))
-                        if new[0]:
-                            appending = packing.PackInsert.appending(kind, node_id, new)
+                    for table, fields in packing.sample_fields(batch):
+                        new = packing.new_readings(table, fields, _stored_keys(conn, node_id))
+                        if packing.readings_in(table, new):
+                            appending = packing.PackInsert.appending(table, node_id, new)
                             cur.execute(_numbered(appending.sql), appending.params)
-                            count += len(new[0])
+                            count += packing.readings_in(table, new)
                     added.append(count)
             with _pipelined(conn):
                 then()
@@ -458,9 +458,10 @@ class _Repeated(Exception):
     """The group holds a GPU reading twice: store it a batch at a time."""
 
 
-def _stored_keys(conn: sa.Connection, kind: str, node_id: int, fields: list[list[Any]]) -> set[tuple]:
-    """(keys..., stamp) of the node's ``kind`` readings already stored over a pack's span."""
-    return readings.stored_keys(conn, kind, node_id, min(fields[0]), max(fields[0]))
+def _stored_keys(conn: sa.Connection, node_id: int) -> Callable[[str, list[Any]], set[tuple]]:
+    """(kind, stamps) -> (keys..., stamp) of the node's ``kind`` readings already stored over
+    the stamps' span: what ``packing.new_readings`` checks a pack's readings against."""
+    return lambda kind, stamps: readings.stored_keys(conn, kind, node_id, min(stamps), max(stamps))
 
 
 #: the stored packs' spans per table name, node id: [(first stamp, last stamp), ...]
@@ -489,9 +490,9 @@ def _stored_spans(conn: sa.Connection, tables: list[sa.Table], packs: dict[str, 
 
 
 def _apart(
-    stored: dict[int, list[tuple[Any, Any]]], packs: list[dict[str, Any]], kind: str
+    stored: dict[int, list[tuple[Any, Any]]], packs: list[dict[str, Any]], table: str
 ) -> tuple[list[dict], list[dict]]:
-    """The portable path: ``kind`` ``packs`` split into those whose span meets no ``stored``
+    """The portable path: sample ``packs`` of ``table`` split into those whose span meets no ``stored``
     pack of their node nor another of ``packs`` and that hold no reading twice (inserted as
     they are), and the others (checked reading by reading, in order: :func:`_add_new_readings`)."""
     spans = defaultdict(list, {node_id: list(found) for node_id, found in stored.items()})
@@ -500,29 +501,29 @@ def _apart(
     clean, overlapping = [], []
     for row in packs:  # a pack meets its own span once
         met = sum(ts <= row["ts_last"] and row["ts"] <= ts_last for ts, ts_last in spans[row["node_id"]])
-        (clean if met == 1 and not packing.holds_repeats(kind, row) else overlapping).append(row)
+        (clean if met == 1 and not packing.holds_repeats(table, row) else overlapping).append(row)
     return clean, overlapping
 
 
-def _add_new_readings(conn: sa.Connection, kind: str, row: dict[str, Any]) -> int:
-    """The portable path: store the readings of a ``kind`` sample pack row (dict) not stored
+def _add_new_readings(conn: sa.Connection, table: sa.Table, row: dict[str, Any]) -> int:
+    """The portable path: store the readings of a sample pack row (dict) of ``table`` not stored
     yet, each once, as a pack of their own or, where a pack of the node starts at their first
     stamp, appended to it; how many went in."""
-    fields = packing.pack_fields(kind, row)
-    new = packing.new_readings(kind, fields, _stored_keys(conn, kind, row["node_id"], fields))
-    if not new[0]:
+    fields = packing.pack_fields(table.name, row)
+    new = packing.new_readings(table.name, fields, _stored_keys(conn, row["node_id"]))
+    added = packing.readings_in(table.name, new)
+    if not added:
         return 0
-    table = SAMPLE_KINDS[kind].table
-    pack = packing.pack_row(kind, row["node_id"], new)
+    pack = packing.pack_row(table.name, row["node_id"], new)
     key = (table.c.node_id == pack["node_id"]) & (table.c.ts == pack["ts"])
     there = conn.execute(sa.select(table).where(key)).first()
     if there is None:
         conn.execute(table.insert(), pack)
     else:  # rare (an overlapping re-send): this pack's readings join that one's
-        columns = packing.element_columns(kind)
+        columns = packing.element_columns(table.name)
         joined = {name: list(getattr(there, name)) + list(pack[name]) for name in columns}
         conn.execute(table.update().where(key).values(ts_last=max(there.ts_last, pack["ts_last"]), **joined))
-    return len(new[0])
+    return added
 
 
 def _with_stored_counts(results: list[IngestResult], added: list[int] | None) -> list[IngestResult]:

@@ -9,6 +9,9 @@ for the processes with a pack per batch: ~34 µs of Python and ~8 µs of server 
 batch, against 24 + 40 µs for sending flat arrays and letting the server ``GROUP BY`` +
 ``array_agg`` them (``python bench/packed_layout.py``).
 
+A table holding several kinds (``host_sample_packs``: the eight host kinds) gets ONE row per
+node, group and hour with every kind's arrays, empty for a kind the push did not hold.
+
 Samples are split by UTC hour (a reader of a time range then knows where a pack can start),
 processes by UTC day; fields with a scale (:class:`gpuwatch.sql.schema.PackedField`) are stored
 as integers, saturated to the column's range.
@@ -17,7 +20,7 @@ as integers, saturated to the column's range.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -88,6 +91,10 @@ def _saturated(values: Sequence[Any], low: float, high: float) -> list[Any]:
     return [None if v is None else max(low, min(high, v)) for v in values]
 
 
+#: a layout's cut: period -> a batch's element lists in it
+_Cut = Callable[[BatchColumns], dict[Hashable, list[list[Any]]]]
+
+
 @dataclass(frozen=True)
 class _Layout:
     """How one packed table is cut and laid out: which samples go together, and its columns."""
@@ -95,15 +102,16 @@ class _Layout:
     table: sa.Table
     #: the batch's elements, one list per column after (node_id, ts, ts_last), keyed by the
     #: period a row must not cross
-    split: Callable[[BatchColumns], dict[Hashable, list[list[Any]]]]
+    split: _Cut
     #: the list class that sends each of those columns in binary, in order
     array_types: tuple[type[list], ...]
-    #: a sample kind's: its readings' key is the stamp and the next ``keys`` columns (a reading
-    #: twice in one pack is refused, :class:`RepeatedReadings`); None for the processes
-    keys: int | None = None
+    #: the sample kinds it holds, each with the index of its first element column (its stamps;
+    #: a reading's key is the stamp and the kind's keys, a reading twice in one pack is refused,
+    #: :class:`RepeatedReadings`); empty for the processes, whose stamps are the first column
+    parts: tuple[tuple[SampleKind, int], ...] = ()
 
     def row(self, node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
-        stamps = fields[0]
+        stamps = self.stamps(fields)
         row = {"node_id": node_id, "ts": min(stamps), "ts_last": max(stamps)}
         return {**row, **dict(zip(self.element_columns, fields, strict=True))}
 
@@ -111,10 +119,25 @@ class _Layout:
     def element_columns(self) -> list[str]:
         return [c.name for c in self.table.c][3:]
 
-    def key_of(self, fields: list[list[Any]]) -> Iterable[tuple]:
-        """Each element's reading key, (keys..., stamp), as ``sql.readings.stored_keys`` gives it."""
-        assert self.keys is not None
-        return zip(*fields[1 : 1 + self.keys], fields[0], strict=True)
+    def stamps(self, fields: list[list[Any]]) -> list[Any]:
+        """Every element's stamp, whatever kind it is of."""
+        if len(self.parts) < 2:  # the processes', or one kind's: its first column
+            return fields[self.parts[0][1] if self.parts else 0]
+        return [ts for _, first in self.parts for ts in fields[first]]
+
+    def kinds_of(self, fields: list[list[Any]]) -> Iterator[tuple[SampleKind, list[list[Any]]]]:
+        """Each kind it holds with its element lists (stamps, keys, fields)."""
+        for spec, first in self.parts:
+            yield spec, fields[first : first + len(spec.columns)]
+
+    def holds_repeats(self, fields: list[list[Any]]) -> bool:
+        """Whether some kind's reading (keys..., stamp) is there twice."""
+        return any(len(set(_keys_of(spec, part))) != len(part[0]) for spec, part in self.kinds_of(fields))
+
+
+def _keys_of(spec: SampleKind, part: list[list[Any]]) -> Iterable[tuple]:
+    """Each element's reading key, (keys..., stamp), as ``sql.readings.stored_keys`` gives it."""
+    return zip(*part[1 : 1 + len(spec.keys)], part[0], strict=True)
 
 
 def _split(
@@ -132,20 +155,35 @@ def _split(
     return {key: [[field[i] for i in where] for field in fields] for key, where in by_period.items()}
 
 
-def _sample_fields(spec: SampleKind) -> Callable[[BatchColumns], dict[Hashable, list[list[Any]]]]:
+def _kind_fields(spec: SampleKind, columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
     """UTC hour -> the batch's ``spec`` samples in it: stamps, keys, then each packed field."""
     kind = spec.kind
+    if kind not in columns.tables or not len(columns.tables[kind]["ts"]):
+        return {}
+    stamps = list(columns.column(kind, "ts"))
+    fields = [
+        stamps,
+        *(list(columns.column(kind, k.name)) for k in spec.keys),
+        *(stored_values(f, columns.column(kind, f.name)) for f in spec.fields),
+    ]
+    return _split(stamps, fields, floor_hour)
+
+
+def _sample_fields(kinds: tuple[SampleKind, ...]) -> _Cut:
+    """UTC hour -> the batch's samples of ``kinds`` in it, each kind's lists in turn (new empty
+    ones for a kind with none in that hour)."""
 
     def split(columns: BatchColumns) -> dict[Hashable, list[list[Any]]]:
-        if kind not in columns.tables or not len(columns.tables[kind]["ts"]):
-            return {}
-        stamps = list(columns.column(kind, "ts"))
-        fields = [
-            stamps,
-            *(list(columns.column(kind, k.name)) for k in spec.keys),
-            *(stored_values(f, columns.column(kind, f.name)) for f in spec.fields),
-        ]
-        return _split(stamps, fields, floor_hour)
+        found = [_kind_fields(spec, columns) for spec in kinds]
+        hours = {hour for by_hour in found for hour in by_hour}
+        return {
+            hour: [
+                values
+                for spec, by_hour in zip(kinds, found, strict=True)
+                for values in by_hour.get(hour) or [[] for _ in spec.columns]
+            ]
+            for hour in hours
+        }
 
     return split
 
@@ -173,12 +211,21 @@ def _array_types(table: sa.Table) -> tuple[type[list], ...]:
     return tuple(out)
 
 
+def _sample_layout(kinds: tuple[SampleKind, ...]) -> _Layout:
+    """The layout of the table ``kinds`` share, their columns in its order."""
+    table = kinds[0].table
+    names = [c.name for c in table.c][3:]
+    parts = tuple((spec, names.index(spec.columns[0])) for spec in kinds)
+    assert [c for spec in kinds for c in spec.columns] == names, table.name
+    return _Layout(table, _sample_fields(kinds), _array_types(table), parts)
+
+
 assert [c.name for c in gpu_process_packs.c][3:] == list(ELEMENT_FIELDS)
-#: sample kind -> its layout
-_SAMPLES = {
-    kind: _Layout(spec.table, _sample_fields(spec), _array_types(spec.table), len(spec.keys))
-    for kind, spec in SAMPLE_KINDS.items()
-}
+_BY_TABLE: dict[sa.Table, list[SampleKind]] = {}
+for _spec in SAMPLE_KINDS.values():
+    _BY_TABLE.setdefault(_spec.table, []).append(_spec)
+#: sample table name -> its layout
+_SAMPLES = {table.name: _sample_layout(tuple(kinds)) for table, kinds in _BY_TABLE.items()}
 _PROCESSES = _Layout(gpu_process_packs, _process_fields, _array_types(gpu_process_packs))
 _LAYOUTS = (*_SAMPLES.values(), _PROCESSES)
 
@@ -224,19 +271,17 @@ class PackInsert:
                     if found is not fields:
                         for values, more in zip(found, fields, strict=True):
                             values.extend(more)
-            if layout.keys is not None:
-                for fields in merged.values():
-                    if len(set(layout.key_of(fields))) != len(fields[0]):
-                        raise RepeatedReadings
+            if any(layout.holds_repeats(fields) for fields in merged.values()):
+                raise RepeatedReadings
             inserts += cls._of_rows(layout, [(node_id, fields) for (node_id, _), fields in merged.items()])
         return inserts
 
     @classmethod
-    def appending(cls, kind: str, node_id: int, fields: list[list[Any]]) -> PackInsert:
-        """The insert of one ``kind`` sample pack (``fields``, as :func:`sample_fields` gives
+    def appending(cls, table: str, node_id: int, fields: list[list[Any]]) -> PackInsert:
+        """The insert of one sample pack of ``table`` (``fields``, as :func:`sample_fields` gives
         them) that, where a pack of the node already starts at its first stamp, appends its
         readings to that pack instead: for readings known not to be stored yet."""
-        layout = _SAMPLES[kind]
+        layout = _SAMPLES[table]
         (insert,) = cls._of_rows(layout, [(node_id, fields)])
         table = layout.table.name
         appended = ", ".join(f'"{c}" = "{table}"."{c}" || EXCLUDED."{c}"' for c in layout.element_columns)
@@ -249,7 +294,7 @@ class PackInsert:
     @classmethod
     def _of_rows(cls, layout: _Layout, packs: list[tuple[int, list[list[Any]]]]) -> list[PackInsert]:
         rows = [
-            [node_id, min(fields[0]), max(fields[0])]
+            [node_id, min(stamps := layout.stamps(fields)), max(stamps)]
             + [array_type(values) for array_type, values in zip(layout.array_types, fields, strict=True)]
             for node_id, fields in packs
         ]
@@ -269,49 +314,57 @@ class RepeatedReadings(Exception):
 
 
 def sample_fields(columns: BatchColumns) -> list[tuple[str, list[list[Any]]]]:
-    """The batch's sample packs' element lists (stamps, keys, then each packed field), one per
-    kind and UTC hour, with their kind."""
-    return [(kind, fields) for kind, layout in _SAMPLES.items() for fields in layout.split(columns).values()]
+    """The batch's sample packs' element lists (each kind's stamps, keys, then packed fields),
+    one per sample table and UTC hour, with their table's name."""
+    return [(name, fields) for name, layout in _SAMPLES.items() for fields in layout.split(columns).values()]
 
 
-def pack_fields(kind: str, row: dict[str, Any]) -> list[list[Any]]:
-    """A ``kind`` sample pack row's (dict's) element lists, in column order."""
-    return [row[name] for name in _SAMPLES[kind].element_columns]
+def pack_fields(table: str, row: dict[str, Any]) -> list[list[Any]]:
+    """A sample pack row's (dict's) element lists, in column order."""
+    return [row[name] for name in _SAMPLES[table].element_columns]
 
 
-def element_columns(kind: str) -> list[str]:
-    """The ``kind`` sample pack's array columns, in order."""
-    return _SAMPLES[kind].element_columns
+def element_columns(table: str) -> list[str]:
+    """The sample pack table's array columns, in order."""
+    return _SAMPLES[table].element_columns
 
 
-def pack_row(kind: str, node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
-    """The ``kind`` sample pack row (dict) of element lists."""
-    return _SAMPLES[kind].row(node_id, fields)
+def pack_row(table: str, node_id: int, fields: list[list[Any]]) -> dict[str, Any]:
+    """The sample pack row (dict) of element lists."""
+    return _SAMPLES[table].row(node_id, fields)
 
 
-def kind_of(table: str) -> str | None:
-    """The sample kind whose packs ``table`` holds; None for another table (the processes)."""
-    return _KINDS_BY_TABLE.get(table)
+def holds_samples(table: str) -> bool:
+    """Whether ``table`` holds samples (its packs count readings); not the processes'."""
+    return table in _SAMPLES
 
 
-_KINDS_BY_TABLE = {layout.table.name: kind for kind, layout in _SAMPLES.items()}
+def readings_in(table: str, fields: list[list[Any]]) -> int:
+    """How many readings a sample pack's element lists hold, of every kind."""
+    return len(_SAMPLES[table].stamps(fields))
 
 
-def holds_repeats(kind: str, row: dict[str, Any]) -> bool:
-    """Whether a ``kind`` sample pack row (dict) holds a reading twice (a batch repeating one)."""
-    fields = pack_fields(kind, row)
-    return len(set(_SAMPLES[kind].key_of(fields))) != len(fields[0])
+def holds_repeats(table: str, row: dict[str, Any]) -> bool:
+    """Whether a sample pack row (dict) holds a reading twice (a batch repeating one)."""
+    return _SAMPLES[table].holds_repeats(pack_fields(table, row))
 
 
-def new_readings(kind: str, fields: list[list[Any]], stored: set[tuple]) -> list[list[Any]]:
-    """``fields`` (a ``kind`` pack's element lists) without the readings whose key (keys...,
-    stamp) is in ``stored``, each remaining one once (its first)."""
-    seen = set(stored)
-    keep = []
-    for i, key in enumerate(_SAMPLES[kind].key_of(fields)):
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    if len(keep) == len(fields[0]):
-        return fields
-    return [[values[i] for i in keep] for values in fields]
+def new_readings(
+    table: str, fields: list[list[Any]], stored: Callable[[str, list[Any]], set[tuple]]
+) -> list[list[Any]]:
+    """``fields`` (a sample pack's element lists) without the readings already stored, each
+    remaining one once (its first). ``stored(kind, stamps)``: the keys (keys..., stamp) of the
+    node's ``kind`` readings stored over those stamps' span."""
+    out: list[list[Any]] = []
+    for spec, part in _SAMPLES[table].kinds_of(fields):
+        if not part[0]:
+            out += part
+            continue
+        seen = set(stored(spec.kind, part[0]))
+        keep = []
+        for i, key in enumerate(_keys_of(spec, part)):
+            if key not in seen:
+                seen.add(key)
+                keep.append(i)
+        out += part if len(keep) == len(part[0]) else [[values[i] for i in keep] for values in part]
+    return out

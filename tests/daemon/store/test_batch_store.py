@@ -212,10 +212,11 @@ def _all_rows(conn, start, end) -> dict[str, list[dict]]:
 
 
 def _relative(row: dict, start) -> dict:
-    """A row without its absolute time: stamps as offsets from ``start``."""
-    out = {k: v for k, v in row.items() if k not in ("ts", "ts_last", "sample_ts")}
-    if "sample_ts" in row:
-        out["sample_ts"] = [t - start for t in row["sample_ts"]]
+    """A row without its absolute time: stamps (every kind's ``sample_ts``) as offsets from ``start``."""
+    out = {k: v for k, v in row.items() if k not in ("ts", "ts_last")}
+    for name in [k for k in row if k.endswith("sample_ts")]:
+        out[name] = [t - start for t in row[name]]
+    if "ts_last" in row:
         out["span"] = (row["ts"] - start, row["ts_last"] - start)
     return out
 
@@ -256,7 +257,7 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
     lost = next(r for r in readings if r.gpu_index == 11)
     assert lost.state == "lost" and lost.util_gpu_ratio is None and lost.throttle_reasons is None
     assert next(r for r in readings if r.gpu_index == 10 and r.xid_errors).xid_errors == [79, 13]
-    assert [e for pack in fast["agent_sample_packs"] for e in pack["collector_errors"] if e] == [
+    assert [e for pack in fast["host_sample_packs"] for e in pack["agent_collector_errors"] if e] == [
         {"nvml": "NVMLError_GpuIsLost"}
     ]
     # idempotent per sample: the same samples again under a new batch id add nothing
