@@ -31,6 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.config.thresholds import Thresholds
+from gpuwatch.sql import progress
 from gpuwatch.sql.jobs import SLURM
 from gpuwatch.sql.readings import samples_between
 from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, framework_names, join_distinct, xid_codes
@@ -44,7 +45,6 @@ from gpuwatch.sql.schema import (
     job_minutes,
     node_minutes,
     nodes,
-    rollup_state,
     slurm_jobs,
 )
 
@@ -182,7 +182,7 @@ def load_scope(conn: sa.Connection, job_id: str) -> JobScope | None:
 
 
 def rolled_until(conn: sa.Connection) -> datetime | None:
-    return conn.execute(sa.select(rollup_state.c.done_until).where(rollup_state.c.name == "minutes")).scalar()
+    return progress.done_until(conn, "minutes")
 
 
 def window_edge(conn: sa.Connection, scope: JobScope, now: datetime) -> datetime:

@@ -16,29 +16,24 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from gpuwatch.sql import job_hours
+from gpuwatch.sql import progress
 from gpuwatch.sql.buckets import as_utc, floor_hour
 from gpuwatch.sql.folding import fold_select
 from gpuwatch.sql.job_hours import ceil_hour
-from gpuwatch.sql.schema import HOUR_TABLES, rollup_state
+from gpuwatch.sql.schema import HOUR_TABLES
 
 #: ``rollup_state`` row: minutes folded into the hourly tables up to (exclusive, an hour start)
 STATE = "hours"
 #: ``rollup_state`` row set by retention: the minute tables hold every minute from here on
-MINUTES_FROM = job_hours.MINUTES_FROM
+MINUTES_FROM = progress.MINUTES_FROM
 HOUR = timedelta(hours=1)
 
 
 def state(conn: sa.Connection, name: str) -> datetime | None:
-    """The ``rollup_state`` time called ``name``, as aware UTC; None before it was first set."""
-    value = conn.execute(sa.select(rollup_state.c.done_until).where(rollup_state.c.name == name)).scalar()
+    """The ``rollup_state`` time called ``name`` (``sql/progress.py``), as aware UTC; None
+    before it was first set."""
+    value = progress.done_until(conn, name)
     return None if value is None else as_utc(conn, value)
-
-
-def set_state(conn: sa.Connection, name: str, value: datetime) -> None:
-    updated = conn.execute(rollup_state.update().where(rollup_state.c.name == name).values(done_until=value))
-    if not updated.rowcount:
-        conn.execute(rollup_state.insert().values(name=name, done_until=value))
 
 
 def fold(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None = None) -> int:
@@ -68,7 +63,7 @@ def advance(conn: sa.Connection, minutes_done: datetime) -> int:
         known = [as_utc(conn, t) for t in firsts if t is not None]
         since = floor_hour(min(known)) if known else target
     written = fold(conn, since, target) if since < target else 0
-    set_state(conn, STATE, max(since, target))
+    progress.set_done_until(conn, STATE, max(since, target))
     return written
 
 

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from gpuwatch.sql import progress
 from gpuwatch.sql.buckets import as_utc, floor_hour, minute_bucket
 from gpuwatch.sql.schema import (
     gpu_minutes,
@@ -27,7 +28,6 @@ from gpuwatch.sql.schema import (
     job_minutes,
     job_totals,
     nodes,
-    rollup_state,
     slurm_jobs,
 )
 
@@ -37,8 +37,6 @@ MINUTE = timedelta(minutes=1)
 SETTLE = timedelta(minutes=10)
 #: ``rollup_state`` row: hours summed up to (exclusive)
 STATE = "job_hours"
-#: ``rollup_state`` row set by retention: the minute tables hold every minute from here on
-MINUTES_FROM = "minutes_from"
 
 
 def ceil_hour(ts: datetime) -> datetime:
@@ -48,7 +46,7 @@ def ceil_hour(ts: datetime) -> datetime:
 
 def summed_until(conn: sa.Connection) -> datetime | None:
     """Hours before this are in ``job_hours``; None before the first hour was summed."""
-    return conn.execute(sa.select(rollup_state.c.done_until).where(rollup_state.c.name == STATE)).scalar()
+    return progress.done_until(conn, STATE)
 
 
 def gpu_sums(table: sa.Table = gpu_minutes) -> list[sa.ColumnElement]:
@@ -223,9 +221,7 @@ def resum_jobs(conn: sa.Connection, job_ids: Collection[str]) -> int:
         return 0
     start = floor_hour(min(as_utc(conn, r.start_at) for r in runs))
     # hours before the minutes kept (retention.minute_days) cannot be summed again: kept as they are
-    kept_from = conn.execute(
-        sa.select(rollup_state.c.done_until).where(rollup_state.c.name == MINUTES_FROM)
-    ).scalar()
+    kept_from = progress.done_until(conn, progress.MINUTES_FROM)
     if kept_from is not None:
         start = max(start, as_utc(conn, kept_from))
     end = min(until, max(ceil_hour(as_utc(conn, r.end_at)) if r.end_at is not None else until for r in runs))
@@ -258,7 +254,7 @@ def advance(conn: sa.Connection, minutes_done: datetime) -> int:
         known = [as_utc(conn, t) for t in (first, first_job) if t is not None]
         since = floor_hour(min(known)) if known else target
     written = sum_hours(conn, since, target) if since < target else 0
-    _set(conn, max(since, target))
+    progress.set_done_until(conn, STATE, max(since, target))
     return written
 
 
@@ -269,9 +265,3 @@ def resum(conn: sa.Connection, start: datetime, end: datetime) -> int:
         return 0
     stop = min(ceil_hour(end), until)
     return sum_hours(conn, floor_hour(start), stop) if floor_hour(start) < stop else 0
-
-
-def _set(conn: sa.Connection, value: datetime) -> None:
-    updated = conn.execute(rollup_state.update().where(rollup_state.c.name == STATE).values(done_until=value))
-    if not updated.rowcount:
-        conn.execute(rollup_state.insert().values(name=STATE, done_until=value))

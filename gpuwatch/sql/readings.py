@@ -3,10 +3,9 @@
 Every sample kind is packed (:data:`gpuwatch.sql.schema.SAMPLE_KINDS`: the GPU samples in
 ``gpu_sample_packs``, the eight host kinds together in ``host_sample_packs``, each kind's arrays
 prefixed by its name): a row per node, UTC hour and stored batch, an array per field, scaled
-fields as integers. Every
-reader of raw samples — the rollup pass (``sql/rollups.py``), the job tables' attribution
-(``sql/jobs.py``), the views and the classifier, tests and benchmarks — asks here, never the
-tables themselves. The writer is the daemon's store (``daemon/store/packing.py``).
+fields as integers. Every reader of raw samples — the rollup pass (``sql/rollups.py``), the
+job tables' attribution (``sql/jobs.py``), the views and the classifier, tests and benchmarks —
+asks here, never the tables themselves. The writer is the daemon's store (``daemon/store/packing.py``).
 
 :func:`samples_between` is a selectable with one row per reading and the columns of the row
 table the kind had before it was packed (``node_id``, the kind's keys, ``ts``, then a column per

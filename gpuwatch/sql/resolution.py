@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.sql import hours
-from gpuwatch.sql.buckets import floor_hour
+from gpuwatch.sql.buckets import epoch_seconds, floor_hour
 from gpuwatch.sql.schema import gpu_hours, gpu_minutes, node_hours, node_minutes
 
 
@@ -44,6 +44,12 @@ class Tier:
         """``table``'s rows of ``[start, end)``: on hours, those of the hours it overlaps."""
         first = floor_hour(start) if self.hourly else start
         return (self.time(table) >= first, self.time(table) < end)
+
+    def minute_of(self, conn: sa.Connection, table: sa.Table, start: datetime) -> sa.ColumnElement:
+        """Each row's minute counted from ``start`` (an SQL integer); 0 for an hour row that
+        began before ``start``: it counts from its first minute in the range."""
+        seconds = epoch_seconds(conn, self.time(table)) - int(start.timestamp())
+        return sa.case((seconds < 0, 0), else_=seconds) // 60
 
     def minutes(self, table: sa.Table) -> sa.ColumnElement:
         """The minutes a group of ``table``'s rows stands for (0 for no rows)."""

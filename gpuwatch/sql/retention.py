@@ -28,7 +28,7 @@ from datetime import date, datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql import hours, job_hours
+from gpuwatch.sql import hours, job_hours, progress
 from gpuwatch.sql.buckets import floor_hour
 from gpuwatch.sql.partitions import list_partitions, partition_name
 from gpuwatch.sql.schema import (
@@ -100,7 +100,7 @@ def apply_retention(
                 report.deleted_rows[table.name] = deleted
         kept_from = hours.state(conn, hours.MINUTES_FROM)
         if kept_from is None or minute_cut > kept_from:
-            hours.set_state(conn, hours.MINUTES_FROM, minute_cut)
+            progress.set_done_until(conn, progress.MINUTES_FROM, minute_cut)
         batch_cut = now - timedelta(days=batch_record_days)
         deleted = conn.execute(
             ingested_batches.delete().where(ingested_batches.c.received_at < batch_cut)

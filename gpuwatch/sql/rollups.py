@@ -45,7 +45,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql import hours, job_hours
+from gpuwatch.sql import hours, job_hours, progress
 from gpuwatch.sql.buckets import as_utc, epoch_seconds, minute_bucket
 from gpuwatch.sql.folding import join_distinct
 from gpuwatch.sql.gpu_readings import first_gpu_sample_at, gpu_samples_between
@@ -58,7 +58,6 @@ from gpuwatch.sql.schema import (
     ingested_batches,
     job_minutes,
     node_minutes,
-    rollup_state,
 )
 
 log = logging.getLogger(__name__)
@@ -417,23 +416,13 @@ class Rollup:
             attach_attributed_gpus(conn, start, end, node_id)
 
     # ----------------------------------------------------------------- the pass
-    def _state(self, conn: sa.Connection, name: str) -> datetime | None:
-        return conn.execute(sa.select(rollup_state.c.done_until).where(rollup_state.c.name == name)).scalar()
-
-    def _set_state(self, conn: sa.Connection, name: str, value: datetime) -> None:
-        updated = conn.execute(
-            rollup_state.update().where(rollup_state.c.name == name).values(done_until=value)
-        ).rowcount
-        if not updated:
-            conn.execute(rollup_state.insert().values(name=name, done_until=value))
-
     def run_once(self, now: datetime | None = None) -> RollupReport:
         now = now or utcnow()
         report = RollupReport()
         pass_started = utcnow()
         with self.engine.connect() as conn:
-            done_until = self._state(conn, "minutes")
-            late_scan = self._state(conn, "late_scan")
+            done_until = progress.done_until(conn, "minutes")
+            late_scan = progress.done_until(conn, "late_scan")
             if done_until is None:
                 first = first_gpu_sample_at(conn)
                 first_job = first_sample_at(conn, "job")
@@ -482,10 +471,10 @@ class Rollup:
             report.minutes_rolled += int((chunk_end - cursor) / MINUTE)
             cursor = chunk_end
             with self.engine.begin() as conn:
-                self._set_state(conn, "minutes", cursor)
+                progress.set_done_until(conn, "minutes", cursor)
         with self.engine.begin() as conn:
-            self._set_state(conn, "minutes", cursor)
-            self._set_state(conn, "late_scan", pass_started)
+            progress.set_done_until(conn, "minutes", cursor)
+            progress.set_done_until(conn, "late_scan", pass_started)
         # 3. hours now complete and settled: each job's sums per hour, for reports
         with self.engine.begin() as conn:
             report.job_hours += job_hours.advance(conn, cursor)

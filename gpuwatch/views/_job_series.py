@@ -18,7 +18,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
-from gpuwatch.sql.buckets import epoch_seconds
 from gpuwatch.sql.resolution import MINUTES, Tier, tier_for
 from gpuwatch.sql.rollups import join_distinct
 from gpuwatch.sql.schema import gpu_minutes, job_hours, job_minutes, nodes
@@ -126,9 +125,7 @@ def util_bucketed(
     tier = tier_for(conn, start)
     g = tier.gpu.c
     minutes = max(1, int((end - start) / MINUTE))
-    # an hour row counts in the column of its first minute in the range
-    seconds = epoch_seconds(conn, tier.time(tier.gpu)) - int(start.timestamp())
-    k = sa.case((seconds < 0, 0), else_=seconds) // 60
+    k = tier.minute_of(conn, tier.gpu, start)  # an hour row: in the column of its first minute in the range
     column = ((k + 1) * columns - 1) // minutes
     per_minute = sa.case((g.util_gpu_ratio_n > 0, g.util_gpu_ratio_sum / g.util_gpu_ratio_n))
     series: dict[GpuRef, list[float | None]] = {}

@@ -21,7 +21,6 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.buckets import epoch_seconds
 from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.schema import gpus, nodes
 from gpuwatch.views.lowutil import LowUtilFilters, LowUtilJob, low_util_jobs
@@ -107,8 +106,7 @@ def _node_cells(conn: sa.Connection, start: datetime, end: datetime) -> _NodeCel
     by row."""
     tier = tier_for(conn, start)  # a span older than the minutes kept: a cell per node-hour
     n = tier.node.c
-    seconds = epoch_seconds(conn, tier.time(tier.node)) - int(start.timestamp())
-    offset = sa.case((seconds < 0, 0), else_=seconds) // 60  # an SQL integer; an hour begun before: 0
+    offset = tier.minute_of(conn, tier.node, start)
     util = n.gpu_util_ratio_sum / n.gpu_util_ratio_n
     span = (*tier.within(tier.node, start, end), n.gpu_util_ratio_n > 0)
     if conn.dialect.name == "postgresql":

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from gpuwatch import wire
 from gpuwatch.daemon.store.batch_store import BatchStore
-from gpuwatch.sql import hours
+from gpuwatch.sql import hours, progress
 from gpuwatch.sql.folding import MAX, MIN, SUM, fold_kind
 from gpuwatch.sql.job_hours import resum_jobs
 from gpuwatch.sql.nodes import create_token, get_node
@@ -238,8 +238,8 @@ def test_a_job_summed_again_keeps_its_hours_older_than_the_minutes(engine):
             )
         )  # fmt: skip
         conn.execute(job_hours.insert().values(**old))
-        hours.set_state(conn, "job_hours", H0 + timedelta(days=20))
-        hours.set_state(conn, hours.MINUTES_FROM, H0 + timedelta(days=6))
+        progress.set_done_until(conn, "job_hours", H0 + timedelta(days=20))
+        progress.set_done_until(conn, hours.MINUTES_FROM, H0 + timedelta(days=6))
         resum_jobs(conn, ["77"])
         kept = conn.execute(sa.select(job_hours)).mappings().one()
     assert {k: kept[k] for k in old} == old
