@@ -73,6 +73,14 @@ LOW_UTIL_KEYS = ("job_id", "user", "account", "partition", "state", "gpus", "sta
 #: what the ``--low-util`` table shows of them (people need less than tools)
 LOW_UTIL_TABLE_KEYS = ("job_id", "user", "account", "gpus", "duration_s", "gpu_hours_wasted",
                        "mean_util_ratio", "cause", "window_kind", "summary")  # fmt: skip
+#: what a narrow terminal's ``--low-util`` table leaves out first (``gpuwatch job ID`` has the
+#: evidence); only the evidence wraps, at least 30 wide (one word a line is no reading)
+LOW_UTIL_DROP_FIRST = ("summary", "window_kind", "account", "duration_s", "user")
+LOW_UTIL_WRAP = ("summary",)
+LOW_UTIL_MIN_WIDTHS = {"summary": 30}
+#: the same for ``gpuwatch jobs``: the job's name and times go before its GPUs and use
+JOBS_DROP_FIRST = ("end_at", "start_at", "name", "util_samples", "partition", "account", "gpu_list")
+JOBS_WRAP = ("name", "start_at", "end_at", "gpu_list")
 
 
 def columns(keys: Sequence[str]) -> list[Column]:
@@ -155,10 +163,22 @@ def duration_text(seconds: int | None) -> str | None:
     return f"{h}h{rest // 60:02d}m"
 
 
+def gpus_text(gpu_list: str) -> str:
+    """``n07:0,n07:1,n08:0`` -> ``n07 gpu0,1; n08 gpu0``, as the web view writes a job's GPUs:
+    a node once, and spaces a narrow table can wrap at."""
+    by_node: dict[str, list[str]] = {}
+    for ref in gpu_list.split(","):
+        node, _, index = ref.rpartition(":")
+        by_node.setdefault(node, []).append(index)
+    return "; ".join(f"{node} gpu{','.join(indexes)}" for node, indexes in by_node.items())
+
+
 def for_people(row: dict[str, Any]) -> dict[str, Any]:
     """A row formatted for a table: percent, ``1h02m``, two-decimal GPU-hours, the window's name
-    ("latest phase"); JSON/CSV keep raw values."""
+    ("latest phase"), a job's GPUs per node; JSON/CSV keep raw values."""
     out = dict(row)
+    if row.get("gpu_list"):
+        out["gpu_list"] = gpus_text(row["gpu_list"])
     if "duration_s" in row:
         out["duration_s"] = duration_text(row["duration_s"])
     if row.get("mean_util_ratio") is not None:
@@ -198,7 +218,15 @@ def page(rows: list[Any], fmt: OutputFormat, limit: int | None, everything: bool
 
 def render_jobs(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> str:
     if fmt is OutputFormat.TABLE:
-        return render([for_people(r) for r in rows], COLUMNS, fmt, title=title, empty=NO_JOBS)
+        return render(
+            [for_people(r) for r in rows],
+            COLUMNS,
+            fmt,
+            title=title,
+            empty=NO_JOBS,
+            drop_first=JOBS_DROP_FIRST,
+            wrap=JOBS_WRAP,
+        )
     return render(rows, COLUMNS, fmt)
 
 
@@ -206,7 +234,16 @@ def render_low_util(found: list[LowUtilJob], fmt: OutputFormat, title: str) -> s
     rows = [low_util_row(job) for job in found]
     if fmt is OutputFormat.TABLE:
         table_columns = columns(LOW_UTIL_TABLE_KEYS)
-        return render([for_people(r) for r in rows], table_columns, fmt, title=title, empty=NO_JOBS)
+        return render(
+            [for_people(r) for r in rows],
+            table_columns,
+            fmt,
+            title=title,
+            empty=NO_JOBS,
+            drop_first=LOW_UTIL_DROP_FIRST,
+            wrap=LOW_UTIL_WRAP,
+            min_widths=LOW_UTIL_MIN_WIDTHS,
+        )
     return render(rows, LOW_UTIL_COLUMNS, fmt)
 
 

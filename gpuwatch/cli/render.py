@@ -12,6 +12,7 @@ import io
 import json
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -92,8 +93,18 @@ def render(
     *,
     title: str = "",
     empty: str = "",
+    drop_first: Sequence[str] = (),
+    wrap: Sequence[str] | None = None,
+    min_widths: dict[str, int] | None = None,
 ) -> str:
-    """The rows in ``fmt``; a table of no rows is ``empty`` instead, when given (JSON stays ``[]``)."""
+    """The rows in ``fmt``; a table of no rows is ``empty`` instead, when given (JSON stays ``[]``).
+
+    A table too wide for :func:`table_width` cuts its cells to ``…``. With ``wrap`` given, only
+    those columns wrap their text (each at least its ``min_widths`` wide) and the others keep
+    their cells whole; a table that cannot fit so leaves out the columns named in ``drop_first``
+    instead, in that order, until it fits, and ends with a line that names them. JSON and CSV
+    always carry every column.
+    """
     if fmt is OutputFormat.TABLE and not rows and empty:
         return empty
     if fmt is OutputFormat.JSON:
@@ -112,14 +123,99 @@ def render(
         for r in rows:
             writer.writerow(["" if r.get(k) is None else _plain(r.get(k)) for k, _ in columns])
         return buf.getvalue().rstrip("\n")
+    return _table(rows, columns, title, drop_first, wrap, min_widths or {})
+
+
+#: what a table that left columns out says of them
+NARROW_LINE = (
+    "{width}-column terminal: {headers} not shown (a wider terminal, COLUMNS=N or --format json shows them)"
+)
+#: a column's cost beyond its text: a space each side and the border on its left
+_COLUMN_EDGES = 3
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One column's widths: the least it can take without cutting a cell, and its widest cell."""
+
+    least: int
+    most: int
+
+
+def _fit(texts: list[str], wraps: bool, min_width: int) -> _Fit:
+    """A wrapping column needs its longest word (and ``min_width``); another its longest line."""
+    from rich.cells import cell_len  # tables only, like rich itself
+
+    lines = [line for text in texts for line in text.splitlines() or [""]]
+    most = max(cell_len(line) for line in lines)
+    if not wraps:
+        return _Fit(most, most)
+    word = max((cell_len(w) for line in lines for w in line.split()), default=0)
+    return _Fit(min(max(word, min_width), max(most, min_width)), max(most, min_width))
+
+
+def _widths(fits: list[_Fit], width: int) -> list[int] | None:
+    """Each column's width in a table ``width`` wide: the widest cells where they fit, else every
+    column its least and the room left shared by the columns that wrap; None when even the
+    least widths do not fit."""
+    room = width - 1 - _COLUMN_EDGES * len(fits)
+    if sum(f.most for f in fits) <= room:
+        return [f.most for f in fits]
+    spare = room - sum(f.least for f in fits)
+    if spare < 0:
+        return None
+    widths = [f.least for f in fits]
+    wanting = sorted(
+        (i for i, f in enumerate(fits) if f.most > f.least), key=lambda i: fits[i].most - fits[i].least
+    )
+    for n, i in enumerate(wanting):  # the least wanting first: what one leaves, the rest share
+        share = min(fits[i].most - fits[i].least, spare // (len(wanting) - n))
+        widths[i] += share
+        spare -= share
+    return widths
+
+
+def _table(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[Column],
+    title: str,
+    drop_first: Sequence[str],
+    wrap: Sequence[str] | None,
+    min_widths: dict[str, int],
+) -> str:
+    """The rows as a table for people, :func:`table_width` wide. With ``wrap``, the columns'
+    widths are planned here (:func:`_widths`) and ``drop_first`` columns left out, in order,
+    while they cannot fit without cutting a cell; without, rich shares the width."""
     from rich.console import Console  # tables only: JSON and CSV output start without rich
     from rich.table import Table
 
+    width = table_width()
+    cells = [[_human(r.get(k)) for k, _ in columns] for r in rows]
+    shown = list(range(len(columns)))
+    widths: list[int | None] = [None] * len(columns)
+    left_out: list[str] = []
+    if wrap is not None:
+        fits = [
+            _fit([header, *(row[i] for row in cells)], key in wrap, min_widths.get(key, 0))
+            for i, (key, header) in enumerate(columns)
+        ]
+        droppable = [i for key in drop_first for i, (k, _) in enumerate(columns) if k == key]
+        planned = _widths([fits[i] for i in shown], width)
+        while planned is None and droppable:
+            i = droppable.pop(0)
+            shown.remove(i)
+            left_out.append(columns[i][1])
+            planned = _widths([fits[i] for i in shown], width)
+        for i, w in zip(shown, planned or (), strict=False):
+            widths[i] = w
     table = Table(title=title or None)
-    for _, header in columns:
-        table.add_column(header)
-    for r in rows:
-        table.add_row(*(_human(r.get(k)) for k, _ in columns))
-    console = Console(file=io.StringIO(), width=table_width(), force_terminal=False, color_system=None)
+    for i in shown:
+        key, header = columns[i]
+        table.add_column(header, width=widths[i], no_wrap=wrap is not None and key not in wrap)
+    for row in cells:
+        table.add_row(*(row[i] for i in shown))
+    console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(table)
+    if left_out:
+        console.print(NARROW_LINE.format(width=width, headers=", ".join(left_out)), soft_wrap=True)
     return console.file.getvalue().rstrip("\n")  # type: ignore[attr-defined]
