@@ -416,6 +416,8 @@ NODE_COLUMNS = [
     ("samples_window", "samples"),
     ("gpu_samples_window", "GPU samples"),
 ]
+#: what a narrow terminal's node table leaves out first
+NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window")
 
 
 @cli.command()
@@ -441,6 +443,7 @@ def nodes(ctx: Context, fmt: str, window: int) -> None:
             OutputFormat(fmt),
             title=f"nodes (samples in the last {window} min)",
             empty="no node has registered yet (gpuwatch token create NODE makes its ingest token)",
+            drop_first=NODE_DROP_FIRST,
         )
     )
 

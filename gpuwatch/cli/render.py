@@ -99,11 +99,11 @@ def render(
 ) -> str:
     """The rows in ``fmt``; a table of no rows is ``empty`` instead, when given (JSON stays ``[]``).
 
-    A table too wide for :func:`table_width` cuts its cells to ``…``. With ``wrap`` given, only
-    those columns wrap their text (each at least its ``min_widths`` wide) and the others keep
-    their cells whole; a table that cannot fit so leaves out the columns named in ``drop_first``
-    instead, in that order, until it fits, and ends with a line that names them. JSON and CSV
-    always carry every column.
+    A table is :func:`table_width` wide at most: its cells wrap at spaces (only the ``wrap``
+    columns, when given, each at least its ``min_widths`` wide; the others keep their cells on
+    one line), and a table that cannot fit so leaves out the columns named in ``drop_first``, in
+    that order, until it fits, and ends with a line that names them. JSON and CSV always carry
+    every column.
     """
     if fmt is OutputFormat.TABLE and not rows and empty:
         return empty
@@ -183,31 +183,31 @@ def _table(
     wrap: Sequence[str] | None,
     min_widths: dict[str, int],
 ) -> str:
-    """The rows as a table for people, :func:`table_width` wide. With ``wrap``, the columns'
-    widths are planned here (:func:`_widths`) and ``drop_first`` columns left out, in order,
-    while they cannot fit without cutting a cell; without, rich shares the width."""
+    """The rows as a table for people, :func:`table_width` wide: the columns' widths planned
+    here (:func:`_widths`; every column wraps unless ``wrap`` names those that do), and
+    ``drop_first`` columns left out, in order, while they cannot fit without cutting a cell.
+    A table that cannot fit even so is left to rich, which cuts cells to ``…``."""
     from rich.console import Console  # tables only: JSON and CSV output start without rich
     from rich.table import Table
 
     width = table_width()
     cells = [[_human(r.get(k)) for k, _ in columns] for r in rows]
+    fits = [
+        _fit([header, *(row[i] for row in cells)], wrap is None or key in wrap, min_widths.get(key, 0))
+        for i, (key, header) in enumerate(columns)
+    ]
     shown = list(range(len(columns)))
-    widths: list[int | None] = [None] * len(columns)
+    droppable = [i for key in drop_first for i, (k, _) in enumerate(columns) if k == key]
     left_out: list[str] = []
-    if wrap is not None:
-        fits = [
-            _fit([header, *(row[i] for row in cells)], key in wrap, min_widths.get(key, 0))
-            for i, (key, header) in enumerate(columns)
-        ]
-        droppable = [i for key in drop_first for i, (k, _) in enumerate(columns) if k == key]
+    planned = _widths(fits, width)
+    while planned is None and droppable:
+        i = droppable.pop(0)
+        shown.remove(i)
+        left_out.append(columns[i][1])
         planned = _widths([fits[i] for i in shown], width)
-        while planned is None and droppable:
-            i = droppable.pop(0)
-            shown.remove(i)
-            left_out.append(columns[i][1])
-            planned = _widths([fits[i] for i in shown], width)
-        for i, w in zip(shown, planned or (), strict=False):
-            widths[i] = w
+    widths: list[int | None] = [None] * len(columns)  # unplanned: rich shares the width, cutting cells
+    for i, w in zip(shown, planned or (), strict=False):
+        widths[i] = w
     table = Table(title=title or None)
     for i in shown:
         key, header = columns[i]
@@ -217,5 +217,5 @@ def _table(
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(table)
     if left_out:
-        console.print(NARROW_LINE.format(width=width, headers=", ".join(left_out)), soft_wrap=True)
+        console.print(NARROW_LINE.format(width=width, headers="; ".join(left_out)), soft_wrap=True)
     return console.file.getvalue().rstrip("\n")  # type: ignore[attr-defined]

@@ -31,6 +31,10 @@ TABLE_KEYS = (
     "gpu_efficiency", "cpu_efficiency", "memory_efficiency", "energy_kwh", "co2_kg", "cost", "next_time",
     "saving_gpu_hours",
 )  # fmt: skip
+#: what a narrow terminal's table leaves out first: the group, its GPU-hours wasted, the share
+#: and the top cause stay
+DROP_FIRST = ("co2_kg", "cost", "trend", "memory_efficiency", "cpu_efficiency", "energy_kwh", "next_time",
+              "saving_gpu_hours", "jobs_flagged", "gpu_efficiency", "jobs", "gpu_hours")  # fmt: skip
 #: the table's short headings
 HEADINGS = {
     "jobs_flagged": "flagged", "gpu_hours": "GPU-h", "gpu_hours_wasted": "wasted GPU-h",
@@ -135,7 +139,8 @@ def report(ctx: Context, by: str, since: str, until: str | None, fmt: str) -> No
     else:
         shown = rows
     title = f"GPU-hours by {group.value}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
-    click.echo(render(shown, columns, output, title=title, empty=f"no GPU jobs ran in that period ({since})"))
+    empty = f"no GPU jobs ran in that period ({since})"
+    click.echo(render(shown, columns, output, title=title, empty=empty, drop_first=DROP_FIRST))
 
 
 def register(cli: click.Group) -> None:

@@ -113,8 +113,8 @@ def value_text(name: str, value: Any) -> str:
         return _bytes(float(value))
     if kind == "rate":
         return f"{value / 1e9:,.2f} GB/s" if value >= 1e8 else f"{value / 1e6:,.1f} MB/s"
-    if kind == "cores":
-        return f"{value:g} cores"
+    if kind == "cores":  # 7.9 cores, 8 cores: a tenth of a core is what a reader can use
+        return f"{value:,.0f} cores" if float(value).is_integer() else f"{value:,.1f} cores"
     if kind == "celsius":
         return f"{value:.0f} °C"
     return f"{value:,}" if isinstance(value, int) else f"{value:.3g}"

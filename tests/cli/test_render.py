@@ -63,7 +63,7 @@ def test_a_narrow_table_leaves_columns_out_in_order_instead_of_cutting_cells(
     shown = {header for _, header in WIDE_COLUMNS if f" {header} " in table.splitlines()[1]}
     left_out = [h for h in ("evidence", "account", "user") if h not in shown]
     assert left_out == ["evidence", "account", "user"][: len(left_out)]  # in drop_first's order
-    assert (note.split(" not shown")[0].split(", ") if note else []) == left_out
+    assert (note.split(" not shown")[0].split("; ") if note else []) == left_out
     if width == 200:
         assert not note and "NVLink 483.9 GB/s" in table  # room enough: everything, unwrapped
 

@@ -102,3 +102,21 @@ def test_cli_table_csv_and_cause(classified) -> None:
     assert list(got[0]) == DOCUMENTED_KEYS
     bad = CliRunner().invoke(cli, ["--db", url, "jobs", "--low-util", "--sort", "nope"])
     assert bad.exit_code == 2
+
+
+def test_an_80_column_table_keeps_every_cause_whole(classified, monkeypatch) -> None:
+    """A narrow terminal leaves the evidence out and says so; it never cuts a cause or job id."""
+    url, built = classified
+    monkeypatch.setenv("COLUMNS", "80")
+    table = run("--db", url, "jobs", "--low-util", "--since", "1000w")
+    assert table.exit_code == 0, table.output
+    lines = table.output.rstrip("\n").splitlines()
+    assert max(len(line) for line in lines[:-1]) <= 80 and "…" not in table.output
+    for cause in ("idle_allocation", "input_bound", "no_mixed_precision"):
+        assert cause in table.output
+    assert job_of(built, "input-cpu-saturated") in table.output
+    assert lines[-1].startswith("80-column terminal: evidence") and "not shown" in lines[-1]
+    monkeypatch.setenv("COLUMNS", "250")
+    wide = run("--db", url, "jobs", "--low-util", "--since", "1000w")
+    header = next(line for line in wide.output.splitlines() if "cause" in line)
+    assert "evidence" in header and "not shown" not in wide.output

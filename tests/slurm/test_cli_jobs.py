@@ -99,7 +99,7 @@ def test_filters(filled) -> None:
 def test_table_and_csv(filled) -> None:
     table = run("--db", filled, "jobs", "--since", "7d")
     assert table.exit_code == 0
-    assert "n1:0,n1:1" in table.output and "Slurm jobs (since 7d)" in table.output
+    assert "n1 gpu0,1" in table.output and "Slurm jobs (since 7d)" in table.output  # CSV: n1:0,n1:1
     line = next(line for line in table.output.splitlines() if "│ 101 " in line)
     assert "25%" in line and re.search(r"│ 0h1[01]m ", line)  # util in percent, duration as 0h10m
     out = run("--db", filled, "jobs", "--since", "7d", "--format", "csv").output

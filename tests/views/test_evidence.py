@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuwatch.classify.rules import idle_allocation, input_bound
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
-from gpuwatch.views.evidence import LABELS, evidence_sentences
+from gpuwatch.views.evidence import LABELS, evidence_sentences, value_text
 from tests.classify.rules.window import window
 
 RULES = Path(__file__).resolve().parents[2] / "gpuwatch" / "classify"
@@ -57,3 +57,9 @@ def test_missing_and_notes():
     }
     assert evidence_sentences(evidence) == ["Not measured: SM activity.", "Steps are short."]
     assert evidence_sentences(None) == []
+
+
+def test_cores_read_to_a_tenth():
+    assert value_text("cpu_used_cores", 7.93478) == "7.9 cores"
+    assert value_text("cpu_allocated_cores", 8.0) == "8 cores"
+    assert value_text("cpu_allocated_cores", 1024) == "1,024 cores"
