@@ -240,20 +240,39 @@ def _finish_attempt(
     )
 
 
-def mark_sent(
-    engine: sa.Engine, claim_: Claim, worker: str, now: datetime, code: int | None, detail: str | None
+def _end_attempt(
+    engine: sa.Engine,
+    claim_: Claim,
+    worker: str,
+    now: datetime,
+    outcome: str,
+    code: int | None,
+    detail: str | None,
+    **row: Any,
 ) -> bool:
+    """Give up this worker's lease on the claimed row, setting ``row``'s columns, and close its
+    attempt as ``outcome``, in one transaction. False when the lease had passed to another worker:
+    the row is left as that worker has it, and the attempt is closed all the same."""
     t = alert_outbox.c
     with engine.begin() as conn:
         n = conn.execute(
             alert_outbox.update()
             .where(t.id == claim_.row.id, t.lease_owner == worker)
-            .values(status=SENT, sent_at=now, lease_owner=None, lease_until=None, last_error=None)
+            .values(lease_owner=None, lease_until=None, **row)
         ).rowcount
-        _finish_attempt(conn, claim_, now, "sent", code, detail)
-    if n != 1:
-        log.warning("outbox %d: sent, but the lease had passed to another worker", claim_.row.id)
+        _finish_attempt(conn, claim_, now, outcome, code, detail)
     return n == 1
+
+
+def mark_sent(
+    engine: sa.Engine, claim_: Claim, worker: str, now: datetime, code: int | None, detail: str | None
+) -> bool:
+    ended = _end_attempt(
+        engine, claim_, worker, now, "sent", code, detail, status=SENT, sent_at=now, last_error=None
+    )
+    if not ended:
+        log.warning("outbox %d: sent, but the lease had passed to another worker", claim_.row.id)
+    return ended
 
 
 def mark_retry(
@@ -267,35 +286,26 @@ def mark_retry(
     *,
     outcome: str = "retry",
 ) -> None:
-    t = alert_outbox.c
-    with engine.begin() as conn:
-        conn.execute(
-            alert_outbox.update()
-            .where(t.id == claim_.row.id, t.lease_owner == worker)
-            .values(
-                status=PENDING,
-                not_before=not_before,
-                lease_owner=None,
-                lease_until=None,
-                handoff_at=None,
-                last_error=error[:2000],
-            )
-        )
-        _finish_attempt(conn, claim_, now, outcome, code, error)
+    _end_attempt(
+        engine,
+        claim_,
+        worker,
+        now,
+        outcome,
+        code,
+        error,
+        status=PENDING,
+        not_before=not_before,
+        handoff_at=None,
+        last_error=error[:2000],
+    )
 
 
 def mark_final(
     engine: sa.Engine, claim_: Claim, worker: str, now: datetime, status: str, error: str, code: int | None
 ) -> None:
     """``failed`` or ``in_doubt``: kept, never retried on its own (``retry`` requeues it)."""
-    t = alert_outbox.c
-    with engine.begin() as conn:
-        conn.execute(
-            alert_outbox.update()
-            .where(t.id == claim_.row.id, t.lease_owner == worker)
-            .values(status=status, lease_owner=None, lease_until=None, last_error=error[:2000])
-        )
-        _finish_attempt(conn, claim_, now, status, code, error)
+    _end_attempt(engine, claim_, worker, now, status, code, error, status=status, last_error=error[:2000])
 
 
 def requeue(engine: sa.Engine, ids: Sequence[int], now: datetime) -> int:

@@ -47,7 +47,6 @@ import importlib
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,6 +57,7 @@ from gpuwatch.collectors.gpu_backend import (
     DevicePoller,
     GpuBackend,
     GpuBackendUnavailable,
+    PolledDevice,
     clamp_ratio,
     order_reasons,
     poll_means,
@@ -76,8 +76,6 @@ LOST_STATUSES = frozenset({31, 12, 34, 54, 0xFFFFFFFF})
 RETRY_STATUSES = frozenset({8, 9, 30})
 #: XGMI data counters are in kilobytes (``xgmi_read_data_acc``, "KB"); read as 1000 bytes
 XGMI_KB = 1000
-#: polls kept per device if nobody calls sample(): an hour at 1 Hz
-_MAX_POLLS = 3600
 
 #: ``amdsmi_get_violation_status`` "active" flags (MI300+) and the wire's reason names for them:
 #: PPT is package power tracking (the power cap), PROCHOT a hardware slowdown signal, the
@@ -153,23 +151,12 @@ class _Poll:
 
 
 @dataclass
-class _Device:
-    """One GPU's cached handle and identity, and what we learned about it so far."""
+class _Device(PolledDevice):
+    """One AMD GPU: what every vendor backend keeps, and what amdsmi's readings need besides
+    (``unsupported`` holds the calls that raised a not-supported status or are missing)."""
 
-    index: int
-    handle: Any
-    uuid: str | None = None
-    name: str | None = None
-    pci_bus_id: str | None = None
-    lost: bool = False
     opened: bool = False
-    #: call keys that raised a not-supported status (or are missing): never asked again
-    unsupported: set[str] = field(default_factory=set)
-    #: (call key, error) pairs already logged
-    logged: set[tuple[str, str]] = field(default_factory=set)
-    polls: deque[_Poll] = field(default_factory=lambda: deque(maxlen=_MAX_POLLS))
     gfx_clock_max_hz: float | None = None
-    memory_clock_max_hz: float | None = None
     #: (monotonic time, read KB, write KB) of the previous XGMI reading
     xgmi_prev: tuple[float, float | None, float | None] | None = None
     #: pid -> (monotonic time, cumulative GFX engine ns) of the previous process list
@@ -257,8 +244,7 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
         if code in RETRY_STATUSES:
             return None
         message = describe(exc)
-        if (key, message) not in dev.logged:
-            dev.logged.add((key, message))
+        if dev.first_failure(key, message):
             log.warning("GPU %d: %s failed: %s", dev.index, key, message)
         return None
 

@@ -15,7 +15,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +26,7 @@ from gpuwatch.wire.v1 import _Sample
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 def parse_uint(text: str) -> int:
@@ -35,6 +36,16 @@ def parse_uint(text: str) -> int:
     if not value.isdigit():
         raise ValueError(f"not a non-negative integer: {value!r}")
     return int(value)
+
+
+def counter_deltas(prev: C, cur: C) -> C | None:
+    """Per-counter increase between two snapshots of a dataclass of cumulative counters (one
+    device's ``/proc/diskstats`` or ``/proc/net/dev`` line); None if any counter went backwards
+    (a reset or wrap: no rate this cycle)."""
+    deltas = {f.name: getattr(cur, f.name) - getattr(prev, f.name) for f in fields(cur)}
+    if any(d < 0 for d in deltas.values()):
+        return None
+    return replace(cur, **deltas)
 
 
 def read_parsed(path: Path, parse: Callable[[str], T]) -> T:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from gpuwatch.collectors.base import Collector, read_parsed, register_proc_file
+from gpuwatch.collectors.base import Collector, counter_deltas, read_parsed, register_proc_file
 from gpuwatch.config import HostPaths
 from gpuwatch.wire import DiskSample
 
@@ -93,18 +93,18 @@ def disk_sample(
     """Rates and busy ratio of one device; None if a counter went backwards or no time passed."""
     if elapsed_s <= 0:
         return None
-    d = {f.name: getattr(cur, f.name) - getattr(prev, f.name) for f in fields(DiskCounters)}
-    if any(v < 0 for v in d.values()):
+    d = counter_deltas(prev, cur)
+    if d is None:
         log.debug("%s: a /proc/diskstats counter went backwards (reset); no rate this cycle", name)
         return None
     return DiskSample(
         ts=now,
         device=name,
-        read_bytes_per_s=d["sectors_read"] * SECTOR_BYTES / elapsed_s,
-        write_bytes_per_s=d["sectors_written"] * SECTOR_BYTES / elapsed_s,
-        reads_per_s=d["reads"] / elapsed_s,
-        writes_per_s=d["writes"] / elapsed_s,
-        busy_ratio=min(1.0, d["io_ticks_ms"] / 1000 / elapsed_s),
+        read_bytes_per_s=d.sectors_read * SECTOR_BYTES / elapsed_s,
+        write_bytes_per_s=d.sectors_written * SECTOR_BYTES / elapsed_s,
+        reads_per_s=d.reads / elapsed_s,
+        writes_per_s=d.writes / elapsed_s,
+        busy_ratio=min(1.0, d.io_ticks_ms / 1000 / elapsed_s),
     )
 
 

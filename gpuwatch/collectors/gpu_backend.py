@@ -17,8 +17,9 @@ import math
 import statistics
 import threading
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -202,12 +203,46 @@ class DeviceLost(Exception):
     """The vendor library said a GPU is gone: aborts reading that device (its sample says lost)."""
 
 
+#: polls kept per device if nobody calls sample(): an hour at 1 Hz
+MAX_POLLS = 3600
+
+
+@dataclass
+class PolledDevice:
+    """One GPU of a vendor backend (NVML, amdsmi): its cached handle and identity, and what the
+    backend learned about it so far. :class:`DevicePoller` and :func:`sample_identity` read these
+    fields; each backend subclasses it with what its own library needs besides."""
+
+    index: int
+    handle: Any = None
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    lost: bool = False
+    #: call keys the library said it cannot answer on this GPU (or that the binding lacks):
+    #: never asked again
+    unsupported: set[str] = field(default_factory=set)
+    #: (call key, error) pairs already logged
+    logged: set[tuple[str, str]] = field(default_factory=set)
+    #: the cheap readings since the last sample, oldest first
+    polls: deque[Any] = field(default_factory=lambda: deque(maxlen=MAX_POLLS))
+    memory_clock_max_hz: float | None = None
+
+    def first_failure(self, key: str, message: str) -> bool:
+        """True the first time call ``key`` fails with ``message`` on this GPU, and remembers it:
+        a failure that repeats every poll is logged once."""
+        if (key, message) in self.logged:
+            return False
+        self.logged.add((key, message))
+        return True
+
+
 class DevicePoller(ThreadOwner):
     """The cheap-readings thread of a vendor backend: every ``poll_interval_s`` one reading of
     each device that answers, appended to its ``polls`` under ``_lock``; a device whose library
     says it is gone is marked lost (logged once) and skipped until the next sample retries it.
 
-    A backend gives ``_devices`` (each with ``lost`` and ``polls``), ``_read_cheap(dev)``, and
+    A backend gives ``_devices`` (its :class:`PolledDevice` subclass), ``_read_cheap(dev)``, and
     may narrow ``_answers(dev)``.
     """
 
@@ -246,15 +281,14 @@ class DevicePoller(ThreadOwner):
     def _read_cheap(self, dev: Any) -> Any:
         raise NotImplementedError
 
-    def _mark_lost(self, dev: Any, exc: Exception) -> None:
+    def _mark_lost(self, dev: PolledDevice, exc: Exception) -> None:
         if not dev.lost:
             log.warning("GPU %d (%s) lost: %s", dev.index, dev.uuid, exc)
         dev.lost = True
 
 
-def sample_identity(dev: Any, now: datetime, interval_s: float) -> dict[str, Any]:
-    """What names a GPU's sample, lost or not: the stamp, the interval and the GPU as last opened
-    (``dev`` has ``index``, ``uuid``, ``name`` and ``pci_bus_id``)."""
+def sample_identity(dev: PolledDevice, now: datetime, interval_s: float) -> dict[str, Any]:
+    """What names a GPU's sample, lost or not: the stamp, the interval and the GPU as last opened."""
     return {
         "ts": now,
         "gpu_index": dev.index,

@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 
-from gpuwatch.collectors.base import Collector, read_parsed, register_proc_file
+from gpuwatch.collectors.base import Collector, counter_deltas, read_parsed, register_proc_file
 from gpuwatch.config import HostPaths
 from gpuwatch.wire import NicSample
 
@@ -65,14 +65,6 @@ def parse_net_dev(text: str) -> dict[str, NetDevCounters]:
             tx_errors=numbers[10],
         )
     return devices
-
-
-def counter_deltas(prev: NetDevCounters, cur: NetDevCounters) -> NetDevCounters | None:
-    """Per-counter increase between two snapshots; None if any counter went backwards."""
-    deltas = {f.name: getattr(cur, f.name) - getattr(prev, f.name) for f in fields(NetDevCounters)}
-    if any(d < 0 for d in deltas.values()):
-        return None
-    return NetDevCounters(**deltas)
 
 
 def nic_samples(

@@ -61,7 +61,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -76,6 +75,7 @@ from gpuwatch.collectors.gpu_backend import (
     GpuBackend,
     GpuBackendUnavailable,
     MigDevice,
+    PolledDevice,
     clamp_ratio,
     mean_or_none,
     mig_index,
@@ -92,8 +92,6 @@ _KIB = 1024
 _MIB = 1024 * 1024
 #: NVML refuses (or returns noise for) GPM metrics from two samples closer than this
 GPM_MIN_SPACING_S = 0.1
-#: polls kept per device if nobody calls sample(): an hour at 1 Hz
-_MAX_POLLS = 3600
 
 #: (pynvml metric constant, GpuSample field, scale to the wire unit): percent -> ratio and
 #: MiB/s -> bytes/s. dcgm-exporter's DCGM_FI_PROF_* fields are the same counters.
@@ -161,22 +159,11 @@ class _Gpm:
 
 
 @dataclass
-class _Device:
-    """One GPU's cached handle and identity, and what we learned about it so far."""
+class _Device(PolledDevice):
+    """One NVIDIA GPU: what every vendor backend keeps, and what NVML's readings need besides
+    (``unsupported`` holds the calls that raised NotSupported/FunctionNotFound)."""
 
-    index: int
-    handle: Any = None
-    uuid: str | None = None
-    name: str | None = None
-    pci_bus_id: str | None = None
-    lost: bool = False
-    #: call keys that raised NotSupported/FunctionNotFound: never asked again
-    unsupported: set[str] = field(default_factory=set)
-    #: (call key, error) pairs already logged
-    logged: set[tuple[str, str]] = field(default_factory=set)
-    polls: deque[_Poll] = field(default_factory=lambda: deque(maxlen=_MAX_POLLS))
     sm_clock_max_hz: float | None = None
-    memory_clock_max_hz: float | None = None
     #: the limit the card boots with (power.default_limit): an enforced limit below it is a cap
     power_default_limit_watts: float | None = None
     gpm: _Gpm | None = None
@@ -276,8 +263,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
         except nv.NVMLError as exc:
             if exc.value in self._no_samples and key in _PROCESS_UTIL_CALLS:
                 return None
-            if (key, str(exc)) not in dev.logged:
-                dev.logged.add((key, str(exc)))
+            if dev.first_failure(key, str(exc)):
                 log.warning("GPU %d: %s failed: %s", dev.index, key, exc)
             return None
 
@@ -616,8 +602,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
                 raise DeviceLost(f"nvmlDeviceGetMigDeviceHandleByIndex: {exc}") from exc
             except nv.NVMLError as exc:
                 dev.mig_recheck = True  # e.g. InvalidArgument: MIG mode was switched off
-                if ("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)) not in dev.logged:
-                    dev.logged.add(("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)))
+                if dev.first_failure("nvmlDeviceGetMigDeviceHandleByIndex", str(exc)):
                     log.warning("GPU %d: nvmlDeviceGetMigDeviceHandleByIndex(%d): %s", dev.index, slot, exc)
                 continue
             found.append(self._mig_device(dev, slot, handle, now, interval_s))

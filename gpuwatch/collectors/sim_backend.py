@@ -703,18 +703,10 @@ class SimulatedBackend(GpuBackend):
         end = scenario.at(t1)
         if end is None:
             return GpuSample(**identity, state="lost")
-        first, last = self._grid(t0) + 1, self._grid(t1)
-        polls = [p for k in range(first, last + 1) if (p := self._poll(index, k, scenario)) is not None]
-        if not polls:
-            polls = [p] if (p := self._poll(index, last, scenario)) is not None else []
+        polls, last = self._interval_polls(index, t0, t1, scenario)
         total = (model.memory_total_bytes - model.memory_reserved_bytes) * slices // MIG_SLOTS
-        used = 0
-        if end.memory_used > 0:
-            noisy = total * end.memory_used * (1.0 + 0.002 * self._jitter(index, last, _CH_MEM))
-            used = min(total, max(0, round(noisy)))
-        gpm: dict[str, float | None] = {}
-        for attr, field in _GPM_FIELDS:
-            gpm[field] = None if not model.has_gpm else mean_or_none(p.gpm[attr] for p in polls if p.gpm)
+        used = self._memory_used(index, last, total, end.memory_used)
+        gpm = self._gpm_means(polls)
         # GPM GRAPHICS_UTIL: the engine-busy share NVML utilization would have given
         engine = mean_or_none(p.util_gpu_pct / 100 for p in polls) if model.has_gpm else None
         return GpuSample(
@@ -742,20 +734,13 @@ class SimulatedBackend(GpuBackend):
         end = scenario.at(t1)
         if end is None:
             return GpuSample(**identity, state="lost", xid_errors=xids or None)
-        first, last = self._grid(t0) + 1, self._grid(t1)
-        polls = [poll for k in range(first, last + 1) if (poll := self._poll(gpu, k)) is not None]
-        if not polls:  # interval shorter than a poll: the latest reading, as NVML would give
-            polls = [poll] if (poll := self._poll(gpu, last)) is not None else []
+        polls, last = self._interval_polls(gpu, t0, t1)
         stats = util_stats([poll.util_gpu_pct / 100 for poll in polls])
         model = self.model
-        usable = model.memory_total_bytes - model.memory_reserved_bytes
-        used = 0
-        if end.memory_used > 0:
-            noisy = usable * end.memory_used * (1.0 + 0.002 * self._jitter(gpu, last, _CH_MEM))
-            used = min(usable, max(0, round(noisy)))
-        gpm: dict[str, float | None] = {}
-        for attr, field in _GPM_FIELDS:
-            gpm[field] = None if not model.has_gpm else mean_or_none(p.gpm[attr] for p in polls if p.gpm)
+        used = self._memory_used(
+            gpu, last, model.memory_total_bytes - model.memory_reserved_bytes, end.memory_used
+        )
+        gpm = self._gpm_means(polls)
         split = gpu in self.mig
         if split:  # in MIG mode: utilization not supported, activity and processes are the instances'
             gpm = dict.fromkeys(gpm)
@@ -789,6 +774,33 @@ class SimulatedBackend(GpuBackend):
             processes=None if split else self._processes(gpu, end, used, stats.mean, polls),
             **gpm,
         )
+
+    def _interval_polls(
+        self, gpu: int, t0: float, t1: float, scenario: Scenario | None = None
+    ) -> tuple[list[_Poll], int]:
+        """The 1 s polls of ``gpu`` in ``(t0, t1]`` and the grid step of the last; an interval
+        shorter than a poll gets the latest reading, as NVML would give."""
+        first, last = self._grid(t0) + 1, self._grid(t1)
+        polls = [poll for k in range(first, last + 1) if (poll := self._poll(gpu, k, scenario)) is not None]
+        if not polls:
+            polls = [poll] if (poll := self._poll(gpu, last, scenario)) is not None else []
+        return polls, last
+
+    def _memory_used(self, gpu: int, k: int, usable: int, level: float) -> int:
+        """Bytes in use at ``level`` (a share of ``usable``) at grid step ``k``, with a 0.2 % jitter;
+        none at level 0, so an idle allocation reads exactly 0."""
+        if level > 0:
+            noisy = usable * level * (1.0 + 0.002 * self._jitter(gpu, k, _CH_MEM))
+            return min(usable, max(0, round(noisy)))
+        return 0
+
+    def _gpm_means(self, polls: list[_Poll]) -> dict[str, float | None]:
+        """Each GPM metric as the mean of the polls' (None on a card without GPM)."""
+        has_gpm = self.model.has_gpm
+        return {
+            field: mean_or_none(p.gpm[attr] for p in polls if p.gpm) if has_gpm else None
+            for attr, field in _GPM_FIELDS
+        }
 
     def _processes(
         self, gpu: int, end: Activity, used: int, util: float | None, polls: list[_Poll]
