@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/ingest.py [--nodes 50] [--cycles 20] [--gpus 8] [--per-batch 1]
                                      [--clients 32] [--workers 2] [--bundle 6,30] [--rounds 3]
-                                     [--skip insert] [--wire 1,2] [--merge 30] [--compare-copy]
+                                     [--skip insert] [--wire 1,2] [--merge 30]
                                      [--steady] [--baseline TREE]
 
 Makes a throwaway database on the server at 127.0.0.1:5432 (or $GPUWATCH_BENCH_PG), then
@@ -25,9 +25,7 @@ With ``--merge K[,K...]``, ``http xN mK``: K consecutive one-cycle batches of a 
 into ONE v2 batch by the agent's own code (``gpuwatch/agent/merge.py``), one per request, as
 an agent sends its spool backlog (or ``agent.push_every = K``) with ``agent.merge_backlog``,
 and ``http xN wW mK`` the same against ``daemon.workers = W`` when ``--workers`` W > 1.
-With ``--compare-copy`` each merged mode also runs as ``... c512``: the daemon with
-``daemon.copy_min_rows = 512`` (a group's GPU rows by binary COPY, ``daemon/store/pg_copy.py``), side
-by side with the default (every table by the unnest INSERT). ``--steady`` adds ``http xN mK``
+``--steady`` adds ``http xN mK``
 with K = ``agent.push_every``'s default (what every agent sends in steady state) and prints its
 ratio to raw COPY, per round and of the medians. ``--baseline TREE`` runs each http mode a
 second time as ``... base``, against the daemon of another source tree (``git archive <commit> |
@@ -274,7 +272,6 @@ def bench_http(
     pure_python: bool = False,
     version: int = 1,
     merged: int = 1,
-    copy_min_rows: int | None = None,
     source: Path | None = None,
 ) -> tuple[float, list[float]]:
     """POST every batch to a real ``gpuwatch daemon`` process from ``clients`` threads at once,
@@ -295,8 +292,6 @@ def bench_http(
         env = {"GPUWATCH_DAEMON__WORKERS": str(workers)}
         if pure_python:
             env.update(GPUWATCH_DAEMON__HTTP_PARSER="h11", GPUWATCH_DAEMON__EVENT_LOOP="asyncio")
-        if copy_min_rows is not None:
-            env["GPUWATCH_DAEMON__COPY_MIN_ROWS"] = str(copy_min_rows)
         daemon = DaemonProcess(db_url, Path(tmp) / "daemon.log", env=env, source=source)
         daemon.start()
         try:
@@ -390,12 +385,6 @@ def main() -> None:
         "many one-cycle batches of a node merged into one v2 batch per request (agent.merge_backlog)",
     )
     ap.add_argument(
-        "--compare-copy",
-        action="store_true",
-        help="also run each merged mode with daemon.copy_min_rows = 512 (a merged backlog's GPU rows "
-        "by binary COPY; the default 0 sends every table by the unnest INSERT), suffix 'c512'",
-    )
-    ap.add_argument(
         "--steady",
         action="store_true",
         help=f"add the mode of steady state at the default config (merged {DEFAULT_PUSH_EVERY}: "
@@ -432,8 +421,6 @@ def main() -> None:
     steady = f"http x{args.clients} m{DEFAULT_PUSH_EVERY}"
     if args.steady and steady not in modes:
         modes.append(steady)
-    if args.compare_copy:
-        modes = [twin for m in modes for twin in ((m, f"{m} c512") if " m" in m else (m,))]
     if args.baseline is not None:
         modes = [twin for m in modes for twin in ((m, f"{m} base") if m.startswith("http") else (m,))]
     results: dict[str, list[float]] = {m: [] for m in modes}
@@ -477,7 +464,6 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
             pure_python = " py" in mode
             version = 2 if " v2" in mode else 1
             merged = int(mode.split(" m")[1].split()[0]) if " m" in mode else 1
-            copy_min_rows = int(mode.split(" c")[1].split()[0]) if " c" in mode else None
             source = args.baseline if mode.endswith(" base") else None
             elapsed, lat = bench_http(
                 url,
@@ -489,7 +475,6 @@ def run_mode(mode: str, args: argparse.Namespace) -> float:
                 pure_python,
                 version,
                 merged,
-                copy_min_rows,
                 source,
             )
         else:

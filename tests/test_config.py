@@ -121,3 +121,17 @@ def test_retention_tiers_nest_raw_inside_minutes_inside_hours():
         load_settings(None, retention={"minute_days": 60, "rollup_days": 30})
     loaded = load_settings(None, retention={"raw_days": 7, "minute_days": 30, "rollup_days": 30})
     assert loaded.retention.minute_days == 30
+
+
+def test_a_retired_key_is_ignored_with_a_warning_and_a_typo_still_stops(tmp_path, caplog):
+    """A config written for an older version starts: ``daemon.copy_min_rows`` (retired) is
+    dropped and named in a warning; a key that never existed still stops start-up."""
+    cfg = tmp_path / "gpuwatch.toml"
+    cfg.write_text("[daemon]\ncopy_min_rows = 512\ningest_writers = 3\n")
+    with caplog.at_level("WARNING"):
+        settings = load_settings(cfg)
+    assert settings.daemon.ingest_writers == 3 and not hasattr(settings.daemon, "copy_min_rows")
+    assert any("copy_min_rows is retired and ignored" in r.getMessage() for r in caplog.records)
+    cfg.write_text("[daemon]\ncopy_min_row = 512\n")
+    with pytest.raises(ConfigError, match="copy_min_row"):
+        load_settings(cfg)

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -175,6 +175,11 @@ class AgentConfig(Section):
 
 
 class DaemonConfig(Section):
+    RETIRED: ClassVar[dict[str, str]] = {
+        "copy_min_rows": "daemon.copy_min_rows loaded row tables by COPY; every sample table is now "
+        "packed (a row per node and push) and goes by one INSERT"
+    }
+
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     max_batch_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     partition_days_ahead: int = Field(3, ge=1, le=60)
@@ -184,16 +189,6 @@ class DaemonConfig(Section):
     )
     ingest_writers: int = Field(
         2, ge=1, le=16, description="Group-commit writer threads (PostgreSQL; SQLite uses one)."
-    )
-    copy_min_rows: int = Field(
-        0,  # sql/ingest.COPY_MIN_ROWS (tests/daemon/store/test_batch_store.py keeps them equal)
-        ge=0,
-        description=(
-            "PostgreSQL: a sample table with at least this many rows in one commit group is loaded "
-            "by binary COPY (512: a merged backlog's GPU rows); 0 never. Measured: a third less "
-            "database CPU per cycle, 10-70 % more daemon CPU; for sites whose "
-            "database server, not the daemons, is what runs out (docs/scaling.md)."
-        ),
     )
     workers: int = Field(
         1,

@@ -91,7 +91,7 @@ def create_app(settings: Settings, engine: sa.Engine) -> FastAPI:
         version=__version__,
         description="Ingest of agent batches (wire format v1) and read-only views.",
     )
-    store = BatchStore(engine, copy_min_rows=settings.daemon.copy_min_rows)
+    store = BatchStore(engine)
     # SQLite has one writer at a time anyway; PostgreSQL takes several
     threads = settings.daemon.ingest_writers if engine.dialect.name == "postgresql" else 1
     writer = IngestWriter(store, threads=threads)

@@ -23,9 +23,7 @@ How rows go in depends on the database (``BulkMode``):
   ``INSERT ... SELECT * FROM unnest(%b::type[], ...)`` with ``RETURNING``. Why not ``COPY`` per table:
   COPY cannot pipeline, needs a savepoint round trip per table, and building its rows in
   Python cost more than the insert saves (``bench/store_ab.py``, figures in
-  ``bench/README.md``). A table with many rows in one group can still go by binary COPY, from
-  the columns (``BatchStore.copy_min_rows``, off by default, ``daemon/store/pg_copy.py``): a
-  third less server CPU, more daemon CPU.
+  ``bench/README.md``).
 * ``insert`` (SQLite, and a portable reference on PostgreSQL): SQLAlchemy inserts of dict rows
   (packs) per table, not pipelined. One query reads the spans of the stored packs the group's
   may meet; a pack that meets none (nor another of the group) and holds no reading twice goes
@@ -55,7 +53,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuwatch.clock import utcnow
-from gpuwatch.daemon.store import packing, pg_arrays, pg_copy
+from gpuwatch.daemon.store import packing, pg_arrays
 from gpuwatch.daemon.store.columns import BatchColumns, columns_of
 from gpuwatch.sql import readings
 from gpuwatch.sql.buckets import floor_hour
@@ -133,14 +131,6 @@ class BulkMode(str, Enum):
     UNNEST = "unnest"
 
 
-#: rows of one table in one group from which the store loads it by ``COPY`` (0: never, the
-#: default). Measured with 512, i.e. a merged backlog's GPU rows (``python bench/ingest.py
-#: --merge 64 --compare-copy``, figures in ``bench/README.md``): PostgreSQL's CPU per cycle fell
-#: by about a third, the daemon's rose by 10-70 %, and one daemon process sharing 2 cores with
-#: the database ingested 4-31 % less. Worth it only where the database server, not the
-#: daemons, is what runs out (``docs/scaling.md``).
-COPY_MIN_ROWS = 0
-
 #: ``gpus.last_seen_at`` is refreshed at most this often per GPU when its identity is unchanged
 GPU_IDENTITY_REFRESH_S = 600.0
 
@@ -158,13 +148,8 @@ _NODE_SEEN = (
 class BatchStore:
     """Writes batches; owns the partition cache so DDL runs once per new day."""
 
-    def __init__(
-        self, engine: sa.Engine, bulk: BulkMode | str | None = None, copy_min_rows: int = COPY_MIN_ROWS
-    ) -> None:
+    def __init__(self, engine: sa.Engine, bulk: BulkMode | str | None = None) -> None:
         self.engine = engine
-        #: ``unnest`` mode: a table with at least this many rows in a group goes by binary COPY
-        #: (``daemon/store/pg_copy.py``); 0: never
-        self.copy_min_rows = copy_min_rows
         self.partitions = PartitionManager(engine)
         self._tables = {t.name: t for t in PACK_TABLES}
         is_pg = engine.dialect.name == "postgresql"
@@ -310,10 +295,7 @@ class BatchStore:
         dicts. The tables' inserts go as ONE statement (data-modifying CTEs, :func:`_as_one`): its
         text depends only on which tables have rows, so psycopg prepares it, and per-statement
         overhead (a tenth of a millisecond each in psycopg) is paid once. Everything, ``then``
-        included, goes in one pipeline sync. A table with ``copy_min_rows`` or more rows in the
-        group (a merged backlog's GPU rows) goes before that by binary COPY instead, which costs
-        the server about a third less CPU per cycle but a round trip of its own and more client
-        CPU (``daemon/store/pg_copy.py``).
+        included, goes in one pipeline sync.
         Optimistic: the rows first go without ``ON CONFLICT`` inside a savepoint, a quarter less
         server CPU (``bench/README.md``); a sample already stored (a restored spool copy re-sent
         under new batch ids, or twice in one group) is a unique violation, and then all of it runs
@@ -326,27 +308,14 @@ class BatchStore:
             statements = list(self._unnest_statements(stored))
         except packing.RepeatedReadings:
             statements = None
-        copied: list[tuple[_UnnestInsert, list]] = []
-        inserted: list[tuple[Any, list]] = []
-        for insert, arrays in statements or ():
-            if isinstance(insert, _UnnestInsert) and 0 < self.copy_min_rows <= len(arrays[0]):
-                copied.append((insert, arrays))
-            else:
-                inserted.append((insert, arrays))
         with psycopg.RawCursor(_dbapi(conn)) as cur:
             pg_arrays.register(cur)
             try:
                 if statements is None:  # a GPU reading twice in the group: a batch at a time
                     raise _Repeated
-                if copied:  # COPY cannot join the pipeline: these go first, each its round trip
-                    with _sa_errors():
-                        cur.execute("SAVEPOINT gpuwatch_rows")
-                        for insert, arrays in copied:
-                            pg_copy.copy_columns(cur, insert.table, arrays)
                 with _pipelined(conn):
-                    if not copied:
-                        cur.execute("SAVEPOINT gpuwatch_rows")
-                    for inserts, params in _chunks(inserted):
+                    cur.execute("SAVEPOINT gpuwatch_rows")
+                    for inserts, params in _chunks(statements):
                         cur.execute(_numbered(_as_one([insert.sql for insert, _ in inserts])), params)
                     then()
                     cur.execute("RELEASE SAVEPOINT gpuwatch_rows")

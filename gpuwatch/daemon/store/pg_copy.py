@@ -1,12 +1,12 @@
-"""Rows into a PostgreSQL table by binary ``COPY``: what the store uses for a group's large tables.
+"""Rows into a PostgreSQL table by binary ``COPY``: the benches' physical limit (``bench/ingest.py``'s
+``raw-copy``, ``bench/packed_layout.py``), against which the store's INSERTs are measured.
 
 COPY is the cheapest way PostgreSQL loads rows: it writes them in multi-row heap batches, with
 no executor plan, no per-row function scan and fewer WAL records than an ``INSERT ... SELECT
 FROM unnest(...)``. Measured on the ingest path (``bench/ingest.py``): for 64-cycle merged
 batches the server spent about a third less CPU per cycle with COPY and the daemon 10-70 %
 more (``bench/README.md``), and COPY cannot join psycopg's pipeline (a round trip per table).
-So the store uses it only when told to, for tables with many rows in a group
-(``BatchStore.copy_min_rows``, ``daemon.copy_min_rows``; off by default).
+The store does not use it: every sample table is packed, a few rows per group.
 
 Rows are formatted by psycopg's binary COPY writer (C, in ``psycopg[binary]``) from the group's
 columns, zipped into rows in C: no per-row Python beyond the loop that hands them over.

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import sqlalchemy as sa
 
-from gpuwatch.daemon.store.batch_store import COPY_MIN_ROWS, BatchStore, IngestStatus, count_rows
+from gpuwatch.daemon.store.batch_store import BatchStore, IngestStatus, count_rows
 from gpuwatch.sql.gpu_readings import count_gpu_samples, gpu_samples_per_node, read_gpu_samples
 from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.partitions import list_partitions
@@ -221,11 +221,10 @@ def _relative(row: dict, start) -> dict:
     return out
 
 
-@pytest.mark.parametrize("copy_min_rows", [0, 1, 100], ids=["unnest", "copy", "mixed"])
-def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
-    """The PostgreSQL fast path (unnest INSERTs, one statement per group; with ``copy_min_rows``
-    = 1 every sample table by binary COPY instead) stores exactly what the portable executemany
-    path stores, in every table and column, and stores a sample sent twice once either way."""
+def test_unnest_and_insert_store_the_same_rows(pg_engine):
+    """The PostgreSQL fast path (pack INSERTs, one statement per group) stores exactly what the
+    portable executemany path stores, in every table and column, and stores a sample sent twice
+    once either way."""
     engine = pg_engine
     node_id = _node_id(engine)
     assert BatchStore(engine).bulk.value == "unnest"  # the default on PostgreSQL
@@ -238,7 +237,7 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
             "samples": [s.model_copy(update={"ts": s.ts + shift}) for s in big.samples],
         }
     )
-    fast_store = BatchStore(engine, bulk="unnest", copy_min_rows=copy_min_rows)
+    fast_store = BatchStore(engine, bulk="unnest")
     fast_store.store(node_id, big)
     assert fast_store.conflict_retries == 0  # nothing stored twice: no second try
     BatchStore(engine, bulk="insert").store(node_id, shifted)
@@ -264,7 +263,7 @@ def test_unnest_and_insert_store_the_same_rows(pg_engine, copy_min_rows):
     again = big.model_copy(
         update={"batch_id": factories.wire.Batch(node="x", agent_version="t", samples=[]).batch_id}
     )
-    store = BatchStore(engine, copy_min_rows=copy_min_rows)
+    store = BatchStore(engine)
     store.store(node_id, again)
     assert store.conflict_retries == 1  # the optimistic insert met them and went again
     with engine.connect() as conn:
@@ -315,17 +314,16 @@ def test_sample_in_another_zone_is_filed_under_its_utc_day(engine):
     assert stored == ts and stored.astimezone(timezone.utc).day == 19
 
 
-@pytest.mark.parametrize("copy_min_rows", [0, 1], ids=["unnest", "copy"])
-def test_unnest_refuses_a_string_longer_than_its_column(pg_engine, copy_min_rows):
+def test_unnest_refuses_a_string_longer_than_its_column(pg_engine):
     """The HTTP path validates lengths first; a direct caller with an unvalidated model gets an
-    error, never a silently truncated value (by unnest INSERT and by COPY alike)."""
+    error, never a silently truncated value."""
     node_id = _node_id(pg_engine)
     cycle = factories.host_samples(factories.T0)
     nic = next(s for s in cycle if s.kind == "nic")
     too_long = nic.model_construct(**{**vars(nic), "device": "x" * 65})  # the column is VARCHAR(64)
     batch = factories.wire.Batch.model_construct(**{**vars(factories.batch(cycles=0)), "samples": [too_long]})
     with pytest.raises(sa.exc.DataError, match="too long"):
-        BatchStore(pg_engine, copy_min_rows=copy_min_rows).store(node_id, batch)
+        BatchStore(pg_engine).store(node_id, batch)
     with pg_engine.connect() as conn:
         assert count_rows(conn)["nic_samples"] == 0
         assert conn.execute(sa.select(sa.func.count()).select_from(ingested_batches)).scalar() == 0
@@ -341,12 +339,6 @@ def test_unnest_statements_are_numbered_once_for_a_raw_cursor():
     assert _numbered("SAVEPOINT x") == "SAVEPOINT x"
     with pytest.raises(ValueError, match="only %b"):
         _numbered("SELECT %s, %b")  # anything else would reach PostgreSQL as it stands
-
-
-def test_the_daemon_default_is_the_stores():
-    from gpuwatch.config import Settings
-
-    assert Settings().daemon.copy_min_rows == COPY_MIN_ROWS
 
 
 def _with_new_id(batch):
