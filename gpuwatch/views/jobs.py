@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -173,7 +173,7 @@ def _jobs_query(conn: sa.Connection, f: JobFilters, now: datetime) -> list[JobSu
     rows = conn.execute(stmt).mappings().all()
     ids = [r["job_id"] for r in rows]
     mapped = _by_job_gpus(conn, ids)
-    missing = [i for i in ids if i not in mapped]
+    missing = [r for r in rows if r["job_id"] not in mapped]
     attributed = _by_attribution(conn, missing) if missing else {}
     util = _utilization(conn, rows, now)
     out = []
@@ -229,12 +229,20 @@ def _by_job_gpus(conn: sa.Connection, ids: Sequence[str]) -> dict[str, tuple[lis
     return {job_id: (labels, source[job_id]) for job_id, labels in gpus.items()}
 
 
-def _by_attribution(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[str]]:
+#: how long before its Slurm start an agent may already attribute a GPU to a job (clocks apart)
+ATTRIBUTION_LEAD = timedelta(hours=1)
+
+
+def _by_attribution(conn: sa.Connection, rows: Sequence[sa.RowMapping]) -> dict[str, list[str]]:
     """Job id -> the GPUs the agents attributed to it, for jobs with no ``job_gpus`` yet (the
-    rollup pass stores the agents' map once it rolls the job's minutes)."""
+    rollup pass stores the agents' map once it rolls the job's minutes). Read from the jobs'
+    earliest start on (less :data:`ATTRIBUTION_LEAD`) where every start is known: SQLite unpacks
+    the host packs it reads, and these are the jobs that started last."""
     found: dict[str, set[tuple[str, int]]] = defaultdict(set)
-    for chunk in _chunks(list(ids)):
-        a = samples_between(conn, "attribution", job_ids=chunk).c
+    starts = [r["start_at"] for r in rows]
+    since = min(starts) - ATTRIBUTION_LEAD if starts and None not in starts else None
+    for chunk in _chunks([r["job_id"] for r in rows]):
+        a = samples_between(conn, "attribution", since, job_ids=chunk).c
         for job_id, node, idx in conn.execute(
             sa.select(a.job_id, nodes.c.name, a.gpu_index)
             .join(nodes, nodes.c.id == a.node_id)

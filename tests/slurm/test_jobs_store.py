@@ -215,3 +215,17 @@ def test_two_upserts_in_one_transaction(engine) -> None:
         jobs.upsert_jobs(conn, [dataclasses.replace(b, name="b")], NOW)
     got = rows(engine)
     assert (got["80"]["state"], got["81"]["state"], got["81"]["name"]) == ("COMPLETED", "RUNNING", "b")
+
+
+def test_agent_attribution_is_read_from_the_jobs_start_and_without_one(engine) -> None:
+    """The look-up reads attribution from the earliest start (less ATTRIBUTION_LEAD) on; a job
+    whose start Slurm never gave is still found, read without a bound."""
+    started = SlurmJob("71", "sacct-json", user="bob", state="COMPLETED", start=T0, end=NOW)
+    no_start = SlurmJob("72", "sacct-json", user="eve", state="COMPLETED", start=None, end=None)
+    with engine.begin() as conn:
+        jobs.upsert_jobs(conn, [started, no_start], NOW)
+    early = T0 - views.jobs.ATTRIBUTION_LEAD + timedelta(minutes=5)  # an agent's clock ahead of Slurm's
+    _node_with_samples(engine, "gpu08", {3: [0.2]}, early, attribution={3: "71"})
+    _node_with_samples(engine, "gpu09", {5: [0.5]}, T0, attribution={5: "72"})
+    got = {j.job_id: j.gpu_list for j in views.jobs_query(engine, now=NOW)}
+    assert got == {"71": ["gpu08:3"], "72": ["gpu09:5"]}
