@@ -692,10 +692,10 @@ job_totals = sa.Table(
 )
 sa.Index("ix_job_totals_span", job_totals.c.data_from, job_totals.c.data_to)
 
-#: each job's newest evaluation time, and whether it found waste, kept by triggers on
-#: ``verdicts`` (migrations 0010, 0017): the listing and the job page find a job's latest
-#: verdicts by this and the (job, time) index, without a pass over the verdict history, and a
-#: listing of waste reads the wasting jobs' rows only
+#: each job's newest evaluation time, whether it found waste and the verdict it shows, kept by
+#: triggers on ``verdicts`` (migrations 0010, 0017, 0025): the job page finds a job's latest
+#: verdicts by this and the (job, time) index, without a pass over the verdict history, and the
+#: listing of waste sorts and pages these rows, reading the shown verdicts of its page alone
 newest_evaluations = sa.Table(
     "newest_evaluations",
     metadata,
@@ -703,6 +703,11 @@ newest_evaluations = sa.Table(
     sa.Column("evaluated_at", UtcDateTime, nullable=False),
     # a verdict of that evaluation names a cause other than healthy
     sa.Column("waste", sa.Boolean, nullable=False, server_default=sa.false()),
+    # the verdict that evaluation shows (``Evaluation.shown``; None: none leads with waste), and
+    # its GPU-hours wasted and mean utilization, the listing's sort keys (migration 0025)
+    _i("shown_id"),
+    _d("shown_wasted"),
+    _d("shown_util"),
 )
 sa.Index("ix_newest_evaluations_evaluated", newest_evaluations.c.evaluated_at)
 sa.Index(
