@@ -6,11 +6,11 @@ whole-job window's leading verdict, or the recent window's when the whole job lo
 Each row says which window it comes from (``window_kind``), and its GPU-hours wasted are that
 stored verdict's, so every surface reports the same number for the same job.
 
-It reads ``newest_evaluations`` (each job's newest evaluation and the verdict it shows, kept by
-triggers on ``verdicts``) joined to ``slurm_jobs``, then ``verdicts`` by id — never samples. The
-listing is sorted, counted and paged in SQL on the stored ids and sort keys, so a page costs the
-verdict rows it shows plus the database's pass over ``newest_evaluations``. ``cause`` picks
-per job at query time instead (:func:`shown_select`).
+It reads ``shown_verdicts`` (the verdict each job's newest evaluation shows, kept by triggers on
+``verdicts``) joined to ``slurm_jobs`` — never samples, and no ``verdicts`` row. The listing is
+sorted, counted and paged in SQL on the shown verdicts' ids and sort keys, then the page's rows
+are read, so a page costs the rows it shows plus the database's pass over the wasting jobs.
+``cause`` picks per job at query time instead (:func:`shown_select`) and reads ``verdicts``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from gpuwatch.slurm.model import HOLDING_STATES, TERMINAL_STATES
 from gpuwatch.sql.buckets import epoch_seconds
 from gpuwatch.sql.engine import is_postgres
 from gpuwatch.sql.jobs import CHUNK
-from gpuwatch.sql.schema import newest_evaluations, slurm_jobs, verdicts
+from gpuwatch.sql.schema import shown_verdicts, slurm_jobs, verdicts
 from gpuwatch.views.evaluations import (
     LISTED_COLUMNS,
     Evaluation,
@@ -148,34 +148,33 @@ def _order(conn: sa.Connection, sort: str, listed: Any, now: datetime) -> tuple[
 
 @dataclass(frozen=True)
 class _Listed:
-    """What the listing sorts and filters by, before a verdict row is read."""
+    """Where the listing's verdicts come from: ``verdicts`` columns of a table, its rows found
+    by ``key`` (the job, or the verdict id); the listed query picks them."""
 
-    job_id: Any
-    verdict_id: Any
-    gpu_hours_wasted: Any
-    mean_util_ratio: Any
+    table: sa.Table
+    key: str
+    query: sa.Select[Any]
+    columns: Any
 
 
-def _listed(f: LowUtilFilters) -> tuple[sa.Select[Any], _Listed]:
-    """The listed jobs' shown verdict ids (joined to nothing yet), and their sort keys.
+def _listed(f: LowUtilFilters) -> _Listed:
+    """The listed jobs' shown verdicts, before any filter on ``slurm_jobs``.
 
-    Without a cause: the verdict each job's newest evaluation shows, stored in
-    ``newest_evaluations`` with its sort keys (migration 0025), so the listing never reads the
-    verdicts of a job it does not show. With one: picked per job in SQL (:func:`shown_select`).
+    Without a cause: the verdict each job's newest evaluation shows, stored in ``shown_verdicts``
+    (migration 0025), so the listing reads no ``verdicts`` row. With one: picked per job in SQL
+    (:func:`shown_select`), then read from ``verdicts`` by id.
     """
     if f.cause is None:
-        n = newest_evaluations.c
-        listed = _Listed(n.job_id, n.shown_id, n.shown_wasted, n.shown_util)
-        query = sa.select(newest_evaluations).where(n.waste, n.shown_id.is_not(None))
+        s = shown_verdicts.c
+        query = sa.select(shown_verdicts)
         if f.evaluated_since is not None:
-            query = query.where(n.evaluated_at >= f.evaluated_since)
+            query = query.where(s.evaluated_at >= f.evaluated_since)
         if f.job_ids is not None:
-            query = query.where(n.job_id.in_(list(f.job_ids)))
-        return query, listed
+            query = query.where(s.job_id.in_(list(f.job_ids)))
+        return _Listed(shown_verdicts, "job_id", query, s)
     picked = shown_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids, cause=f.cause)
     shown = picked.subquery("shown")
-    c = shown.c
-    return sa.select(shown), _Listed(c.job_id, c.id, c.gpu_hours_wasted, c.mean_util_ratio)
+    return _Listed(verdicts, "id", sa.select(shown), shown.c)
 
 
 #: the ``slurm_jobs`` columns read beside the verdict (as ``job_<name>``), in the order
@@ -204,7 +203,7 @@ def low_util_page(
     ``filters.limit`` of them from ``offset``, and the count of all.
 
     Sorted, counted and paged in SQL on the stored shown verdicts (:func:`_listed`), so a page of
-    50 reads 50 verdict rows. Listed verdicts carry no evidence and no ``others`` unless
+    50 reads the text of 50 verdicts. Listed verdicts carry no evidence and no ``others`` unless
     ``evidence`` (the alert rules read both): then a second query reads the listed jobs'
     evaluations.
     """
@@ -232,7 +231,7 @@ def low_util_jobs(
 @dataclass(frozen=True)
 class ListingQuery:
     """The listing in SQL: the page of listed jobs (their ids, shown verdict ids, sort keys and
-    the count of all), sorted, counted and paged before any verdict row is read."""
+    the count of all), sorted, counted and paged before the verdicts' text is read."""
 
     #: ``job_id``, ``verdict_id``, ``sort_<i>`` and ``total`` of each listed job on the page
     page: sa.Subquery
@@ -240,14 +239,20 @@ class ListingQuery:
     whole: sa.Select[Any]
     #: the page's order, over its columns
     order: tuple[Any, ...]
+    #: the table the page's verdicts are read from: ``verdicts``, or its copy ``shown_verdicts``
+    verdicts: sa.Table
+    #: the page's column that finds a page row's verdict there, and the table's
+    key: str
 
     def rows(self, *columns: Any) -> sa.Select[Any]:
-        """``columns`` of the page's rows (of ``verdicts``, ``slurm_jobs`` and the page), in order."""
-        v, j, page = verdicts.c, slurm_jobs.c, self.page
+        """``columns`` of the page's rows (of :attr:`verdicts`, ``slurm_jobs`` and the page), in
+        order."""
+        page, found = self.page, self.verdicts.c[self.key]
+        on = found == (page.c.job_id if self.key == "job_id" else page.c.verdict_id)
         return (
             sa.select(*columns)
-            .select_from(page.join(verdicts, v.id == page.c.verdict_id))
-            .outerjoin(slurm_jobs, j.job_id == page.c.job_id)
+            .select_from(page.join(self.verdicts, on))
+            .outerjoin(slurm_jobs, slurm_jobs.c.job_id == page.c.job_id)
             .order_by(*self.order)
         )
 
@@ -256,20 +261,31 @@ def listing_query(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset:
     """The listing ``f`` asks for, from ``offset``, as SQL; on PostgreSQL it also sets what the
     listing's transaction runs best with."""
     j = slurm_jobs.c
-    query, listed = _listed(f)
-    order = _order(conn, f.sort, listed, now)
+    listed = _listed(f)
+    c = listed.columns
+    order = _order(conn, f.sort, c, now)
     # sorted, counted and paged on the listed ids and sort keys alone; the page's verdicts and
     # Slurm facts are read after, for its rows only
     keys = [expression.label(f"sort_{i}") for i, (expression, _) in enumerate(order)]
-    query = query.with_only_columns(
-        listed.job_id.label("job_id"), listed.verdict_id.label("verdict_id"), *keys,
-        sa.func.count().over().label("total"),
-    )  # fmt: skip
-    query = apply_job_filters(query.outerjoin(slurm_jobs, j.job_id == listed.job_id), f)
+    query = listed.query.with_only_columns(c.job_id.label("job_id"), c.id.label("verdict_id"), *keys)
+    query = apply_job_filters(query.outerjoin(slurm_jobs, j.job_id == c.job_id), f)
     if f.running:
         query = query.where(sa.or_(j.state.is_(None), j.state.in_(HOLDING_STATES)))
-    ranked = [key.desc() if descending else key for key, (_, descending) in zip(keys, order, strict=True)]
-    page = query.order_by(*ranked).offset(offset or None).limit(f.limit).subquery("page")
+    # a page is filtered apart from its order: asked for the first rows in order, PostgreSQL
+    # probed slurm_jobs once per listed job to keep the order instead of hashing it (every row:
+    # inlined, so that it may run in parallel)
+    filtered = query.cte("listed")
+    if is_postgres(conn) and f.limit is not None:
+        filtered = filtered.prefix_with("MATERIALIZED")
+    sorted_keys = [filtered.c[f"sort_{i}"] for i in range(len(order))]
+    ranked = [key.desc() if d else key for key, (_, d) in zip(sorted_keys, order, strict=True)]
+    page = (
+        sa.select(filtered, sa.func.count().over().label("total"))
+        .order_by(*ranked)
+        .offset(offset or None)
+        .limit(f.limit)
+        .subquery("page")
+    )
     paged = [page.c[f"sort_{i}"] for i in range(len(order))]
     if is_postgres(conn):
         # for this transaction: at 10,000 nodes (87,000 wasting jobs) the estimated cost passes
@@ -278,12 +294,13 @@ def listing_query(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset:
         conn.exec_driver_sql("SET LOCAL jit = off")
         conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
     ordered = tuple(key.desc() if d else key for key, (_, d) in zip(paged, order, strict=True))
-    return ListingQuery(page, query, ordered)
+    return ListingQuery(page, sa.select(filtered), ordered, listed.table, listed.key)
 
 
 def _page(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset: int, evidence: bool) -> LowUtilPage:
-    j, v = slurm_jobs.c, verdicts.c
+    j = slurm_jobs.c
     listing = listing_query(conn, f, now, offset)
+    v = listing.verdicts.c
     # the nodes as JSON text, parsed once per job listed
     job_columns = [(sa.cast(j[c], sa.Text) if c == "nodes" else j[c]).label(f"job_{c}") for c in _JOB_COLUMNS]
     rows_query = listing.rows(*(v[name] for name in LISTED_COLUMNS), *job_columns, listing.page.c.total)

@@ -66,18 +66,16 @@ def _float(column: Any) -> sa.ColumnElement[str]:
 
 def _time(column: Any) -> sa.ColumnElement[str]:
     """A timestamptz as ``datetime.isoformat`` writes a UTC one: microseconds only when any."""
-    utc = sa.func.timezone("UTC", column)
-    micros = sa.func.mod(sa.extract("microseconds", column), 1000000)
-    fraction = sa.case((micros != 0, sa.func.to_char(utc, ".US")), else_="")
-    iso = '"' + sa.func.to_char(utc, 'YYYY-MM-DD"T"HH24:MI:SS') + fraction + '+00:00"'
+    text = sa.func.to_char(sa.func.timezone("UTC", column), 'YYYY-MM-DD"T"HH24:MI:SS.US')
+    iso = '"' + sa.func.replace(text, ".000000", "") + '+00:00"'
     return sa.case((column.is_(None), _NULL), else_=iso)
 
 
-def _display_id() -> sa.ColumnElement[str]:
+def _display_id(job_id: Any) -> sa.ColumnElement[str]:
     """:func:`~gpuwatch.views.jobs.display_id` in SQL."""
     j = slurm_jobs.c
     array_task = sa.and_(j.array_job_id.is_not(None), j.array_job_id != "", j.array_task_id.is_not(None))
-    return sa.case((array_task, j.array_job_id + "_" + j.array_task_id), else_=verdicts.c.job_id)
+    return sa.case((array_task, j.array_job_id + "_" + j.array_task_id), else_=job_id)
 
 
 def _run_seconds(now: datetime) -> sa.ColumnElement[Any]:
@@ -90,38 +88,40 @@ def _run_seconds(now: datetime) -> sa.ColumnElement[Any]:
     return sa.case((j.start_at.is_(None), None), else_=sa.func.greatest(0, seconds).cast(sa.BigInteger))
 
 
-#: each :class:`LowUtilJob` attribute this path writes, as its JSON text in SQL (given ``now``)
-_VALUES: dict[str, Callable[[datetime], sa.ColumnElement[str]]] = {
-    "job_id": lambda now: _text(_display_id()),
-    "raw_job_id": lambda now: _text(verdicts.c.job_id),
-    "name": lambda now: _text(slurm_jobs.c.name),
-    "user": lambda now: _text(slurm_jobs.c.user_name),
-    "account": lambda now: _text(slurm_jobs.c.account),
-    "partition": lambda now: _text(slurm_jobs.c.partition),
-    "state": lambda now: _text(slurm_jobs.c.state),
-    "start_at": lambda now: _time(slurm_jobs.c.start_at),
-    "end_at": lambda now: _time(slurm_jobs.c.end_at),
-    "duration_s": lambda now: _integer(_run_seconds(now)),
-    "gpus": lambda now: _integer(verdicts.c.gpus),
-    "gpu_hours": lambda now: _float(verdicts.c.gpu_hours),
-    "gpu_hours_wasted": lambda now: _float(verdicts.c.gpu_hours_wasted),
-    "mean_util_ratio": lambda now: _float(verdicts.c.mean_util_ratio),
-    "cause": lambda now: _text(verdicts.c.cause),
-    "confidence": lambda now: _float(verdicts.c.confidence),
-    "window_kind": lambda now: _text(verdicts.c.window_kind),
-    "evaluated_at": lambda now: _time(verdicts.c.evaluated_at),
-    "summary": lambda now: _text(verdicts.c.summary),
-    "fix": lambda now: _text(verdicts.c.fix),
+#: each :class:`LowUtilJob` attribute this path writes, as its JSON text in SQL, given the
+#: columns of the verdicts listed (``verdicts`` or ``shown_verdicts``) and ``now``
+_VALUES: dict[str, Callable[[Any, datetime], sa.ColumnElement[str]]] = {
+    "job_id": lambda v, now: _text(_display_id(v.job_id)),
+    "raw_job_id": lambda v, now: _text(v.job_id),
+    "name": lambda v, now: _text(slurm_jobs.c.name),
+    "user": lambda v, now: _text(slurm_jobs.c.user_name),
+    "account": lambda v, now: _text(slurm_jobs.c.account),
+    "partition": lambda v, now: _text(slurm_jobs.c.partition),
+    "state": lambda v, now: _text(slurm_jobs.c.state),
+    "start_at": lambda v, now: _time(slurm_jobs.c.start_at),
+    "end_at": lambda v, now: _time(slurm_jobs.c.end_at),
+    "duration_s": lambda v, now: _integer(_run_seconds(now)),
+    "gpus": lambda v, now: _integer(v.gpus),
+    "gpu_hours": lambda v, now: _float(v.gpu_hours),
+    "gpu_hours_wasted": lambda v, now: _float(v.gpu_hours_wasted),
+    "mean_util_ratio": lambda v, now: _float(v.mean_util_ratio),
+    "cause": lambda v, now: _text(v.cause),
+    "confidence": lambda v, now: _float(v.confidence),
+    "window_kind": lambda v, now: _text(v.window_kind),
+    "evaluated_at": lambda v, now: _time(v.evaluated_at),
+    "summary": lambda v, now: _text(v.summary),
+    "fix": lambda v, now: _text(v.fix),
 }
 #: the :class:`LowUtilJob` attributes :func:`low_util_json` can write
 JSON_KEYS = tuple(_VALUES)
 
 
-def _object(keys: Sequence[str], now: datetime) -> sa.ColumnElement[str]:
-    """One row's JSON object, ``keys`` in order, spaced as ``json.dumps`` spaces them."""
+def _object(verdict: Any, keys: Sequence[str], now: datetime) -> sa.ColumnElement[str]:
+    """One row's JSON object, ``keys`` in order, spaced as ``json.dumps`` spaces them; the
+    listed verdict's columns are ``verdict``."""
     parts: list[Any] = []
     for i, key in enumerate(keys):
-        parts += [("{" if i == 0 else ", ") + json.dumps(key) + ": ", _VALUES[key](now)]
+        parts += [("{" if i == 0 else ", ") + json.dumps(key) + ": ", _VALUES[key](verdict, now)]
     return sa.func.concat(*parts, "}")
 
 
@@ -151,5 +151,5 @@ def _lines(conn: sa.Connection, f: LowUtilFilters, now: datetime, keys: Sequence
         return None
     listing = listing_query(conn, f, now)
     conn.exec_driver_sql("SET LOCAL extra_float_digits = 1")  # the shortest exact text of a float
-    lines = conn.execute(listing.rows(_object(keys, now))).scalars().all()
+    lines = conn.execute(listing.rows(_object(listing.verdicts.c, keys, now))).scalars().all()
     return [_as_json_writes(line) for line in lines]

@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.sql.schema import newest_evaluations, slurm_jobs, verdicts
+from gpuwatch.sql.schema import shown_verdicts, slurm_jobs, verdicts
 from gpuwatch.views import LowUtilFilters, low_util_jobs, low_util_page
-from gpuwatch.views.evaluations import group_evaluations, latest_select, shown_select, verdicts_of
+from gpuwatch.views.evaluations import VerdictRow, group_evaluations, latest_select, shown_select, verdicts_of
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 CAUSES = [c.value for c in Cause]
@@ -51,24 +52,19 @@ def _random_verdicts(seed: int, jobs: int) -> list[dict]:
     return rows
 
 
-def _stored_picks(conn: sa.Connection) -> dict[str, tuple]:
-    n = newest_evaluations.c
-    rows = conn.execute(sa.select(n.job_id, n.shown_id, n.shown_wasted, n.shown_util))
-    return {job: (shown, wasted, util) for job, shown, wasted, util in rows if shown is not None}
+def _stored_picks(conn: sa.Connection) -> dict[str, VerdictRow]:
+    return {v.job_id: v for v in verdicts_of(conn.execute(sa.select(shown_verdicts)))}
 
 
-def _expected_picks(conn: sa.Connection) -> dict[str, tuple]:
+def _expected_picks(conn: sa.Connection) -> dict[str, VerdictRow]:
     evaluations = group_evaluations(verdicts_of(conn.execute(latest_select())))
-    return {
-        job: (v.verdict_id, v.gpu_hours_wasted, v.mean_util_ratio)
-        for job, e in evaluations.items()
-        if (v := e.shown) is not None
-    }
+    shown = {job: e.shown for job, e in evaluations.items()}
+    return {job: replace(v, stored_evidence=None) for job, v in shown.items() if v is not None}
 
 
 def test_the_stored_pick_is_what_evaluation_picks(engine) -> None:
-    """``newest_evaluations.shown_*`` (kept by triggers) through inserts of many statements,
-    older evaluations stored after newer ones, and deletes."""
+    """``shown_verdicts`` (kept by triggers) through inserts of many statements, older
+    evaluations stored after newer ones, and deletes."""
     rows = _random_verdicts(seed=7, jobs=150)
     rnd = random.Random(7)
     with engine.begin() as conn:

@@ -1,18 +1,19 @@
-"""Migration 0025 stores the verdict each job's newest evaluation shows, filled from the verdicts
-already stored and kept by triggers after; its downgrade drops it and leaves revision 0017's
-triggers keeping the evaluation time and ``waste``, on both databases."""
+"""Migration 0025 stores the verdict each job's newest evaluation shows (``shown_verdicts``), filled
+from the verdicts already stored and kept by triggers after; its downgrade drops it and leaves
+revision 0017's triggers keeping the evaluation time and ``waste``, on both databases."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.schema import newest_evaluations, verdicts
-from gpuwatch.views.evaluations import group_evaluations, latest_select, verdicts_of
+from gpuwatch.sql.schema import shown_verdicts, verdicts
+from gpuwatch.views.evaluations import VerdictRow, group_evaluations, latest_select, verdicts_of
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 CAUSES = ("healthy", "healthy", "idle_allocation", "input_bound", "unknown_low")
@@ -40,16 +41,14 @@ def _verdicts(rnd: random.Random, jobs: int) -> list[dict]:
     return rows
 
 
-def _expected(conn: sa.Connection) -> dict[str, tuple]:
+def _expected(conn: sa.Connection) -> dict[str, VerdictRow]:
     evaluations = group_evaluations(verdicts_of(conn.execute(latest_select())))
     picks = {job: e.shown for job, e in evaluations.items()}
-    return {job: (v.verdict_id, v.gpu_hours_wasted, v.mean_util_ratio) for job, v in picks.items() if v}
+    return {job: replace(v, stored_evidence=None) for job, v in picks.items() if v}
 
 
-def _stored(conn: sa.Connection) -> dict[str, tuple]:
-    n = newest_evaluations.c
-    rows = conn.execute(sa.select(n.job_id, n.shown_id, n.shown_wasted, n.shown_util))
-    return {job: (shown, wasted, util) for job, shown, wasted, util in rows if shown is not None}
+def _stored(conn: sa.Connection) -> dict[str, VerdictRow]:
+    return {v.job_id: v for v in verdicts_of(conn.execute(sa.select(shown_verdicts)))}
 
 
 def test_the_upgrade_fills_the_pick_and_the_downgrade_keeps_the_rest(db_url) -> None:
@@ -70,8 +69,7 @@ def test_the_upgrade_fills_the_pick_and_the_downgrade_keeps_the_rest(db_url) -> 
         with engine.connect() as conn:
             assert _stored(conn) == _expected(conn)
         migrate.downgrade(engine, "0024")
-        columns = {c["name"] for c in sa.inspect(engine).get_columns("newest_evaluations")}
-        assert columns == {"job_id", "evaluated_at", "waste"}
+        assert "shown_verdicts" not in sa.inspect(engine).get_table_names()
         with engine.begin() as conn:
             conn.execute(verdicts.insert(), [r | {"job_id": "fresh", "cause": "idle_allocation"}
                                              for r in _verdicts(rnd, 1)])  # fmt: skip
