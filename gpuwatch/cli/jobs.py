@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, percent, render
+from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, json_array, percent, render
 from gpuwatch.clock import parse_span, utcnow
 from gpuwatch.slurm.model import states_in
 from gpuwatch.views import (
@@ -32,6 +32,7 @@ from gpuwatch.views import (
     LowUtilFilters,
     LowUtilJob,
     jobs_query,
+    low_util_json,
     low_util_page,
 )
 
@@ -306,6 +307,12 @@ def jobs(ctx: Context, fmt: str, everything: bool, **options: Any) -> None:
     if options.get("low_util") or options.get("cause"):
         filters = low_util_filters(options, now)
         cut = cuts_table(output, limit, everything)
+        # JSON of every row: written by PostgreSQL (low_util_json), else encoded here
+        as_json = output is OutputFormat.JSON
+        objects = low_util_json(engine, filters, now=now, keys=LOW_UTIL_KEYS) if as_json else None
+        if objects is not None:
+            click.echo(json_array(objects))
+            return
         found = low_util_page(engine, replace(filters, limit=TABLE_PAGE) if cut else filters, now=now)
         shown, more = found.jobs, more_line(found.total - len(found.jobs)) if cut else ""
         title = f"Jobs with low GPU use (since {options['since']}, by {options['sort']})"

@@ -62,6 +62,12 @@ def _json_value(value: Any) -> Any:
     return plain
 
 
+def json_array(objects: Sequence[str]) -> str:
+    """Encoded JSON objects as the array ``--format json`` writes: one object per line."""
+    lines = ",\n".join(objects)
+    return f"[\n{lines}\n]" if objects else "[]"
+
+
 def percent(ratio: float | None) -> str:
     """A ratio 0..1 as every table shows it, ``38%``; ``-`` when unknown."""
     return "-" if ratio is None else f"{100 * ratio:.0f}%"
@@ -114,8 +120,7 @@ def render(
         # one encoder for every row: ``json.dumps`` with ``default`` builds one per call
         keys = [k for k, _ in columns]
         encode = json.JSONEncoder(default=_json_value).encode
-        lines = ",\n".join(encode({k: r.get(k) for k in keys}) for r in rows)
-        return f"[\n{lines}\n]" if rows else "[]"
+        return json_array([encode({k: r.get(k) for k in keys}) for r in rows])
     if fmt is OutputFormat.CSV:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")

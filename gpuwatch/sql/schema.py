@@ -693,9 +693,8 @@ job_totals = sa.Table(
 sa.Index("ix_job_totals_span", job_totals.c.data_from, job_totals.c.data_to)
 
 #: each job's newest evaluation time, and whether it found waste, kept by triggers on
-#: ``verdicts`` (migrations 0010, 0017): the listing and the job page find a job's latest
-#: verdicts by this and the (job, time) index, without a pass over the verdict history, and a
-#: listing of waste reads the wasting jobs' rows only
+#: ``verdicts`` (migrations 0010, 0017): the job page finds a job's latest verdicts by this and
+#: the (job, time) index, without a pass over the verdict history
 newest_evaluations = sa.Table(
     "newest_evaluations",
     metadata,
@@ -705,6 +704,18 @@ newest_evaluations = sa.Table(
     sa.Column("waste", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 sa.Index("ix_newest_evaluations_evaluated", newest_evaluations.c.evaluated_at)
+
+#: the verdict each job's newest evaluation shows (``Evaluation.shown``), a copy of its columns
+#: but the evidence (``id`` is the verdict's), for the jobs whose newest evaluation shows one:
+#: kept by triggers on ``verdicts`` (migration 0025), so the low-utilization listing reads this
+#: table and ``slurm_jobs`` alone
+shown_verdicts = sa.Table(
+    "shown_verdicts",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("id", sa.BigInteger, nullable=False),
+    *(c._copy() for c in verdicts.c if c.name not in ("id", "job_id", "evidence")),
+)
 sa.Index(
     "ix_newest_evaluations_waste",
     newest_evaluations.c.evaluated_at,

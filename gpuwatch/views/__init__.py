@@ -5,7 +5,8 @@ return; none of them queries tables. Two surfaces therefore cannot disagree abou
 
 * :func:`jobs_query` — which Slurm jobs ran, on which GPUs, how busy those were;
 * :func:`low_util_jobs` — which jobs waste their GPUs, why, and how many GPU-hours
-  (:func:`low_util_page`: a page of it and the count of all);
+  (:func:`low_util_page`: a page of it and the count of all; :func:`low_util_json`: every
+  row as JSON text, made by PostgreSQL);
 * :func:`job_view` — what one job did: per-GPU means, a timeline, charts, its verdicts, what
   it used of what it asked for (``usage.py``) and what to request next time (``advice.py``);
 * :func:`summary_rows` — that job's seff-style summary as the rows every surface prints;
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the names as their modules define them, for type checkers a
         low_util_jobs,
         low_util_page,
     )
+    from gpuwatch.views.lowutil_json import low_util_json
     from gpuwatch.views.node import NodeView, node_view
     from gpuwatch.views.nodes import NodeSummary, node_summaries
     from gpuwatch.views.overview import Overview, cluster_overview
@@ -61,6 +63,7 @@ HOMES: dict[str, str] = {
     **dict.fromkeys(
         ("SORTS", "LowUtilFilters", "LowUtilJob", "LowUtilPage", "low_util_jobs", "low_util_page"), "lowutil"
     ),
+    "low_util_json": "lowutil_json",
     **dict.fromkeys(("NodeView", "node_view"), "node"),
     **dict.fromkeys(("NodeSummary", "node_summaries"), "nodes"),
     **dict.fromkeys(("Overview", "cluster_overview"), "overview"),
@@ -112,6 +115,7 @@ __all__ = [
     "jobs_query",
     "latest_evaluations",
     "low_util_jobs",
+    "low_util_json",
     "low_util_page",
     "node_summaries",
     "node_view",

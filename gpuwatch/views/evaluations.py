@@ -160,15 +160,15 @@ LISTED_COLUMNS = tuple(c.name for c in verdicts.c if c.name != "evidence")
 
 
 def shown_select(
-    *, evaluated_since: datetime | None = None, job_ids: Sequence[str] | None = None, cause: str | None = None
+    *, cause: str, evaluated_since: datetime | None = None, job_ids: Sequence[str] | None = None
 ) -> sa.Select[Any]:
-    """One row per job whose newest evaluation wastes GPUs: the verdict :attr:`Evaluation.shown`
-    picks, or with ``cause`` the one :meth:`Evaluation.of_cause` picks, chosen in SQL so that a
-    listing sorts, counts and pages in the database. :data:`LISTED_COLUMNS` of ``verdicts``.
+    """One row per job whose newest evaluation found ``cause``: the verdict
+    :meth:`Evaluation.of_cause` picks, chosen in SQL so that a listing sorts, counts and pages in
+    the database. :data:`LISTED_COLUMNS` of ``verdicts``. (Without a cause the listing reads the
+    verdict :attr:`Evaluation.shown` picks as stored: ``newest_evaluations.shown_id``.)
 
-    The same rules as :class:`Evaluation` (a test holds the two equal): a window's lead is its
-    most confident verdict (then the first stored); the shown verdict is the first lead naming a
-    waste cause, specific causes before :data:`GENERIC`, then in :data:`WINDOW_ORDER`.
+    The same rule as :meth:`Evaluation.of_cause` (a test holds the two equal): the cause's verdict
+    in :data:`WINDOW_ORDER`, the most confident, then the first stored.
     """
     v, newest = verdicts.c, newest_evaluations.c
     latest = sa.select(newest.job_id, newest.evaluated_at.label("at")).where(newest.waste)
@@ -177,25 +177,14 @@ def shown_select(
     if job_ids is not None:
         latest = latest.where(newest.job_id.in_(list(job_ids)))
     sub = latest.subquery("latest")
-    rows = sa.select(*(v[name] for name in LISTED_COLUMNS)).join(
-        sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at)
+    chosen = (
+        sa.select(*(v[name] for name in LISTED_COLUMNS))
+        .join(sub, sa.and_(v.job_id == sub.c.job_id, v.evaluated_at == sub.c.at))
+        .where(v.cause == cause, v.cause != HEALTHY)
+        .subquery("chosen")
     )
-    if cause is not None:
-        chosen = rows.where(v.cause == cause, v.cause != HEALTHY).subquery("chosen")
-        c = chosen.c
-        order: tuple[Any, ...] = (_window_rank_sql(c.window_kind), c.confidence.desc(), c.id)
-    else:
-        lead = sa.func.row_number().over(
-            partition_by=(v.job_id, v.window_kind), order_by=(v.confidence.desc(), v.id)
-        )
-        leads = rows.add_columns(lead.label("lead")).where(v.window_kind.in_(WINDOW_ORDER)).subquery("leads")
-        chosen = (
-            sa.select(*(leads.c[name] for name in LISTED_COLUMNS))
-            .where(leads.c.lead == 1, leads.c.cause != HEALTHY)
-            .subquery("chosen")
-        )
-        c = chosen.c
-        order = (c.cause == GENERIC, _window_rank_sql(c.window_kind))
+    c = chosen.c
+    order = (_window_rank_sql(c.window_kind), c.confidence.desc(), c.id)
     pick = sa.func.row_number().over(partition_by=c.job_id, order_by=order).label("pick")
     picked = sa.select(*(c[name] for name in LISTED_COLUMNS), pick).subquery("picked")
     return sa.select(*(picked.c[name] for name in LISTED_COLUMNS)).where(picked.c.pick == 1)

@@ -6,10 +6,11 @@ whole-job window's leading verdict, or the recent window's when the whole job lo
 Each row says which window it comes from (``window_kind``), and its GPU-hours wasted are that
 stored verdict's, so every surface reports the same number for the same job.
 
-It reads ``verdicts`` (the newest evaluation per job, found by ``newest_evaluations``) joined to
-``slurm_jobs`` — never samples. The shown verdict is picked, the listing sorted, counted and paged
-in SQL, so a page costs the rows it shows plus the database's pass over the wasting jobs' newest
-verdicts.
+It reads ``shown_verdicts`` (the verdict each job's newest evaluation shows, kept by triggers on
+``verdicts``) joined to ``slurm_jobs`` — never samples, and no ``verdicts`` row. The listing is
+sorted, counted and paged in SQL on the shown verdicts' ids and sort keys, then the page's rows
+are read, so a page costs the rows it shows plus the database's pass over the wasting jobs.
+``cause`` picks per job at query time instead (:func:`shown_select`) and reads ``verdicts``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from gpuwatch.slurm.model import HOLDING_STATES, TERMINAL_STATES
 from gpuwatch.sql.buckets import epoch_seconds
 from gpuwatch.sql.engine import is_postgres
 from gpuwatch.sql.jobs import CHUNK
-from gpuwatch.sql.schema import slurm_jobs
+from gpuwatch.sql.schema import shown_verdicts, slurm_jobs, verdicts
 from gpuwatch.views.evaluations import (
+    LISTED_COLUMNS,
     Evaluation,
     VerdictRow,
     group_evaluations,
@@ -128,18 +130,51 @@ def _run_seconds_sql(conn: sa.Connection, now: datetime) -> sa.ColumnElement[Any
     return sa.case((j.start_at.is_(None), 0), (stop < start, 0), else_=stop - start)
 
 
-def _order(conn: sa.Connection, sort: str, shown: Any, now: datetime) -> tuple[Any, ...]:
-    """The listing's order in SQL; ties by job id."""
+def _order(conn: sa.Connection, sort: str, listed: Any, now: datetime) -> tuple[tuple[Any, bool], ...]:
+    """The listing's order in SQL, as (expression, descending) pairs; ties by job id.
+    ``listed`` has the listed rows' ``job_id``, ``gpu_hours_wasted`` and ``mean_util_ratio``."""
     j = slurm_jobs.c
     if sort == "wasted":
-        return (sa.func.coalesce(shown.gpu_hours_wasted, 0.0).desc(), shown.job_id)
+        return ((sa.func.coalesce(listed.gpu_hours_wasted, 0.0), True), (listed.job_id, False))
     if sort == "util":
-        return (shown.mean_util_ratio.is_(None), shown.mean_util_ratio, shown.job_id)
+        util = listed.mean_util_ratio
+        return ((util.is_(None), False), (util, False), (listed.job_id, False))
     if sort == "duration":
-        return (_run_seconds_sql(conn, now).desc(), shown.job_id)
+        return ((_run_seconds_sql(conn, now), True), (listed.job_id, False))
     if sort == "start":
-        return (j.start_at.is_(None), j.start_at.desc(), shown.job_id)
+        return ((j.start_at.is_(None), False), (j.start_at, True), (listed.job_id, False))
     raise ValueError(f"sort must be one of {SORTS}, not {sort!r}")
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """Where the listing's verdicts come from: ``verdicts`` columns of a table, its rows found
+    by ``key`` (the job, or the verdict id); the listed query picks them."""
+
+    table: sa.Table
+    key: str
+    query: sa.Select[Any]
+    columns: Any
+
+
+def _listed(f: LowUtilFilters) -> _Listed:
+    """The listed jobs' shown verdicts, before any filter on ``slurm_jobs``.
+
+    Without a cause: the verdict each job's newest evaluation shows, stored in ``shown_verdicts``
+    (migration 0025), so the listing reads no ``verdicts`` row. With one: picked per job in SQL
+    (:func:`shown_select`), then read from ``verdicts`` by id.
+    """
+    if f.cause is None:
+        s = shown_verdicts.c
+        query = sa.select(shown_verdicts)
+        if f.evaluated_since is not None:
+            query = query.where(s.evaluated_at >= f.evaluated_since)
+        if f.job_ids is not None:
+            query = query.where(s.job_id.in_(list(f.job_ids)))
+        return _Listed(shown_verdicts, "job_id", query, s)
+    picked = shown_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids, cause=f.cause)
+    shown = picked.subquery("shown")
+    return _Listed(verdicts, "id", sa.select(shown), shown.c)
 
 
 #: the ``slurm_jobs`` columns read beside the verdict (as ``job_<name>``), in the order
@@ -167,8 +202,8 @@ def low_util_page(
     """The jobs wasting GPUs per their newest evaluation, sorted per ``filters.sort``: at most
     ``filters.limit`` of them from ``offset``, and the count of all.
 
-    The shown verdict is picked, sorted, counted and paged in SQL (:func:`shown_select`), so a
-    page of 50 reads 50 rows. Listed verdicts carry no evidence and no ``others`` unless
+    Sorted, counted and paged in SQL on the stored shown verdicts (:func:`_listed`), so a page of
+    50 reads the text of 50 verdicts. Listed verdicts carry no evidence and no ``others`` unless
     ``evidence`` (the alert rules read both): then a second query reads the listed jobs'
     evaluations.
     """
@@ -193,30 +228,89 @@ def low_util_jobs(
     return low_util_page(engine, filters, now=now, evidence=evidence).jobs
 
 
-def _page(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset: int, evidence: bool) -> LowUtilPage:
+@dataclass(frozen=True)
+class ListingQuery:
+    """The listing in SQL: the page of listed jobs (their ids, shown verdict ids, sort keys and
+    the count of all), sorted, counted and paged before the verdicts' text is read."""
+
+    #: ``job_id``, ``verdict_id``, ``sort_<i>`` and ``total`` of each listed job on the page
+    page: sa.Subquery
+    #: the whole listing, uncut (to count it when a page lies past its end)
+    whole: sa.Select[Any]
+    #: the page's order, over its columns
+    order: tuple[Any, ...]
+    #: the table the page's verdicts are read from: ``verdicts``, or its copy ``shown_verdicts``
+    verdicts: sa.Table
+    #: the page's column that finds a page row's verdict there, and the table's
+    key: str
+
+    def rows(self, *columns: Any) -> sa.Select[Any]:
+        """``columns`` of the page's rows (of :attr:`verdicts`, ``slurm_jobs`` and the page), in
+        order."""
+        page, found = self.page, self.verdicts.c[self.key]
+        on = found == (page.c.job_id if self.key == "job_id" else page.c.verdict_id)
+        return (
+            sa.select(*columns)
+            .select_from(page.join(self.verdicts, on))
+            .outerjoin(slurm_jobs, slurm_jobs.c.job_id == page.c.job_id)
+            .order_by(*self.order)
+        )
+
+
+def listing_query(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset: int = 0) -> ListingQuery:
+    """The listing ``f`` asks for, from ``offset``, as SQL; on PostgreSQL it also sets what the
+    listing's transaction runs best with."""
     j = slurm_jobs.c
-    shown = shown_select(evaluated_since=f.evaluated_since, job_ids=f.job_ids, cause=f.cause).subquery(
-        "shown"
-    )
-    # the nodes as JSON text, parsed once per job listed
-    job_columns = [(sa.cast(j[c], sa.Text) if c == "nodes" else j[c]).label(f"job_{c}") for c in _JOB_COLUMNS]
-    query = sa.select(*shown.c, *job_columns, sa.func.count().over().label("total"))
-    query = apply_job_filters(query.outerjoin(slurm_jobs, j.job_id == shown.c.job_id), f)
+    listed = _listed(f)
+    c = listed.columns
+    order = _order(conn, f.sort, c, now)
+    # sorted, counted and paged on the listed ids and sort keys alone; the page's verdicts and
+    # Slurm facts are read after, for its rows only
+    keys = [expression.label(f"sort_{i}") for i, (expression, _) in enumerate(order)]
+    query = listed.query.with_only_columns(c.job_id.label("job_id"), c.id.label("verdict_id"), *keys)
+    query = apply_job_filters(query.outerjoin(slurm_jobs, j.job_id == c.job_id), f)
     if f.running:
         query = query.where(sa.or_(j.state.is_(None), j.state.in_(HOLDING_STATES)))
-    query = query.order_by(*_order(conn, f.sort, shown.c, now)).offset(offset or None).limit(f.limit)
+    # a page is filtered apart from its order: asked for the first rows in order, PostgreSQL
+    # probed slurm_jobs once per listed job to keep the order instead of hashing it (every row:
+    # inlined, so that it may run in parallel)
+    filtered = query.cte("listed")
+    if is_postgres(conn) and f.limit is not None:
+        filtered = filtered.prefix_with("MATERIALIZED")
+    sorted_keys = [filtered.c[f"sort_{i}"] for i in range(len(order))]
+    ranked = [key.desc() if d else key for key, (_, d) in zip(sorted_keys, order, strict=True)]
+    page = (
+        sa.select(filtered, sa.func.count().over().label("total"))
+        .order_by(*ranked)
+        .offset(offset or None)
+        .limit(f.limit)
+        .subquery("page")
+    )
+    paged = [page.c[f"sort_{i}"] for i in range(len(order))]
     if is_postgres(conn):
-        # for this transaction: the query is bound by one index probe per wasting job; at 10,000
-        # nodes (87,000 of them) its estimated cost passes jit_above_cost, and compiling its
-        # expressions took longer than it saved (bench/README.md, the low-util command)
+        # for this transaction: at 10,000 nodes (87,000 wasting jobs) the estimated cost passes
+        # jit_above_cost, and compiling the expressions took longer than it saved; a listing of
+        # every row sorts them in memory (bench/README.md, the low-util command)
         conn.exec_driver_sql("SET LOCAL jit = off")
-    result = conn.execute(query)
+        conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+    ordered = tuple(key.desc() if d else key for key, (_, d) in zip(paged, order, strict=True))
+    return ListingQuery(page, sa.select(filtered), ordered, listed.table, listed.key)
+
+
+def _page(conn: sa.Connection, f: LowUtilFilters, now: datetime, offset: int, evidence: bool) -> LowUtilPage:
+    j = slurm_jobs.c
+    listing = listing_query(conn, f, now, offset)
+    v = listing.verdicts.c
+    # the nodes as JSON text, parsed once per job listed
+    job_columns = [(sa.cast(j[c], sa.Text) if c == "nodes" else j[c]).label(f"job_{c}") for c in _JOB_COLUMNS]
+    rows_query = listing.rows(*(v[name] for name in LISTED_COLUMNS), *job_columns, listing.page.c.total)
+    result = conn.execute(rows_query)
     read = _job_reader(list(result.keys()), now)
     rows = result.all()
     if rows or not offset:
         total = int(rows[0].total) if rows else 0
     else:  # a page past the end: the listing is counted apart
-        counted = sa.select(sa.func.count()).select_from(query.limit(None).offset(None).subquery())
+        counted = sa.select(sa.func.count()).select_from(listing.whole.subquery())
         total = int(conn.execute(counted).scalar_one())
     others: dict[str, Evaluation] = {}
     if evidence:

@@ -1,16 +1,18 @@
-"""The listing's SQL picks the verdict that :class:`Evaluation` picks, and pages like a list."""
+"""The verdict the database picks per job (stored, or per cause in the listing's SQL) is the one
+:class:`Evaluation` picks, and the listing pages like a list."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
 from gpuwatch.classify.verdict import Cause
-from gpuwatch.sql.schema import slurm_jobs, verdicts
+from gpuwatch.sql.schema import shown_verdicts, slurm_jobs, verdicts
 from gpuwatch.views import LowUtilFilters, low_util_jobs, low_util_page
-from gpuwatch.views.evaluations import group_evaluations, latest_select, shown_select, verdicts_of
+from gpuwatch.views.evaluations import VerdictRow, group_evaluations, latest_select, shown_select, verdicts_of
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 CAUSES = [c.value for c in Cause]
@@ -50,15 +52,45 @@ def _random_verdicts(seed: int, jobs: int) -> list[dict]:
     return rows
 
 
-def test_shown_select_picks_what_evaluation_picks(engine) -> None:
+def _stored_picks(conn: sa.Connection) -> dict[str, VerdictRow]:
+    return {v.job_id: v for v in verdicts_of(conn.execute(sa.select(shown_verdicts)))}
+
+
+def _expected_picks(conn: sa.Connection) -> dict[str, VerdictRow]:
+    evaluations = group_evaluations(verdicts_of(conn.execute(latest_select())))
+    shown = {job: e.shown for job, e in evaluations.items()}
+    return {job: replace(v, stored_evidence=None) for job, v in shown.items() if v is not None}
+
+
+def test_the_stored_pick_is_what_evaluation_picks(engine) -> None:
+    """``shown_verdicts`` (kept by triggers) through inserts of many statements, older
+    evaluations stored after newer ones, and deletes."""
+    rows = _random_verdicts(seed=7, jobs=150)
+    rnd = random.Random(7)
+    with engine.begin() as conn:
+        while rows:
+            size = rnd.choice((1, 1, 3, 40))
+            conn.execute(verdicts.insert(), rows[:size])
+            rows = rows[size:]
+    with engine.connect() as conn:
+        expected = _expected_picks(conn)
+        assert _stored_picks(conn) == expected
+        assert 20 < len(expected) < 150  # the data holds both wasting and healthy jobs
+    with engine.begin() as conn:
+        ids = conn.execute(sa.select(verdicts.c.id)).scalars().all()
+        gone = rnd.sample(ids, len(ids) // 3)
+        conn.execute(verdicts.delete().where(verdicts.c.id.in_(gone[:5])))
+        for i in range(5, len(gone), 25):
+            conn.execute(verdicts.delete().where(verdicts.c.id.in_(gone[i : i + 25])))
+    with engine.connect() as conn:
+        assert _stored_picks(conn) == _expected_picks(conn)
+
+
+def test_shown_select_picks_what_evaluation_picks_per_cause(engine) -> None:
     with engine.begin() as conn:
         conn.execute(verdicts.insert(), _random_verdicts(seed=7, jobs=150))
     with engine.connect() as conn:
         evaluations = group_evaluations(verdicts_of(conn.execute(latest_select())))
-        expected = {job: e.shown.verdict_id for job, e in evaluations.items() if e.shown is not None}
-        picked = {r["job_id"]: r["id"] for r in conn.execute(shown_select()).mappings()}
-        assert picked == expected
-        assert 20 < len(expected) < 150  # the data holds both wasting and healthy jobs
         for cause in CAUSES:
             want = {
                 job: found.verdict_id
