@@ -217,34 +217,24 @@ def page(rows: list[Any], fmt: OutputFormat, limit: int | None, everything: bool
     return rows[:TABLE_PAGE], more_line(len(rows) - TABLE_PAGE)
 
 
+def people_table(rows: list[dict[str, Any]], table_columns: list[Column], title: str, **layout: Any) -> str:
+    """Rows as a table for people (:func:`for_people`), "no jobs match" when empty; ``layout``:
+    how a narrow terminal fits it (``render``'s ``drop_first``, ``wrap``, ``min_widths``)."""
+    people = [for_people(r) for r in rows]
+    return render(people, table_columns, OutputFormat.TABLE, title=title, empty=NO_JOBS, **layout)
+
+
 def render_jobs(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> str:
     if fmt is OutputFormat.TABLE:
-        return render(
-            [for_people(r) for r in rows],
-            COLUMNS,
-            fmt,
-            title=title,
-            empty=NO_JOBS,
-            drop_first=JOBS_DROP_FIRST,
-            wrap=JOBS_WRAP,
-        )
+        return people_table(rows, COLUMNS, title, drop_first=JOBS_DROP_FIRST, wrap=JOBS_WRAP)
     return render(rows, COLUMNS, fmt)
 
 
 def render_low_util(found: list[LowUtilJob], fmt: OutputFormat, title: str) -> str:
     rows = [low_util_row(job) for job in found]
     if fmt is OutputFormat.TABLE:
-        table_columns = columns(LOW_UTIL_TABLE_KEYS)
-        return render(
-            [for_people(r) for r in rows],
-            table_columns,
-            fmt,
-            title=title,
-            empty=NO_JOBS,
-            drop_first=LOW_UTIL_DROP_FIRST,
-            wrap=LOW_UTIL_WRAP,
-            min_widths=LOW_UTIL_MIN_WIDTHS,
-        )
+        layout = {"drop_first": LOW_UTIL_DROP_FIRST, "wrap": LOW_UTIL_WRAP, "min_widths": LOW_UTIL_MIN_WIDTHS}
+        return people_table(rows, columns(LOW_UTIL_TABLE_KEYS), title, **layout)
     return render(rows, LOW_UTIL_COLUMNS, fmt)
 
 
