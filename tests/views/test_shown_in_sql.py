@@ -172,3 +172,54 @@ def test_evidence_and_other_causes_only_when_asked(engine) -> None:
     assert any(j.others for j in full)
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(verdicts)).scalar_one() > 30
+
+
+def test_a_classifier_pass_stores_its_verdicts_in_a_few_statements(engine) -> None:
+    """``store_evaluations`` writes a pass's verdicts with one DELETE and one INSERT per 2,000
+    rows, whatever the number of jobs: each statement on ``verdicts`` runs the PostgreSQL
+    statement triggers that keep ``shown_verdicts``, planned afresh each time, so a statement per
+    job made a pass 8-36 ms a job. The stored picks are the same as row by row, and a pass
+    stored again for the same time replaces its verdicts."""
+    from gpuwatch.classify.runner import store_evaluations
+    from gpuwatch.classify.verdict import Verdict
+
+    def verdict(job: str, window: str, cause: str, confidence: float) -> Verdict:
+        return Verdict(
+            job_id=job,
+            window_kind=window,
+            window_start=T0 - timedelta(hours=1),
+            window_end=T0,
+            cause=Cause(cause),
+            confidence=confidence,
+            summary=f"job {job}: {cause}",
+            fix="f",
+            evidence={},
+            gpus=2,
+            gpu_hours=2.0,
+            gpu_hours_wasted=1.0,
+            mean_util_ratio=0.1,
+        )
+
+    pass_ = {
+        str(n): (T0, [verdict(str(n), "job", "idle_allocation" if n % 3 else "healthy", 0.9),
+                      verdict(str(n), "recent", "input_bound", 0.7)])
+        for n in range(300)
+    }  # fmt: skip
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, *args) -> None:
+        if "verdicts" in statement and not statement.lstrip().upper().startswith("SELECT"):
+            statements.append(statement.split()[0].upper())
+
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        store_evaluations(engine, pass_)
+        store_evaluations(engine, pass_)  # the same pass again: replaced, not doubled
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
+    assert statements == ["DELETE", "INSERT"] * 2
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(verdicts)).scalar_one() == 600
+        picks = _stored_picks(conn)
+        assert picks == _expected_picks(conn) and len(picks) == 300
+        assert {v.cause for v in picks.values()} == {"idle_allocation", "input_bound"}
