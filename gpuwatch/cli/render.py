@@ -156,7 +156,7 @@ def _fit(texts: list[str], wraps: bool, min_width: int) -> _Fit:
     if not wraps:
         return _Fit(most, most)
     word = max((cell_len(w) for line in lines for w in line.split()), default=0)
-    return _Fit(min(max(word, min_width), max(most, min_width)), max(most, min_width))
+    return _Fit(max(word, min_width), max(most, min_width))
 
 
 def _widths(fits: list[_Fit], width: int) -> list[int] | None:

@@ -704,6 +704,12 @@ newest_evaluations = sa.Table(
     sa.Column("waste", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 sa.Index("ix_newest_evaluations_evaluated", newest_evaluations.c.evaluated_at)
+sa.Index(
+    "ix_newest_evaluations_waste",
+    newest_evaluations.c.evaluated_at,
+    postgresql_where=newest_evaluations.c.waste,
+    sqlite_where=newest_evaluations.c.waste,
+)
 
 #: the verdict each job's newest evaluation shows (``Evaluation.shown``), a copy of its columns
 #: but the evidence (``id`` is the verdict's), for the jobs whose newest evaluation shows one:
@@ -715,12 +721,6 @@ shown_verdicts = sa.Table(
     sa.Column("job_id", sa.String(64), primary_key=True),
     sa.Column("id", sa.BigInteger, nullable=False),
     *(c._copy() for c in verdicts.c if c.name not in ("id", "job_id", "evidence")),
-)
-sa.Index(
-    "ix_newest_evaluations_waste",
-    newest_evaluations.c.evaluated_at,
-    postgresql_where=newest_evaluations.c.waste,
-    sqlite_where=newest_evaluations.c.waste,
 )
 
 # --------------------------------------------------------------------------- alerts

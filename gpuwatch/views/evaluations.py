@@ -165,7 +165,7 @@ def shown_select(
     """One row per job whose newest evaluation found ``cause``: the verdict
     :meth:`Evaluation.of_cause` picks, chosen in SQL so that a listing sorts, counts and pages in
     the database. :data:`LISTED_COLUMNS` of ``verdicts``. (Without a cause the listing reads the
-    verdict :attr:`Evaluation.shown` picks as stored: ``newest_evaluations.shown_id``.)
+    verdict :attr:`Evaluation.shown` picks as stored in ``shown_verdicts``.)
 
     The same rule as :meth:`Evaluation.of_cause` (a test holds the two equal): the cause's verdict
     in :data:`WINDOW_ORDER`, the most confident, then the first stored.
