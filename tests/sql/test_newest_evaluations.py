@@ -3,6 +3,7 @@ writes the verdicts; filled from stored verdicts by the migration."""
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
@@ -125,3 +126,50 @@ def test_the_migration_fills_waste_from_stored_verdicts(db_url) -> None:  # type
             )
     finally:
         engine.dispose()
+
+
+def rule(conn: sa.Connection) -> dict[str, tuple[datetime, bool]]:
+    """Each job's newest evaluation time and whether a verdict of it names waste, from every
+    verdict stored, in Python: what the triggers keep."""
+    v = verdicts.c
+    newest: dict[str, tuple[datetime, bool]] = {}
+    for job, at, cause in conn.execute(sa.select(v.job_id, v.evaluated_at, v.cause)):
+        seen = newest.get(job)
+        if seen is None or at > seen[0]:
+            newest[job] = (at, cause != "healthy")
+        elif at == seen[0]:
+            newest[job] = (at, seen[1] or cause != "healthy")
+    return newest
+
+
+def stored(conn: sa.Connection) -> dict[str, tuple[datetime, bool]]:
+    n = newest_evaluations.c
+    rows = conn.execute(sa.select(n.job_id, n.evaluated_at, n.waste)).all()
+    return {job: (at, bool(waste)) for job, at, waste in rows}
+
+
+def test_statements_of_every_shape_keep_the_rule(engine) -> None:  # type: ignore[no-untyped-def]
+    """Inserts of one row to many, a statement holding several evaluations of a job (older
+    after newer, waste at one time and not another), deletes of rows, of a job's newest
+    evaluation and of whole jobs: after each statement the table holds the rule over the
+    verdicts (row triggers on SQLite, statement triggers on PostgreSQL)."""
+    rnd = random.Random(3)
+    times = [T0 + timedelta(minutes=2 * k) for k in range(5)]
+    causes = ("healthy", "healthy", "idle_allocation", "input_bound")
+    for step in range(40):
+        with engine.begin() as conn:
+            if step % 4 == 3:
+                ids = conn.execute(sa.select(verdicts.c.id)).scalars().all()
+                gone = rnd.sample(ids, min(len(ids), rnd.choice((1, 5, 30))))
+                conn.execute(verdicts.delete().where(verdicts.c.id.in_(gone)))
+            elif step % 8 == 5:
+                at = rnd.choice(times)
+                conn.execute(verdicts.delete().where(verdicts.c.evaluated_at == at, verdicts.c.job_id < "j4"))
+            else:
+                rows = [_verdict(f"j{rnd.randrange(8)}", rnd.choice(times), rnd.choice(causes))
+                        for _ in range(rnd.choice((1, 3, 12, 40)))]  # fmt: skip
+                conn.execute(verdicts.insert(), rows)
+            assert stored(conn) == rule(conn), step
+    with engine.begin() as conn:
+        conn.execute(verdicts.delete().where(verdicts.c.job_id.in_(["j1", "j2"])))
+        assert stored(conn) == rule(conn) and "j1" not in stored(conn)
