@@ -693,8 +693,10 @@ job_totals = sa.Table(
 sa.Index("ix_job_totals_span", job_totals.c.data_from, job_totals.c.data_to)
 
 #: each job's newest evaluation time, and whether it found waste, kept by triggers on
-#: ``verdicts`` (migrations 0010, 0017): the job page finds a job's latest verdicts by this and
-#: the (job, time) index, without a pass over the verdict history
+#: ``verdicts`` (migrations 0010, 0017; on PostgreSQL statement-level since 0026, a job's row
+#: written once a statement and not when unchanged, on SQLite a trigger per row): the job page
+#: finds a job's latest verdicts by this and the (job, time) index, without a pass over the
+#: verdict history
 newest_evaluations = sa.Table(
     "newest_evaluations",
     metadata,

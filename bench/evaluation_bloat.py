@@ -1,0 +1,172 @@
+"""What classifier passes leave in ``newest_evaluations``: row triggers (revision 0025) against
+statement triggers (0026), side by side.
+
+    .venv/bin/python bench/evaluation_bloat.py [--jobs 20000] [--history 10] [--passes 6] [--autovacuum]
+
+Makes two throwaway PostgreSQL databases (127.0.0.1:5432 or $GPUWATCH_BENCH_PG, named
+``gpuwatch_evalbloat_*``, dropped at the end), one migrated to revision 0025 (the row triggers
+that keep ``newest_evaluations``), one to the head (0026: statement triggers). First ``--history``
+evaluations of every job (15 minutes apart, 3 verdicts each) in one ``INSERT ... SELECT`` in
+time order, as an import or a COPY of a dump writes them; then ``--passes``
+classifier passes, each of ``--jobs`` running jobs x 3 verdicts (job, segment, recent windows;
+causes seeded, a third naming waste), 2 minutes apart, stored through
+:func:`gpuwatch.classify.runner.store_evaluations` into each database in turn (the order
+alternating from pass to pass), the same rows in both. Autovacuum is off for
+``newest_evaluations`` unless ``--autovacuum``: the size is what the passes leave until a
+vacuum. Prints, per pass and database, the pass's wall time and
+``pg_total_relation_size('newest_evaluations')``; at the end the table's heap and index sizes,
+the row versions written (``n_tup_ins + n_tup_upd``, of them HOT) and dead, and whether both
+databases hold the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ingest import ADMIN, drop_db
+from gpuwatch.classify.runner import store_evaluations
+from gpuwatch.classify.verdict import Cause, Verdict
+from gpuwatch.sql import migrate
+from gpuwatch.sql.engine import create_engine
+
+T0 = datetime(2026, 12, 7, 0, 0, tzinfo=timezone.utc)
+WINDOWS = ("job", "segment", "recent")
+CAUSES = (Cause.HEALTHY, Cause.HEALTHY, Cause.IDLE_ALLOCATION, Cause.INPUT_BOUND, Cause.UNKNOWN_LOW)
+#: label -> the revision its database runs at
+KINDS = {"row triggers (0025)": "0025", "statement triggers (0026)": "head"}
+
+#: ``--history`` earlier evaluations of every job, 15 minutes apart, 3 verdicts each, in one
+#: statement (as ``gpuwatch import`` or a COPY of a dump writes them: in time order)
+_HISTORY = """INSERT INTO verdicts (job_id, evaluated_at, window_kind, window_start, window_end, cause,
+                          confidence, gpus, gpu_hours, gpu_hours_wasted, mean_util_ratio, summary,
+                          fix, evidence, rules_version)
+    SELECT (100000 + j)::text, at, w.kind, at - interval '10 minutes', at, c.cause, 0.7, 4, 4.0, 0.5,
+           0.1, 'job ' || (100000 + j) || ': ' || c.cause, 'f', '{"values": {"gpus": 4}}', 't'
+    FROM generate_series(1, :history) e
+    CROSS JOIN LATERAL (SELECT CAST(:t0 AS timestamptz) - (:history + 1 - e) * interval '15 minutes' AS at) t
+    CROSS JOIN generate_series(0, :jobs - 1) j
+    CROSS JOIN (VALUES (0, 'job'), (1, 'segment'), (2, 'recent')) w(n, kind)
+    CROSS JOIN LATERAL (SELECT (ARRAY['healthy', 'healthy', 'idle_allocation', 'input_bound',
+                                      'unknown_low'])[1 + (j * 7 + e * 3 + w.n) % 5] AS cause) c
+    ORDER BY e, j, w.n"""
+_SIZE = "SELECT pg_total_relation_size('newest_evaluations')"
+_ROWS = "SELECT job_id, evaluated_at, waste FROM newest_evaluations ORDER BY job_id"
+_STATS = """SELECT pg_total_relation_size('newest_evaluations'), pg_relation_size('newest_evaluations'),
+                   pg_indexes_size('newest_evaluations'), n_tup_ins + n_tup_upd, n_tup_hot_upd, n_dead_tup
+            FROM pg_stat_user_tables WHERE relname = 'newest_evaluations'"""
+
+
+def a_pass(k: int, jobs: int) -> dict[str, tuple[datetime, list[Verdict]]]:
+    """Pass ``k``: every job's 3 verdicts, evaluated at ``T0 + 2 k`` minutes."""
+    rnd = random.Random(k)
+    at = T0 + timedelta(minutes=2 * k)
+    results = {}
+    for n in range(jobs):
+        job = str(100000 + n)
+        found = []
+        for window in WINDOWS:
+            cause = rnd.choice(CAUSES)
+            found.append(
+                Verdict(
+                    job_id=job, window_kind=window, window_start=at - timedelta(minutes=10),
+                    window_end=at, cause=cause, confidence=rnd.choice((0.5, 0.7, 0.9)),
+                    summary=f"job {job}: {cause.value}", fix="f", evidence={"values": {"gpus": 4}},
+                    gpus=4, gpu_hours=4.0, gpu_hours_wasted=rnd.choice((None, 0.5, 2.0)),
+                    mean_util_ratio=0.1,
+                )
+            )  # fmt: skip
+        results[job] = (at, found)
+    return results
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=20000)
+    ap.add_argument("--passes", type=int, default=6)
+    ap.add_argument("--history", type=int, default=10, help="evaluations a job stored first, in one INSERT")
+    ap.add_argument("--autovacuum", action="store_true", help="leave autovacuum on for newest_evaluations")
+    args = ap.parse_args()
+
+    tag = uuid.uuid4().hex[:8]
+    names = {label: f"gpuwatch_evalbloat_{tag}_{rev}" for label, rev in KINDS.items()}
+    engines: dict[str, sa.Engine] = {}
+    admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        for label, rev in KINDS.items():
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'CREATE DATABASE "{names[label]}"'))
+            url = sa.engine.make_url(ADMIN).set(database=names[label]).render_as_string(hide_password=False)
+            engines[label] = create_engine(url)
+            migrate.upgrade(engines[label], rev)
+            if not args.autovacuum:
+                with engines[label].begin() as conn:
+                    conn.execute(sa.text("ALTER TABLE newest_evaluations SET (autovacuum_enabled = false)"))
+        print(f"{args.jobs:,} jobs x 3 verdicts a pass, {args.passes} passes after {args.history} "
+              f"evaluations a job stored in one statement; autovacuum on newest_evaluations: "
+              f"{'on' if args.autovacuum else 'off'}")  # fmt: skip
+        if args.history:
+            line = []
+            for label, engine in engines.items():
+                t0 = time.perf_counter()
+                with engine.begin() as conn:
+                    conn.execute(sa.text(_HISTORY), {"history": args.history, "jobs": args.jobs, "t0": T0})
+                took = time.perf_counter() - t0
+                with engine.connect() as conn:
+                    size = conn.execute(sa.text(_SIZE)).scalar()
+                line.append(f"{label}: {took:6.2f} s, {mib(size)}")
+            print(f"history ({args.history * args.jobs * 3:,} rows): " + "; ".join(line))
+        times: dict[str, list[float]] = {label: [] for label in KINDS}
+        for k in range(args.passes):
+            results = a_pass(k, args.jobs)
+            order = list(KINDS) if k % 2 == 0 else list(reversed(KINDS))
+            line = []
+            for label in order:
+                t0 = time.perf_counter()
+                store_evaluations(engines[label], results)
+                took = time.perf_counter() - t0
+                times[label].append(took)
+                with engines[label].connect() as conn:
+                    size = conn.execute(sa.text(_SIZE)).scalar()
+                line.append(f"{label}: {took:6.2f} s, {mib(size)}")
+            print(f"pass {k}: " + "; ".join(sorted(line)))
+        for engine in engines.values():
+            engine.dispose()  # the sessions that stored the passes end, and report their counts
+        time.sleep(2)
+        answers = []
+        for label, engine in engines.items():
+            with engine.connect() as conn:
+                total, heap, index, written, hot, dead = conn.execute(sa.text(_STATS)).one()
+                answers.append(conn.execute(sa.text(_ROWS)).all())
+            later = times[label][1:] or times[label]
+            print(
+                f"{label}: newest_evaluations {mib(total)} (heap {mib(heap)}, indexes {mib(index)}) for "
+                f"{len(answers[-1]):,} rows; row versions written {written:,} ({hot:,} HOT updates), "
+                f"dead {dead:,}; a pass after the first: median {statistics.median(later):.2f} s "
+                f"({min(later):.2f}-{max(later):.2f})"
+            )
+        print(f"same rows in both: {answers[0] == answers[1]}")
+    finally:
+        for engine in engines.values():
+            engine.dispose()
+        admin.dispose()
+        for name in names.values():
+            drop_db(name)
+
+
+if __name__ == "__main__":
+    main()
