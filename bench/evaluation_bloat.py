@@ -15,7 +15,8 @@ alternating from pass to pass), the same rows in both. Autovacuum is off for
 ``newest_evaluations`` unless ``--autovacuum``: the size is what the passes leave until a
 vacuum. Prints, per pass and database, the pass's wall time and
 ``pg_total_relation_size('newest_evaluations')``; at the end the table's heap and index sizes,
-the row versions written (``n_tup_ins + n_tup_upd``, of them HOT) and dead, and whether both
+the row versions written (``n_tup_ins + n_tup_upd``, of them HOT) and dead, the time spent in
+each trigger function over the whole run (``track_functions = 'pl'``), and whether both
 databases hold the same rows.
 """
 
@@ -60,6 +61,10 @@ _HISTORY = """INSERT INTO verdicts (job_id, evaluated_at, window_kind, window_st
     CROSS JOIN LATERAL (SELECT (ARRAY['healthy', 'healthy', 'idle_allocation', 'input_bound',
                                       'unknown_low'])[1 + (j * 7 + e * 3 + w.n) % 5] AS cause) c
     ORDER BY e, j, w.n"""
+#: the time spent in each trigger function on ``verdicts`` (``track_functions = 'pl'``), own
+#: time: a function's statements, not the triggers they fire
+_FUNCTIONS = """SELECT funcname, calls, self_time FROM pg_stat_user_functions
+    WHERE funcname LIKE 'gpuwatch%' ORDER BY self_time DESC"""
 _SIZE = "SELECT pg_total_relation_size('newest_evaluations')"
 _ROWS = "SELECT job_id, evaluated_at, waste FROM newest_evaluations ORDER BY job_id"
 _STATS = """SELECT pg_total_relation_size('newest_evaluations'), pg_relation_size('newest_evaluations'),
@@ -110,6 +115,7 @@ def main() -> None:
         for label, rev in KINDS.items():
             with admin.connect() as conn:
                 conn.execute(sa.text(f'CREATE DATABASE "{names[label]}"'))
+                conn.execute(sa.text(f"ALTER DATABASE \"{names[label]}\" SET track_functions = 'pl'"))
             url = sa.engine.make_url(ADMIN).set(database=names[label]).render_as_string(hide_password=False)
             engines[label] = create_engine(url)
             migrate.upgrade(engines[label], rev)
@@ -152,12 +158,17 @@ def main() -> None:
             with engine.connect() as conn:
                 total, heap, index, written, hot, dead = conn.execute(sa.text(_STATS)).one()
                 answers.append(conn.execute(sa.text(_ROWS)).all())
+                functions = conn.execute(sa.text(_FUNCTIONS)).all()
             later = times[label][1:] or times[label]
             print(
                 f"{label}: newest_evaluations {mib(total)} (heap {mib(heap)}, indexes {mib(index)}) for "
                 f"{len(answers[-1]):,} rows; row versions written {written:,} ({hot:,} HOT updates), "
                 f"dead {dead:,}; a pass after the first: median {statistics.median(later):.2f} s "
                 f"({min(later):.2f}-{max(later):.2f})"
+            )
+            print(
+                "    in trigger functions: "
+                + ", ".join(f"{f} {ms:,.0f} ms ({n:,} calls)" for f, n, ms in functions)
             )
         print(f"same rows in both: {answers[0] == answers[1]}")
     finally:
