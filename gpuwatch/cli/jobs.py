@@ -165,13 +165,15 @@ def duration_text(seconds: int | None) -> str | None:
 
 
 def gpus_text(gpu_list: str) -> str:
-    """``n07:0,n07:1,n08:0`` -> ``n07 gpu0,1; n08 gpu0``, as the web view writes a job's GPUs:
-    a node once, and spaces a narrow table can wrap at."""
-    by_node: dict[str, list[str]] = {}
+    """``n07:0,n07:1,n08:0`` -> ``n07 gpu0,1; n08 gpu0`` (:func:`gpuwatch.views.gpu_names.gpus_per_node`,
+    as the web view writes a job's GPUs): a node once, and spaces a narrow table can wrap at."""
+    from gpuwatch.views.gpu_names import gpus_per_node
+
+    pairs = []
     for ref in gpu_list.split(","):
         node, _, index = ref.rpartition(":")
-        by_node.setdefault(node, []).append(index)
-    return "; ".join(f"{node} gpu{','.join(indexes)}" for node, indexes in by_node.items())
+        pairs.append((node, int(index)))
+    return gpus_per_node(pairs)
 
 
 def for_people(row: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from gpuwatch.views import (
     low_util_page,
     node_view,
 )
+from gpuwatch.views.gpu_names import gpus_per_node
 from gpuwatch.views.report import WEEK, GroupBy, Prices, report_period, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
@@ -397,11 +398,8 @@ def _gpu_table(view: JobView) -> str:
 
 
 def _gpu_list(gpus: Any) -> str:
-    """``node07 gpu0,1; node08 gpu0`` with each node linked to its page (HTML)."""
-    by_node: dict[str, list[str]] = {}
-    for g in gpus:
-        by_node.setdefault(g.node, []).append(str(g.gpu_index))
-    return "; ".join(f"{node_link(node)} gpu{','.join(ix)}" for node, ix in by_node.items()) or "-"
+    """``node07 gpu0-3; node08 gpu0`` with each node linked to its page (HTML)."""
+    return gpus_per_node(((g.node, g.gpu_index) for g in gpus), node_link)
 
 
 def _one_per_window(rows: tuple[VerdictRow, ...]) -> tuple[VerdictRow, ...]:
