@@ -1,4 +1,5 @@
-"""Which nodes report: the one node list behind ``gpuwatch nodes`` and the daemon's ``/api/v1/nodes``."""
+"""Which nodes report, and which of their GPUs faulted: the one node list behind ``gpuwatch
+nodes`` and the daemon's ``/api/v1/nodes``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,26 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
+from gpuwatch.sql.folding import join_distinct
 from gpuwatch.sql.gpu_readings import gpu_samples_per_node
 from gpuwatch.sql.readings import samples_per_node
-from gpuwatch.sql.schema import SAMPLE_KINDS, gpus, ingested_batches, nodes
+from gpuwatch.sql.rollups import xid_codes
+from gpuwatch.sql.schema import SAMPLE_KINDS, gpu_minutes, gpus, ingested_batches, nodes
+from gpuwatch.views.faults import GpuFaults
+
+
+@dataclass(frozen=True)
+class NodeGpuFault(GpuFaults):
+    """A GPU of the node that raised XIDs or sent samples as lost in the window (the rolled-up
+    minutes: what the node page and the job pages show, in the same words)."""
+
+    gpu_index: int
+    xid_codes: tuple[int, ...]
+    lost_samples: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"gpu_index": self.gpu_index, "xid_codes": list(self.xid_codes),
+                "lost_samples": self.lost_samples, "fault": self.fault}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -27,17 +45,46 @@ class NodeSummary:
     window_s: float
     #: MIG instances the node reported in the window (each also a GPU of its own in the tables)
     mig_instances: int = 0
+    #: its GPUs that faulted in the window, by index
+    faults: tuple[NodeGpuFault, ...] = ()
+
+    @property
+    def faults_text(self) -> str:
+        """``gpu3: XID 79 (GPU has fallen off the bus); admin | gpu5: lost 12 sample(s)``; '' for none."""
+        return " | ".join(f"gpu{f.gpu_index}: {f.fault}" for f in self.faults)
 
     def as_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["last_seen_at"] = self.last_seen_at.isoformat() if self.last_seen_at else None
+        doc["faults"] = [f.as_json() for f in self.faults]
         return doc
+
+
+def gpu_faults(conn: sa.Connection, since: datetime) -> dict[int, tuple[NodeGpuFault, ...]]:
+    """Node id -> its GPUs with XIDs or lost samples in the minutes rolled up since ``since``;
+    nodes whose GPUs were fine are left out. Reads only the faulted minutes' rows after the
+    minute index has found the window."""
+    g = gpu_minutes.c
+    rows = conn.execute(
+        sa.select(g.node_id, g.gpu_index, join_distinct(conn, g.xid_codes).label("xid_text"),
+                  sa.func.sum(g.lost_samples).label("lost"))
+        .where(g.minute >= since, sa.or_(g.xid_samples > 0, g.lost_samples > 0))
+        .group_by(g.node_id, g.gpu_index)
+        .order_by(g.node_id, g.gpu_index)
+    ).all()  # fmt: skip
+    out: dict[int, list[NodeGpuFault]] = {}
+    for r in rows:
+        out.setdefault(r.node_id, []).append(
+            NodeGpuFault(int(r.gpu_index), xid_codes(r.xid_text), int(r.lost or 0))
+        )
+    return {node_id: tuple(found) for node_id, found in out.items()}
 
 
 def node_summaries(
     engine: sa.Engine, window: timedelta = timedelta(hours=1), *, now: datetime | None = None
 ) -> list[NodeSummary]:
-    """One row per node: last contact, GPUs known, batches ever, samples in the ``window`` before ``now``."""
+    """One row per node: last contact, GPUs known, batches ever, samples and GPU faults in the
+    ``window`` before ``now``."""
     since = (now or utcnow()) - window
     with engine.connect() as conn:
         gpu_counts = dict(
@@ -66,6 +113,7 @@ def node_summaries(
                 continue
             for node_id, n in samples_per_node(conn, kind, since).items():
                 window_counts[node_id] = window_counts.get(node_id, 0) + n
+        faults = gpu_faults(conn, since)
         rows = conn.execute(
             sa.select(nodes.c.id, nodes.c.name, nodes.c.last_seen_at, nodes.c.agent_version).order_by(
                 nodes.c.name
@@ -82,6 +130,7 @@ def node_summaries(
             gpu_samples_window=gpu_window.get(r.id, 0),
             window_s=window.total_seconds(),
             mig_instances=mig_counts.get(r.id, 0),
+            faults=faults.get(r.id, ()),
         )
         for r in rows
     ]
