@@ -10,26 +10,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.clock import utcnow
-from gpuwatch.sql.folding import join_distinct
 from gpuwatch.sql.gpu_readings import gpu_samples_per_node
 from gpuwatch.sql.readings import samples_per_node
-from gpuwatch.sql.rollups import xid_codes
-from gpuwatch.sql.schema import SAMPLE_KINDS, gpu_minutes, gpus, ingested_batches, nodes
-from gpuwatch.views.faults import GpuFaults
-
-
-@dataclass(frozen=True)
-class NodeGpuFault(GpuFaults):
-    """A GPU of the node that raised XIDs or sent samples as lost in the window (the rolled-up
-    minutes: what the node page and the job pages show, in the same words)."""
-
-    gpu_index: int
-    xid_codes: tuple[int, ...]
-    lost_samples: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {"gpu_index": self.gpu_index, "xid_codes": list(self.xid_codes),
-                "lost_samples": self.lost_samples, "fault": self.fault}  # fmt: skip
+from gpuwatch.sql.schema import SAMPLE_KINDS, gpus, ingested_batches, nodes
+from gpuwatch.views.faults import NodeGpuFault, gpu_faults
 
 
 @dataclass(frozen=True)
@@ -58,26 +42,6 @@ class NodeSummary:
         doc["last_seen_at"] = self.last_seen_at.isoformat() if self.last_seen_at else None
         doc["faults"] = [f.as_json() for f in self.faults]
         return doc
-
-
-def gpu_faults(conn: sa.Connection, since: datetime) -> dict[int, tuple[NodeGpuFault, ...]]:
-    """Node id -> its GPUs with XIDs or lost samples in the minutes rolled up since ``since``;
-    nodes whose GPUs were fine are left out. Reads only the faulted minutes' rows after the
-    minute index has found the window."""
-    g = gpu_minutes.c
-    rows = conn.execute(
-        sa.select(g.node_id, g.gpu_index, join_distinct(conn, g.xid_codes).label("xid_text"),
-                  sa.func.sum(g.lost_samples).label("lost"))
-        .where(g.minute >= since, sa.or_(g.xid_samples > 0, g.lost_samples > 0))
-        .group_by(g.node_id, g.gpu_index)
-        .order_by(g.node_id, g.gpu_index)
-    ).all()  # fmt: skip
-    out: dict[int, list[NodeGpuFault]] = {}
-    for r in rows:
-        out.setdefault(r.node_id, []).append(
-            NodeGpuFault(int(r.gpu_index), xid_codes(r.xid_text), int(r.lost or 0))
-        )
-    return {node_id: tuple(found) for node_id, found in out.items()}
 
 
 def node_summaries(

@@ -235,6 +235,7 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
         )
         body = (
             f"<h2>Cluster now ({ov.now:%Y-%m-%d %H:%M} UTC)</h2><div class=cards>{cards}</div>"
+            f"{_faults_table(ov.faults)}"
             "<h2>GPU utilization per node (the mean of its GPUs), last hour</h2>"
             f"<p>A node's page shows each of its GPUs.</p>{heat}"
             f"<h2>Low-utilization jobs</h2>{_jobs_table(ov.jobs)}"
@@ -395,6 +396,20 @@ def _gpu_table(view: JobView) -> str:
     """The job's GPUs; a faulted or lost one in the node page's colour, with what happened."""
     columns = ("node", "GPU", "util", "SM active", "tensor", "memory max (GiB)", "power mean (W)", "fault")
     return table(columns, [_gpu_row(g) for g in view.gpus], empty="No GPUs known.")
+
+
+def _faults_table(faults: dict[str, Any]) -> str:
+    """The GPUs that faulted in the overview's hour, a row each in the node page's colour and
+    words (``gpuwatch nodes --faulty`` lists the same); nothing when none did."""
+    if not faults:
+        return ""
+    rows = [
+        f"<tr class=faulted><td>{node_link(node)}</td><td>gpu{f.gpu_index}</td>"
+        f"<td>{escape(f.fault or '-')}</td></tr>"
+        for node, found in faults.items()
+        for f in found
+    ]
+    return "<h2>GPU faults, last hour</h2>" + table(("node", "GPU", "fault"), rows, empty="")
 
 
 def _gpu_list(gpus: Any) -> str:
