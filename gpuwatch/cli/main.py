@@ -424,7 +424,11 @@ NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window"
 @cli.command()
 @FORMAT_OPTION
 @click.option(
-    "--window", default=60, show_default=True, help="Count samples and GPU faults of the last N minutes."
+    "--window",
+    type=click.IntRange(1, 100 * 365 * 24 * 60),
+    default=60,
+    show_default=True,
+    help="Count samples and GPU faults of the last N minutes (at most 100 years).",
 )
 @click.option(
     "--faulty", is_flag=True, help="Only nodes with a GPU that raised an XID or was lost in the window."

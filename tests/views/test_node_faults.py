@@ -50,3 +50,12 @@ def test_nodes_faulty_with_none_says_so(sqlite_url) -> None:
     assert run.invoke(cli, ["--db", sqlite_url, "db", "upgrade"]).exit_code == 0
     out = run.invoke(cli, ["--db", sqlite_url, "nodes", "--faulty", "--window", "5"]).output
     assert "no GPU faulted in the last 5 min" in out
+
+
+def test_a_window_out_of_range_is_one_line(sqlite_url) -> None:
+    run = CliRunner()
+    assert run.invoke(cli, ["--db", sqlite_url, "db", "upgrade"]).exit_code == 0
+    for window in ("0", "-5", "99999999999"):
+        result = run.invoke(cli, ["--db", sqlite_url, "nodes", "--window", window])
+        assert result.exit_code == 2 and "Invalid value for '--window'" in result.output, window
+        assert "Traceback" not in result.output
