@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuwatch.cli.params import parse_time
 from gpuwatch.cli.render import OutputFormat, format_option, percent, table_width
 from gpuwatch.clock import utcnow
 from gpuwatch.views.evaluations import WINDOW_NAMES
@@ -253,7 +254,7 @@ def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, 
     from gpuwatch.cli.render import _plain
     from gpuwatch.sql import migrate
 
-    now = _parse_at(at) if at else utcnow()
+    now = parse_time(at, "--at", zone_required=False) if at else utcnow()
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
@@ -266,16 +267,6 @@ def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, 
         click.echo(json.dumps(d, indent=2, default=_plain))
     else:
         click.echo(render_text(d))
-
-
-def _parse_at(text: str) -> datetime:
-    from datetime import timezone
-
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint="--at") from None
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
 def register(cli: click.Group) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwatch.classify.verdict import Cause
+from gpuwatch.cli.params import LIMIT
 from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, json_array, percent, render
 from gpuwatch.clock import parse_span, utcnow
 from gpuwatch.slurm.model import states_in
@@ -257,7 +258,7 @@ def job_rows(engine: Any, filters: JobFilters, now: datetime) -> list[dict[str, 
     show_default=True,
     help="Jobs running at some point in this window: 90s, 30m, 2h, 7d, 1w.",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N jobs (newest first).")
+@click.option("--limit", type=LIMIT, default=None, help="At most N jobs (newest first).")
 @click.option(
     "--all",
     "everything",

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from gpuwatch import __version__
+from gpuwatch.cli.params import MINUTES
 from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.config import ConfigError, Settings, load_settings
 
@@ -425,7 +426,7 @@ NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window"
 @FORMAT_OPTION
 @click.option(
     "--window",
-    type=click.IntRange(1, 100 * 365 * 24 * 60),
+    type=MINUTES,
     default=60,
     show_default=True,
     help="Count samples and GPU faults of the last N minutes (at most 100 years).",
