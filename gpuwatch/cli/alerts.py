@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from gpuwatch.cli.params import LIMIT
 from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.config.alerts import AlertsConfig
 
@@ -69,7 +70,7 @@ def alerts() -> None:
     type=click.Choice(["pending", "sending", "sent", "failed", "in_doubt"]),
     help="Only these (repeatable).",
 )
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", type=LIMIT, default=50, show_default=True, help="At most N notices.")
 @FORMAT_OPTION
 def list_cmd(statuses: tuple[str, ...], limit: int, fmt: str) -> None:
     """The outbox, newest first."""

@@ -8,13 +8,15 @@ timeline. ``--plot FILE.png`` draws the timeline as a chart with matplotlib
 
 from __future__ import annotations
 
+import textwrap
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuwatch.cli.render import OutputFormat, format_option, percent
+from gpuwatch.cli.params import parse_time
+from gpuwatch.cli.render import OutputFormat, format_option, percent, table_width
 from gpuwatch.clock import utcnow
 from gpuwatch.views.evaluations import WINDOW_NAMES
 from gpuwatch.views.evidence import evidence_sentences
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 COLUMNS = 60
+#: the narrowest text the summary and verdicts are folded to, however narrow the terminal
+MIN_WIDTH = 40
 GIB = 2**30
 
 
@@ -105,7 +109,7 @@ VERDICT_KEYS = ("window_kind", "window_start", "window_end", "cause", "confidenc
 def _power(mean: float | None, limit: float | None) -> str:
     if mean is None:
         return "-"
-    return f"{mean:.0f} W" + (f" / {limit:.0f} W" if limit else "")
+    return f"{mean:.0f}" + (f" / {limit:.0f}" if limit else "")
 
 
 def _when(v: datetime | None) -> str:
@@ -115,13 +119,14 @@ def _when(v: datetime | None) -> str:
 def render_text(d: dict[str, Any]) -> str:
     from gpuwatch.cli.render import render
 
+    width = max(MIN_WIDTH, table_width())
     j = d["job"]
     lines = [
         f"Job {j['job_id']}" + (f" ({j['name']})" if j["name"] else "")
         + f"  user {j['user'] or '-'}  account {j['account'] or '-'}  partition {j['partition'] or '-'}"
         + f"  state {j['state'] or '-'}",
         f"  start {_when(j['start_at'])}  end {_when(j['end_at'])}  (UTC)",
-        *(f"  {label:<12} {text}" for label, text in d["summary_text"]),
+        *(wrapped(f"  {label:<12} ", text, width) for label, text in d["summary_text"]),
         "",
     ]  # fmt: skip
     gpu_rows = [
@@ -133,16 +138,16 @@ def render_text(d: dict[str, Any]) -> str:
             "tensor": percent(g["tensor_active_mean"]),
             "mem": "-"
             if g["memory_total_bytes"] is None
-            else f"{(g['memory_used_bytes_max'] or 0) / GIB:.1f} / {g['memory_total_bytes'] / GIB:.1f} GiB",
+            else f"{(g['memory_used_bytes_max'] or 0) / GIB:.1f} / {g['memory_total_bytes'] / GIB:.1f}",
             "power": _power(g["power_watts_mean"], g["power_limit_watts"]),
-            "energy": "-" if g["energy_kwh"] is None else f"{g['energy_kwh']:.3f} kWh",
+            "energy": "-" if g["energy_kwh"] is None else f"{g['energy_kwh']:.3f}",
             "fault": g["fault"],
         }
         for g in d["gpus"]
     ]  # fmt: skip
     cols = [("node", "node"), ("gpu", "GPU"), ("util", "mean util"), ("sm", "SM active"),
-            ("tensor", "tensor"), ("mem", "memory max / total"), ("power", "power mean / limit"),
-            ("energy", "energy")]  # fmt: skip
+            ("tensor", "tensor"), ("mem", "memory GiB max / total"), ("power", "power W mean / limit"),
+            ("energy", "energy kWh")]  # fmt: skip
     if any(row["fault"] for row in gpu_rows):  # a column only where a GPU had one
         cols.append(("fault", "fault"))
     lines.append(render(gpu_rows, cols, OutputFormat.TABLE, title="GPUs") if gpu_rows else "No GPUs known.")
@@ -151,28 +156,57 @@ def render_text(d: dict[str, Any]) -> str:
         lines.append("No verdicts yet (not evaluated, or inside the grace period).")
     else:
         lines.append(f"Verdicts (evaluated {_when(d['verdicts'][0]['evaluated_at'])} UTC):")
-        for v in d["verdicts"]:
-            lines.append(
-                f"  [{WINDOW_NAMES.get(v['window_kind'], v['window_kind'])}] {v['cause']}  "
-                f"confidence {v['confidence']:.2f}  "
-                f"GPU-h wasted {v['gpu_hours_wasted'] or 0:.2f} of {v['gpu_hours'] or 0:.2f}  "
-                f"mean util {percent(v['mean_util_ratio'])}"
-            )
-            lines.append(f"    evidence: {v['summary']}")
-            lines += [f"      - {sentence}" for sentence in evidence_sentences(v["evidence"])]
-            if v["fix"]:
-                lines.append(f"    fix: {v['fix']}")
+        lines += verdict_lines(d["verdicts"], width)
     tl = d["timeline"]
     if tl and tl["series"]:
         lines.append("")
         lines.append(
-            f"GPU utilization {_when(tl['start'])} .. {_when(tl['end'])} UTC "
-            f"(1 column = {tl['column_s'] / 60:.3g} min; ▁ 0 % .. █ 100 %, blank: no data)"
+            wrapped(
+                "",
+                f"GPU utilization {_when(tl['start'])} .. {_when(tl['end'])} UTC "
+                f"(1 column = {tl['column_s'] / 60:.3g} min; ▁ 0 % .. █ 100 %, blank: no data)",
+                width,
+            )
         )
         width = max(len(k) for k in tl["series"])
         for label, values in tl["series"].items():
             lines.append(f"  {label:<{width}} |{spark(values)}|")
     return "\n".join(lines)
+
+
+def verdict_lines(verdicts: list[dict[str, Any]], width: int) -> list[str]:
+    """Each verdict's header, evidence (its sentences) and fix, wrapped to ``width``. A window
+    whose evidence and fix read word for word as an earlier window's says so in one line
+    instead of printing them again (a steady job's recent window repeats its whole job)."""
+    lines: list[str] = []
+    told: dict[tuple[str, tuple[str, ...], str | None], str] = {}
+    for v in verdicts:
+        window = WINDOW_NAMES.get(v["window_kind"], v["window_kind"])
+        lines.append(
+            f"  [{window}] {v['cause']}  confidence {v['confidence']:.2f}  "
+            f"GPU-h wasted {v['gpu_hours_wasted'] or 0:.2f} of {v['gpu_hours'] or 0:.2f}  "
+            f"mean util {percent(v['mean_util_ratio'])}"
+        )
+        sentences = tuple(evidence_sentences(v["evidence"]))
+        key = (v["summary"], sentences, v["fix"])
+        if key in told:
+            lines.append(f"    evidence and fix: as [{told[key]}] above")
+            continue
+        told[key] = window
+        lines.append(wrapped("    evidence: ", v["summary"], width))
+        lines += [wrapped("      - ", sentence, width) for sentence in sentences]
+        if v["fix"]:
+            lines.append(wrapped("    fix: ", v["fix"], width))
+    return lines
+
+
+def wrapped(prefix: str, text: str, width: int) -> str:
+    """``prefix`` + ``text`` folded at spaces to ``width``, continuation lines under the text's
+    first character; a word longer than the room is left whole (a path, a URL)."""
+    return textwrap.fill(
+        text, width, initial_indent=prefix, subsequent_indent=" " * len(prefix),
+        break_long_words=False, break_on_hyphens=False,
+    ) or prefix.rstrip()  # fmt: skip
 
 
 def _fault_note(gpu: dict[str, Any]) -> str:
@@ -220,7 +254,7 @@ def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, 
     from gpuwatch.cli.render import _plain
     from gpuwatch.sql import migrate
 
-    now = _parse_at(at) if at else utcnow()
+    now = parse_time(at, "--at", zone_required=False) if at else utcnow()
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
@@ -233,16 +267,6 @@ def job(ctx: Context, job_id: str, fmt: str, plot: Path | None, at: str | None, 
         click.echo(json.dumps(d, indent=2, default=_plain))
     else:
         click.echo(render_text(d))
-
-
-def _parse_at(text: str) -> datetime:
-    from datetime import timezone
-
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint="--at") from None
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
 def register(cli: click.Group) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwatch.classify.verdict import Cause
+from gpuwatch.cli.params import LIMIT
 from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, json_array, percent, render
 from gpuwatch.clock import parse_span, utcnow
 from gpuwatch.slurm.model import states_in
@@ -165,13 +166,15 @@ def duration_text(seconds: int | None) -> str | None:
 
 
 def gpus_text(gpu_list: str) -> str:
-    """``n07:0,n07:1,n08:0`` -> ``n07 gpu0,1; n08 gpu0``, as the web view writes a job's GPUs:
-    a node once, and spaces a narrow table can wrap at."""
-    by_node: dict[str, list[str]] = {}
+    """``n07:0,n07:1,n08:0`` -> ``n07 gpu0,1; n08 gpu0`` (:func:`gpuwatch.views.gpu_names.gpus_per_node`,
+    as the web view writes a job's GPUs): a node once, and spaces a narrow table can wrap at."""
+    from gpuwatch.views.gpu_names import gpus_per_node
+
+    pairs = []
     for ref in gpu_list.split(","):
         node, _, index = ref.rpartition(":")
-        by_node.setdefault(node, []).append(index)
-    return "; ".join(f"{node} gpu{','.join(indexes)}" for node, indexes in by_node.items())
+        pairs.append((node, int(index)))
+    return gpus_per_node(pairs)
 
 
 def for_people(row: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +258,7 @@ def job_rows(engine: Any, filters: JobFilters, now: datetime) -> list[dict[str, 
     show_default=True,
     help="Jobs running at some point in this window: 90s, 30m, 2h, 7d, 1w.",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N jobs (newest first).")
+@click.option("--limit", type=LIMIT, default=None, help="At most N jobs (newest first).")
 @click.option(
     "--all",
     "everything",

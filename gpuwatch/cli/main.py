@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from gpuwatch import __version__
+from gpuwatch.cli.params import MINUTES
 from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, render
 from gpuwatch.config import ConfigError, Settings, load_settings
 
@@ -415,26 +416,37 @@ NODE_COLUMNS = [
     ("batches", "batches"),
     ("samples_window", "samples"),
     ("gpu_samples_window", "GPU samples"),
+    ("faults", "GPU faults"),
 ]
 #: what a narrow terminal's node table leaves out first
-NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window")
+NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window", "gpu_samples_window")
 
 
 @cli.command()
 @FORMAT_OPTION
-@click.option("--window", default=60, show_default=True, help="Count samples of the last N minutes.")
+@click.option(
+    "--window",
+    type=MINUTES,
+    default=60,
+    show_default=True,
+    help="Count samples and GPU faults of the last N minutes (at most 100 years).",
+)
+@click.option(
+    "--faulty", is_flag=True, help="Only nodes with a GPU that raised an XID or was lost in the window."
+)
 @pass_ctx
-def nodes(ctx: Context, fmt: str, window: int) -> None:
-    """Nodes: last seen, GPUs, sample counts."""
+def nodes(ctx: Context, fmt: str, window: int, faulty: bool) -> None:
+    """Nodes: last seen, GPUs, sample counts, GPU faults."""
     from gpuwatch.sql import migrate
     from gpuwatch.views.nodes import node_summaries
 
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
+    listed = [n for n in node_summaries(engine, timedelta(minutes=window)) if n.faults or not faulty]
     rows = [
-        n.as_json() | {"last_seen_at": n.last_seen_at}
-        for n in node_summaries(engine, timedelta(minutes=window))
+        n.as_json() | {"last_seen_at": n.last_seen_at} | ({} if fmt == "json" else {"faults": n.faults_text})
+        for n in listed
     ]
     click.echo(
         render(
@@ -442,7 +454,9 @@ def nodes(ctx: Context, fmt: str, window: int) -> None:
             NODE_COLUMNS,
             OutputFormat(fmt),
             title=f"nodes (samples in the last {window} min)",
-            empty="no node has registered yet (gpuwatch token create NODE makes its ingest token)",
+            empty=f"no GPU faulted in the last {window} min"
+            if faulty
+            else "no node has registered yet (gpuwatch token create NODE makes its ingest token)",
             drop_first=NODE_DROP_FIRST,
         )
     )

@@ -11,11 +11,12 @@ most GPU memory it held and its mean SM utilization (aggregated in SQL on Postgr
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuwatch.cli.params import MINUTES, parse_time
 from gpuwatch.cli.render import FORMAT_OPTION, Column, OutputFormat, percent, render
 from gpuwatch.clock import utcnow
 
@@ -79,21 +80,11 @@ def for_people(row: dict[str, Any]) -> dict[str, Any]:
     return {k: percent(v) if k in RATIO_COLUMNS else v for k, v in row.items()}
 
 
-def _parse_time(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"not an ISO 8601 time: {text!r}") from None
-    if value.tzinfo is None:
-        raise click.BadParameter(f"give a zone (e.g. {text}Z or {text}+00:00): {text!r}")
-    return value
-
-
 @click.command("processes")
 @click.argument("node")
 @click.option("--gpu", "gpu_index", type=click.IntRange(min=0), help="Only this GPU (NVML index).")
 @click.option(
-    "--since", type=click.IntRange(min=1), default=60, show_default=True, help="Minutes back from --end."
+    "--since", type=MINUTES, default=60, show_default=True, help="Minutes back from --end (up to 100 years)."
 )
 @click.option("--end", "end_text", help="End of the window, ISO 8601 with a zone (default: now).")
 @click.option("--each", is_flag=True, help="Every reading instead of one line per (GPU, pid, job).")
@@ -106,7 +97,9 @@ def processes(
     from gpuwatch.sql.nodes import get_node
     from gpuwatch.sql.process_packs import read_processes, summarize_processes
 
-    end = (_parse_time(end_text) if end_text else utcnow()).astimezone(timezone.utc)
+    end = (parse_time(end_text, "--end", zone_required=True) if end_text else utcnow()).astimezone(
+        timezone.utc
+    )
     start = end - timedelta(minutes=since)
     with ctx.engine().connect() as conn:
         found = get_node(conn, node)

@@ -13,6 +13,7 @@ import click
 
 from gpuwatch.cli.jobs import parse_since
 from gpuwatch.cli.main import Context
+from gpuwatch.cli.params import parse_time
 from gpuwatch.cli.render import FORMAT_OPTION, OutputFormat, percent, render
 from gpuwatch.clock import utcnow
 from gpuwatch.views.report import GroupBy, Prices, ReportRow, report_period, usage_report
@@ -91,14 +92,7 @@ def _heading(key: str, currency: str) -> str:
 def _parse_until(text: str | None, now: datetime) -> datetime:
     if not text:
         return now
-    try:
-        until = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: use an ISO 8601 time, e.g. 2026-12-01T00:00Z", param_hint="--until"
-        ) from None
-    if until.tzinfo is None:
-        raise click.BadParameter(f"{text!r}: give a time zone (Z or +01:00)", param_hint="--until")
+    until = parse_time(text, "--until", zone_required=True)
     return until
 
 

@@ -500,6 +500,9 @@ gpu_minutes = sa.Table(
     sa.Column("energy_power_samples", sa.Integer, nullable=False, server_default="0"),
 )
 sa.Index("ix_gpu_minutes_minute", gpu_minutes.c.minute)
+#: the few GPU-minutes with an XID or a lost sample: the node list's faults (``views/nodes.py``)
+_FAULTED = sa.or_(gpu_minutes.c.xid_samples > 0, gpu_minutes.c.lost_samples > 0)
+sa.Index("ix_gpu_minutes_faulted", gpu_minutes.c.minute, postgresql_where=_FAULTED, sqlite_where=_FAULTED)
 
 #: per Slurm job cgroup per node per minute
 job_minutes = sa.Table(

@@ -1,9 +1,19 @@
 """A GPU's faults over a span in words: the same sentence on the node page, the job page,
-``gpuwatch job ID`` and its plot."""
+``gpuwatch job ID`` and its plot; and which GPUs faulted in a span, for the node list and the
+overview."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
 from gpuwatch.classify.xid import describe, owner_of
+from gpuwatch.sql.folding import join_distinct
+from gpuwatch.sql.rollups import xid_codes
+from gpuwatch.sql.schema import gpu_minutes
 
 
 def fault_text(codes: tuple[int, ...], lost_samples: int) -> str | None:
@@ -28,3 +38,37 @@ class GpuFaults:
     def fault(self) -> str | None:
         """``XID 79 (GPU has fallen off the bus); admin`` or ``lost 12 sample(s)``; None when fine."""
         return fault_text(self.xid_codes, self.lost_samples)
+
+
+@dataclass(frozen=True)
+class NodeGpuFault(GpuFaults):
+    """A GPU of a node that raised XIDs or sent samples as lost in the window (the rolled-up
+    minutes: what the node page and the job pages show, in the same words)."""
+
+    gpu_index: int
+    xid_codes: tuple[int, ...]
+    lost_samples: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"gpu_index": self.gpu_index, "xid_codes": list(self.xid_codes),
+                "lost_samples": self.lost_samples, "fault": self.fault}  # fmt: skip
+
+
+def gpu_faults(conn: sa.Connection, since: datetime) -> dict[int, tuple[NodeGpuFault, ...]]:
+    """Node id -> its GPUs with XIDs or lost samples in the minutes rolled up since ``since``;
+    nodes whose GPUs were fine are left out. Reads only the faulted minutes' rows after the
+    minute index has found the window."""
+    g = gpu_minutes.c
+    rows = conn.execute(
+        sa.select(g.node_id, g.gpu_index, join_distinct(conn, g.xid_codes).label("xid_text"),
+                  sa.func.sum(g.lost_samples).label("lost"))
+        .where(g.minute >= since, sa.or_(g.xid_samples > 0, g.lost_samples > 0))
+        .group_by(g.node_id, g.gpu_index)
+        .order_by(g.node_id, g.gpu_index)
+    ).all()  # fmt: skip
+    out: dict[int, list[NodeGpuFault]] = {}
+    for r in rows:
+        out.setdefault(r.node_id, []).append(
+            NodeGpuFault(int(r.gpu_index), xid_codes(r.xid_text), int(r.lost or 0))
+        )
+    return {node_id: tuple(found) for node_id, found in out.items()}

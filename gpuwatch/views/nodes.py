@@ -1,4 +1,5 @@
-"""Which nodes report: the one node list behind ``gpuwatch nodes`` and the daemon's ``/api/v1/nodes``."""
+"""Which nodes report, and which of their GPUs faulted: the one node list behind ``gpuwatch
+nodes`` and the daemon's ``/api/v1/nodes``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gpuwatch.clock import utcnow
 from gpuwatch.sql.gpu_readings import gpu_samples_per_node
 from gpuwatch.sql.readings import samples_per_node
 from gpuwatch.sql.schema import SAMPLE_KINDS, gpus, ingested_batches, nodes
+from gpuwatch.views.faults import NodeGpuFault, gpu_faults
 
 
 @dataclass(frozen=True)
@@ -27,17 +29,26 @@ class NodeSummary:
     window_s: float
     #: MIG instances the node reported in the window (each also a GPU of its own in the tables)
     mig_instances: int = 0
+    #: its GPUs that faulted in the window, by index
+    faults: tuple[NodeGpuFault, ...] = ()
+
+    @property
+    def faults_text(self) -> str:
+        """``gpu3: XID 79 (GPU has fallen off the bus); admin | gpu5: lost 12 sample(s)``; '' for none."""
+        return " | ".join(f"gpu{f.gpu_index}: {f.fault}" for f in self.faults)
 
     def as_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["last_seen_at"] = self.last_seen_at.isoformat() if self.last_seen_at else None
+        doc["faults"] = [f.as_json() for f in self.faults]
         return doc
 
 
 def node_summaries(
     engine: sa.Engine, window: timedelta = timedelta(hours=1), *, now: datetime | None = None
 ) -> list[NodeSummary]:
-    """One row per node: last contact, GPUs known, batches ever, samples in the ``window`` before ``now``."""
+    """One row per node: last contact, GPUs known, batches ever, samples and GPU faults in the
+    ``window`` before ``now``."""
     since = (now or utcnow()) - window
     with engine.connect() as conn:
         gpu_counts = dict(
@@ -66,6 +77,7 @@ def node_summaries(
                 continue
             for node_id, n in samples_per_node(conn, kind, since).items():
                 window_counts[node_id] = window_counts.get(node_id, 0) + n
+        faults = gpu_faults(conn, since)
         rows = conn.execute(
             sa.select(nodes.c.id, nodes.c.name, nodes.c.last_seen_at, nodes.c.agent_version).order_by(
                 nodes.c.name
@@ -82,6 +94,7 @@ def node_summaries(
             gpu_samples_window=gpu_window.get(r.id, 0),
             window_s=window.total_seconds(),
             mig_instances=mig_counts.get(r.id, 0),
+            faults=faults.get(r.id, ()),
         )
         for r in rows
     ]

@@ -1,4 +1,5 @@
-"""What the cluster is doing now: every node's last hour, which GPUs are busy, idle and wasted.
+"""What the cluster is doing now: every node's last hour, which GPUs are busy, idle and wasted,
+and which faulted.
 
 The web view's front page. The wasting jobs are :func:`gpuwatch.views.lowutil.low_util_jobs`
 of the jobs still holding their GPUs, so the page lists what every other surface lists.
@@ -23,6 +24,7 @@ import sqlalchemy as sa
 
 from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.schema import gpus, nodes
+from gpuwatch.views.faults import NodeGpuFault, gpu_faults
 from gpuwatch.views.lowutil import LowUtilFilters, LowUtilJob, low_util_jobs
 
 #: a GPU counts as reporting when it has a rolled-up minute this recent
@@ -46,13 +48,15 @@ class Overview:
     gpus_wasted: float = 0.0
     simulated: bool = False
     jobs: list[LowUtilJob] = field(default_factory=list)
+    #: node name -> its GPUs that raised an XID or were lost in the span (``gpuwatch nodes``'s)
+    faults: dict[str, tuple[NodeGpuFault, ...]] = field(default_factory=dict)
 
 
 def cluster_overview(
     engine: sa.Engine, now: datetime, *, low_ratio: float = 0.15, minutes: int = 60
 ) -> Overview:
     """The last ``minutes`` of every node; which GPUs are busy (util above ``low_ratio``), idle,
-    wasted. Read from ``node_minutes`` (the rollup sums each node's GPUs per minute), so the
+    wasted, faulted. Read from ``node_minutes`` (the rollup sums each node's GPUs per minute), so the
     cost grows with nodes x minutes, not with every GPU-minute."""
     end = now.replace(second=0, microsecond=0)
     start = end - timedelta(minutes=minutes)
@@ -61,6 +65,7 @@ def cluster_overview(
         names_of = dict(conn.execute(sa.select(nodes.c.id, nodes.c.name)).all())
         reporting, busy = _reporting(conn, end, low_ratio)
         jobs = low_util_jobs(conn, LowUtilFilters(running=True), now=now)
+        faulted = gpu_faults(conn, start)
     names = sorted(names_of[node_id] for node_id in {*found.node_ids, *found.blank})
     index = {name: i for i, name in enumerate(names)}
     row_of = {node_id: index[name] for node_id, name in names_of.items() if name in index}
@@ -80,6 +85,7 @@ def cluster_overview(
         gpus_wasted=math.fsum(cards_held(j) for j in jobs),
         simulated=found.simulated,
         jobs=jobs,
+        faults={names_of[node_id]: found for node_id, found in faulted.items() if node_id in names_of},
     )
 
 

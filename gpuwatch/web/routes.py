@@ -39,6 +39,7 @@ from gpuwatch.views import (
     low_util_page,
     node_view,
 )
+from gpuwatch.views.gpu_names import gpus_per_node
 from gpuwatch.views.report import WEEK, GroupBy, Prices, report_period, usage_report, weekly_history
 from gpuwatch.views.summary_text import summary_rows
 from gpuwatch.web import charts, svg
@@ -234,6 +235,7 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
         )
         body = (
             f"<h2>Cluster now ({ov.now:%Y-%m-%d %H:%M} UTC)</h2><div class=cards>{cards}</div>"
+            f"{_faults_table(ov.faults)}"
             "<h2>GPU utilization per node (the mean of its GPUs), last hour</h2>"
             f"<p>A node's page shows each of its GPUs.</p>{heat}"
             f"<h2>Low-utilization jobs</h2>{_jobs_table(ov.jobs)}"
@@ -396,12 +398,23 @@ def _gpu_table(view: JobView) -> str:
     return table(columns, [_gpu_row(g) for g in view.gpus], empty="No GPUs known.")
 
 
+def _faults_table(faults: dict[str, Any]) -> str:
+    """The GPUs that faulted in the overview's hour, a row each in the node page's colour and
+    words (``gpuwatch nodes --faulty`` lists the same); nothing when none did."""
+    if not faults:
+        return ""
+    rows = [
+        f"<tr class=faulted><td>{node_link(node)}</td><td>gpu{f.gpu_index}</td>"
+        f"<td>{escape(f.fault or '-')}</td></tr>"
+        for node, found in faults.items()
+        for f in found
+    ]
+    return "<h2>GPU faults, last hour</h2>" + table(("node", "GPU", "fault"), rows, empty="")
+
+
 def _gpu_list(gpus: Any) -> str:
-    """``node07 gpu0,1; node08 gpu0`` with each node linked to its page (HTML)."""
-    by_node: dict[str, list[str]] = {}
-    for g in gpus:
-        by_node.setdefault(g.node, []).append(str(g.gpu_index))
-    return "; ".join(f"{node_link(node)} gpu{','.join(ix)}" for node, ix in by_node.items()) or "-"
+    """``node07 gpu0-3; node08 gpu0`` with each node linked to its page (HTML)."""
+    return gpus_per_node(((g.node, g.gpu_index) for g in gpus), node_link)
 
 
 def _one_per_window(rows: tuple[VerdictRow, ...]) -> tuple[VerdictRow, ...]:

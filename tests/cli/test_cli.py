@@ -55,6 +55,7 @@ def test_token_create_db_and_nodes_formats(db_url, tmp_path):
             "batches": 1,
             "samples_window": 20,
             "gpu_samples_window": 4,
+            "faults": [],
         }
     ]
     rows = list(csv.DictReader(io.StringIO(_run("--db", db_url, "nodes", "--format", "csv").output)))

@@ -107,4 +107,4 @@ def test_unknown_node_and_naive_time_are_clear_errors(db_url):
     missing = CliRunner().invoke(cli, ["--db", db_url, "processes", "node999"])
     assert missing.exit_code != 0 and "no node 'node999'" in missing.output
     naive = CliRunner().invoke(cli, ["--db", db_url, "processes", "node001", "--end", "2026-12-01T12:00:00"])
-    assert naive.exit_code != 0 and "give a zone" in naive.output
+    assert naive.exit_code != 0 and "give a time zone" in naive.output

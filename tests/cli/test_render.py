@@ -89,6 +89,9 @@ def test_json_and_csv_keep_every_column_whatever_the_terminal(monkeypatch: pytes
         ("n07:0,n07:1,n08:0", "n07 gpu0,1; n08 gpu0"),
         ("demo-node12:3", "demo-node12 gpu3"),
         ("gpu-a:1:0,gpu-a:1:1", "gpu-a:1 gpu0,1"),  # only the last colon parts node and index
+        ("n1:0,n1:1,n1:2,n1:3,n1:4,n1:5,n1:6,n1:7", "n1 gpu0-7"),  # as Slurm writes gpu:[0-7]
+        ("n1:3,n1:0,n1:2,n1:1,n1:6,n2:1", "n1 gpu0-3,6; n2 gpu1"),  # sorted per node, nodes as seen
+        ("n1:9,n1:10,n1:12", "n1 gpu9,10,12"),  # by number, not by text; two in a row stay a pair
     ],
 )
 def test_a_jobs_gpus_read_per_node(listed: str, text: str) -> None:

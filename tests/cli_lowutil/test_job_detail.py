@@ -33,7 +33,7 @@ def test_text_has_cause_evidence_fix_and_timeline(classified) -> None:
     assert "      - GPUs allocated: 4." in out  # the evidence, in sentences
     assert "      - Highest GPU utilization over the whole job: 0%." in out
     assert TEXTS[Cause.IDLE_ALLOCATION].fix in out
-    assert "140.4 GiB" in out and "/ 700 W" in out  # H200 memory total, power limit
+    assert "140.4 GiB" in out and "/ 700 " in out and "power W mean / limit" in out  # H200 memory, limit
     lines = [ln for ln in out.splitlines() if ln.strip().startswith(f"c{jid[-2:]}n0:")]
     assert len(lines) == 4  # one timeline line per GPU
     bar = lines[0].split("|")[1]

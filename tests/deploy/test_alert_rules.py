@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 import gpuwatch.daemon.admission
 import gpuwatch.daemon.ingest  # noqa: F401  (registers the daemon's metrics)
 from gpuwatch import catalog
+from gpuwatch.classify import xid
 from tests.prometheus.test_prometheus_scrape import require_promtool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-alerts.rules.yml"
 
 DAEMON = {"job": "gpuwatch-daemon", "instance": "d1:8470"}
 AGENT = {"job": "gpuwatch-agent", "instance": "gpu017", "hostname": "gpu017"}
+GPU2 = {**AGENT, "gpu": "2", "uuid": "GPU-2", "pci_bus_id": "00000000:2A:00.0", "model_name": "NVIDIA H200"}
 
 
 def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -115,6 +117,35 @@ CASES = {
             _check("41m", "GpuwatchAgentNotDelivering", _alert("GpuwatchAgentNotDelivering", **AGENT)),
         ],
     ),
+    "gpu-lost": (  # gpu2 answers as lost from minute 2: pending for 2 minutes, then firing
+        [
+            _series("gpuwatch_gpu_up", GPU2, "1 1 0x10"),
+            _series("gpuwatch_gpu_up", {**GPU2, "gpu": "3"}, "1x12"),
+        ],
+        [_check("3m", "GpuLost"), _check("5m", "GpuLost", _alert("GpuLost", **GPU2))],
+    ),
+    "xid-new-series": (  # the agent's first XID 79 on gpu2 at minute 5: its counter is born at 1
+        [_series("gpuwatch_gpu_xid_errors_total", {**GPU2, "xid": "79"}, "_x5 1x30")],
+        [
+            _check("4m", "GpuXidError"),
+            _check("6m", "GpuXidError", _alert("GpuXidError", **GPU2, xid="79")),
+            _check("25m", "GpuXidError"),  # no new XID for 15 minutes: resolved
+        ],
+    ),
+    "xid-again": (  # an XID 94 counted before rises again at minute 20
+        [_series("gpuwatch_gpu_xid_errors_total", {**GPU2, "xid": "94"}, "1x20 2x20")],
+        [
+            _check("18m", "GpuXidError"),
+            _check("22m", "GpuXidError", _alert("GpuXidError", **GPU2, xid="94")),
+        ],
+    ),
+    "xid-of-the-program": (  # XID 31 (an illegal memory access) and 45 are the job's, not the node's
+        [
+            _series("gpuwatch_gpu_xid_errors_total", {**GPU2, "xid": "31"}, "_x5 1x5 2x20"),
+            _series("gpuwatch_gpu_xid_errors_total", {**GPU2, "xid": "45"}, "_x5 1x25"),
+        ],
+        [_check("6m", "GpuXidError"), _check("12m", "GpuXidError")],
+    ),
     "spool-dropping": (
         [_series("gpuwatch_agent_dropped_batches_total", AGENT, "0x10 3x10")],
         [
@@ -175,3 +206,13 @@ def test_every_metric_in_the_rules_exists():
     assert used, "the rules name gpuwatch metrics"
     assert used <= daemon | agent, sorted(used - daemon - agent)
     assert all(_rules()[a].get("annotations", {}).get("summary") for a in _rules())
+
+
+def test_the_xid_alert_leaves_out_exactly_the_codes_that_are_not_the_nodes():
+    """``GpuXidError`` names the XIDs it ignores; they must be the ones classify/xid.py gives to the
+    program or to nobody, so a code added there (or a new admin one) changes both or fails here."""
+    expr = _rules()["GpuXidError"]["expr"]
+    ignored = set(re.findall(r'xid!~"([0-9|]+)"', expr))
+    assert len(ignored) == 1, expr  # one list, written alike in each selector
+    not_admin = {code for code, entry in xid.CATALOG.items() if entry.owner is not xid.Owner.ADMIN}
+    assert {int(code) for code in ignored.pop().split("|")} == not_admin

@@ -45,6 +45,12 @@ def test_demo_shows_every_cause_and_the_pages_render(demo):
         assert re.search(r"class=n>(\d+)</div>GPUs reporting", html).group(1) == str(
             sum(p for p in (4, 4, 4, 1, 8, 4, 4, 1, 4, 4, 2, 4))
         )
+        # the GPUs that faulted this hour: the demo's XID-79 GPU alone, as `gpuwatch nodes --faulty`
+        faults = html.split("<h2>GPU faults, last hour</h2>", 1)[1].split("</table>", 1)[0]
+        assert re.findall(
+            r'<tr class=faulted><td><a href="/nodes/([^"]+)">[^<]+</a></td><td>(gpu\d+)</td>', faults
+        ) == [("demo-node10", "gpu2")]
+        assert "XID 79 (GPU has fallen off the bus); admin" in faults
         jobs = client.get("/jobs").text
         for jid in expected:
             assert f'href="/jobs/{jid}"' in jobs
