@@ -21,7 +21,7 @@ from gpuwatch.config import Settings
 from gpuwatch.wire import GpuSample
 from gpuwatch.wire import v2 as wire_v2
 from tests.gpu.fake_amdsmi import CARDS, NA, STATUS, FakeAmdSmi, FakeProcess
-from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY
+from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY, PAGE_RETIREMENT, ROW_REMAPPING
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 MIB = 1024**2
@@ -34,6 +34,10 @@ NEVER_ON_AMD = {
     "xid_errors",
     "frameworks",  # the GPU collector adds it from /proc, not the backend
     *MIG_INSTANCE_ONLY,  # compute partitions are not read
+    # NVIDIA's row remapping and page retirement, and the PCIe replay counter: not read on AMD
+    *ROW_REMAPPING,
+    *PAGE_RETIREMENT,
+    "pcie_replay_errors",
 }
 
 
