@@ -511,8 +511,8 @@ class NvmlBackend(GpuBackend, DevicePoller):
     def _memory_health(self, dev: _Device) -> dict[str, Any]:
         """Row remapping, retired pages and the PCIe replay counter, as GpuSample fields.
 
-        nvidia-smi ``remapped_rows.{correctable,uncorrectable,pending,failure}``,
-        ``retired_pages.{sbe,dbe,pending}`` and ``pcie.replay_counter``; NotSupported -> None.
+        nvidia-smi ``--query-remapped-rows=remapped_rows.{correctable,uncorrectable,pending,failure}``
+        and ``--query-gpu=retired_pages.{sbe,dbe,pending}``; NotSupported -> None.
         """
         nv = self._nvml
         fields: dict[str, Any] = {}
