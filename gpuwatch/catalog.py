@@ -42,7 +42,7 @@ MAXWELL = "Maxwell+"
 MIG = "MIG instances (A100, H100, H200 in MIG mode)"
 REMAP = "Ampere+ (A100, H100, H200); the card, not its MIG instances"
 RETIRE = "before Ampere with ECC on (Kepler to Turing: V100...)"
-KEPLER = "Kepler+; the card, not its MIG instances"
+KEPLER = "Kepler+ (the card, not its MIG instances); AMD: amdsmi_get_gpu_pci_replay_counter"
 
 
 @dataclass(frozen=True)
