@@ -133,6 +133,12 @@ def latency_table(nv: Any, handle: Any) -> dict[str, dict]:
             ],
         ),
         "nvmlDeviceGetMigMode": lambda: nv.nvmlDeviceGetMigMode(handle),
+        "nvmlDeviceGetRemappedRows": lambda: nv.nvmlDeviceGetRemappedRows(handle),
+        "nvmlDeviceGetRetiredPages(DBE)": lambda: nv.nvmlDeviceGetRetiredPages(
+            handle, getattr(nv, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1)
+        ),
+        "nvmlDeviceGetRetiredPagesPendingStatus": lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(handle),
+        "nvmlDeviceGetPcieReplayCounter": lambda: nv.nvmlDeviceGetPcieReplayCounter(handle),
     }
     table = {name: time_call(fn) for name, fn in calls.items()}
     with contextlib.suppress(Exception):
@@ -292,13 +298,22 @@ def event_names(mask: int) -> list[str]:
 
 
 def probe_device(nv: Any, handle: Any) -> dict:
-    """Identity and capabilities: name, UUID, events, MIG mode."""
+    """Identity and capabilities: name, UUID, events, MIG mode; memory health and the PCIe
+    replay counter as the card answers them (values, or the NVML error: which are supported)."""
     out: dict[str, Any] = {}
+    sbe = getattr(nv, "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0)
+    dbe = getattr(nv, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1)
     for key, fn in (
         ("name", lambda: nv.nvmlDeviceGetName(handle)),
         ("uuid", lambda: nv.nvmlDeviceGetUUID(handle)),
         ("mig_mode", lambda: nv.nvmlDeviceGetMigMode(handle)),
         ("supported_events", lambda: event_names(nv.nvmlDeviceGetSupportedEventTypes(handle))),
+        # (corrRows, uncRows, isPending, failureOccurred)
+        ("remapped_rows", lambda: list(nv.nvmlDeviceGetRemappedRows(handle))),
+        ("retired_pages_sbe", lambda: len(nv.nvmlDeviceGetRetiredPages(handle, sbe))),
+        ("retired_pages_dbe", lambda: len(nv.nvmlDeviceGetRetiredPages(handle, dbe))),
+        ("retired_pages_pending", lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(handle)),
+        ("pcie_replay_counter", lambda: nv.nvmlDeviceGetPcieReplayCounter(handle)),
     ):
         try:
             value = fn()

@@ -49,6 +49,12 @@ class Realistic:
                 "nvlink_rx_bytes_per_s": rng.uniform(1e10, 1e11),
                 "ecc_corrected_errors": 0,
                 "ecc_uncorrected_errors": 0,
+                # a healthy H200: rows remapped, nothing pending (pages are not retired on it)
+                "remapped_rows_correctable": 0,
+                "remapped_rows_uncorrectable": 0,
+                "row_remap_pending": False,
+                "row_remap_failed": False,
+                "pcie_replay_errors": 0,
                 "frameworks": ["pytorch"],
                 "sm_active_ratio": sm,
                 "sm_occupancy_ratio": sm * rng.uniform(0.4, 0.6),

@@ -369,6 +369,7 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
         fields.update(self._power_caps(dev))
         fields["energy_joules"] = self._energy_joules(dev)
         fields.update(self._ecc(dev))
+        fields["pcie_replay_errors"] = self._pcie_replays(dev)
         fields.update(self._xgmi(dev, at))
         if self.pcie_throughput:
             fields.update(self._pcie(dev))
@@ -419,6 +420,15 @@ class AmdSmiBackend(GpuBackend, DevicePoller):
             "ecc_corrected_errors": None if corrected is None else int(corrected),
             "ecc_uncorrected_errors": None if uncorrected is None else int(uncorrected),
         }
+
+    def _pcie_replays(self, dev: _Device) -> int | None:
+        """``amdsmi_get_gpu_pci_replay_counter``: the PCIe link's replay counter (a uint64), what
+        NVML's ``nvmlDeviceGetPcieReplayCounter`` is; amdsmi has no equivalent of NVML's row
+        remapping or retired-page counts by cause, so those stay None."""
+        count = self._call(dev, "amdsmi_get_gpu_pci_replay_counter")
+        if isinstance(count, int) and not isinstance(count, bool) and 0 <= count < 2**63:
+            return count
+        return None
 
     def _xgmi(self, dev: _Device, at: float) -> dict[str, float | None]:
         """XGMI tx/rx bytes/s from two readings of ``amdsmi_get_gpu_metrics_info``'s cumulative

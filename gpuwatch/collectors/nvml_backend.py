@@ -53,7 +53,13 @@ a change (listing a MIG device fails; utilization turns NotSupported); then the 
 destroyed in MIG mode are seen at once (the slots are walked every sample); an instance under a
 GPU instance id another had before starts its GPM over.
 
-Not covered yet: per-process GPM, NVLink error counters, row remapping, vGPU. See ``docs/gpu.md``.
+Memory health and the PCIe link are read once per sample, on the card (a MIG instance's sample
+leaves them None, as ECC): ``nvmlDeviceGetRemappedRows`` (Ampere and newer; NotSupported on a
+card in MIG mode with instances, so there it is asked again every sample rather than
+forgotten), ``nvmlDeviceGetRetiredPages`` by cause and ``nvmlDeviceGetRetiredPagesPendingStatus``
+(cards that retire pages: before Ampere, ECC on) and ``nvmlDeviceGetPcieReplayCounter``.
+
+Not covered yet: per-process GPM, NVLink error counters, vGPU. See ``docs/gpu.md``.
 """
 
 from __future__ import annotations
@@ -117,6 +123,10 @@ NVLINK_FIELDS: tuple[tuple[str, str], ...] = (
     ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "nvlink_tx_bytes_per_s"),
     ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", "nvlink_rx_bytes_per_s"),
 )
+#: remapped rows and retired pages fit a SMALLINT column: NVML documents at most 512 remaps and
+#: 64 retirements per card, so a larger answer is not a count and is sent as None
+_SMALL_COUNT_MAX = 32767
+_REMAPPED_ROWS = "nvmlDeviceGetRemappedRows"
 #: field-value scope meaning "all links together" for the NVLink throughput fields
 ALL_LINKS_SCOPE = 0xFFFFFFFF
 _NVLINK_KEY = "nvmlDeviceGetFieldValues(nvlink)"
@@ -482,6 +492,7 @@ class NvmlBackend(GpuBackend, DevicePoller):
         fields["ecc_uncorrected_errors"] = self._call(
             dev, "nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC
         )
+        fields.update(self._memory_health(dev))
         fields.update(self._gpm_metrics(dev))
         if dev.gpm is None:  # GPM has the NVLink rates on Hopper+; older cards have counters
             fields.update(self._nvlink_counters(dev))
@@ -496,6 +507,47 @@ class NvmlBackend(GpuBackend, DevicePoller):
         # in MIG mode the card's processes are its instances': listed there, not twice
         fields["processes"] = None if dev.mig_slots else self._processes(dev, now, interval_s)
         return fields
+
+    def _memory_health(self, dev: _Device) -> dict[str, Any]:
+        """Row remapping, retired pages and the PCIe replay counter, as GpuSample fields.
+
+        nvidia-smi ``--query-remapped-rows=remapped_rows.{correctable,uncorrectable,pending,failure}``
+        and ``--query-gpu=retired_pages.{sbe,dbe,pending}``; NotSupported -> None.
+        """
+        nv = self._nvml
+        fields: dict[str, Any] = {}
+        rows = self._call(dev, _REMAPPED_ROWS)  # (corrRows, uncRows, isPending, failureOccurred)
+        if dev.mig_slots is not None:
+            # "not supported on MIG-enabled GPUs with active instances": a passing state of the
+            # card, not a lack of it, so asked again at the next sample
+            dev.unsupported.discard(_REMAPPED_ROWS)
+        if rows is not None:
+            correctable, uncorrectable, pending, failed = rows
+            fields["remapped_rows_correctable"] = self._small_count(dev, "remapped rows", correctable)
+            fields["remapped_rows_uncorrectable"] = self._small_count(dev, "remapped rows", uncorrectable)
+            fields["row_remap_pending"] = bool(pending)
+            fields["row_remap_failed"] = bool(failed)
+        for name, cause in (
+            ("retired_pages_sbe", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
+            ("retired_pages_dbe", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"),
+        ):
+            pages = self._call(dev, "nvmlDeviceGetRetiredPages", getattr(nv, cause))  # page addresses
+            fields[name] = None if pages is None else self._small_count(dev, "retired pages", len(pages))
+        pending_state = self._call(dev, "nvmlDeviceGetRetiredPagesPendingStatus")  # nvmlEnableState_t
+        fields["retired_pages_pending"] = (
+            None if pending_state is None else pending_state == getattr(nv, "NVML_FEATURE_ENABLED", 1)
+        )
+        fields["pcie_replay_errors"] = self._call(dev, "nvmlDeviceGetPcieReplayCounter")
+        return fields
+
+    @staticmethod
+    def _small_count(dev: _Device, what: str, value: int) -> int | None:
+        """``value`` when it can be a count of ``what``, else None (logged once)."""
+        if 0 <= value <= _SMALL_COUNT_MAX:
+            return int(value)
+        if dev.first_failure(what, str(value)):
+            log.warning("GPU %d: %s reads %d, not a count; sent as None", dev.index, what, value)
+        return None
 
     def _memory(self, dev: _Device) -> dict[str, int | None]:
         """``nvmlDeviceGetMemoryInfo`` v2 (used excludes the driver's reserve), else v1.

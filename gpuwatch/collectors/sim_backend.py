@@ -80,6 +80,8 @@ class DeviceModel:
     pcie_bytes_per_s: float  # per direction, the link's nominal rate
     nvlink_bytes_per_s: float  # per direction, all links together
     has_gpm: bool  # nvmlGpmQueryDeviceSupport: Hopper and newer
+    #: nvmlDeviceGetRemappedRows (Ampere and newer); before, pages are retired instead
+    row_remapping: bool = True
 
 
 #: Memory totals are what nvidia-smi shows on the real cards (143771 MiB on an H200 SXM,
@@ -95,7 +97,17 @@ MODELS: dict[str, DeviceModel] = {
             "NVIDIA A100-SXM4-80GB", 81_920 * _MIB, 500 * _MIB, 400.0, 55.0, 1410, 1593, 32e9, 300e9, False
         ),
         DeviceModel(
-            "Tesla V100-SXM2-32GB", 32_768 * _MIB, 300 * _MIB, 300.0, 40.0, 1530, 877, 16e9, 150e9, False
+            "Tesla V100-SXM2-32GB",
+            32_768 * _MIB,
+            300 * _MIB,
+            300.0,
+            40.0,
+            1530,
+            877,
+            16e9,
+            150e9,
+            False,
+            row_remapping=False,
         ),
     )
 }
@@ -770,10 +782,28 @@ class SimulatedBackend(GpuBackend):
             nvlink_rx_bytes_per_s=mean_or_none(p.nvlink_rx for p in polls),
             ecc_corrected_errors=0,
             ecc_uncorrected_errors=0,
+            **self._memory_health(split),
             xid_errors=xids,
             processes=None if split else self._processes(gpu, end, used, stats.mean, polls),
             **gpm,
         )
+
+    def _memory_health(self, split: bool) -> dict[str, int | bool | None]:
+        """A healthy card: no remapped rows or retired pages, nothing pending, no PCIe replay.
+        Row remapping on Ampere and newer (not answered in MIG mode with instances, as NVML),
+        page retirement before."""
+        remaps = self.model.row_remapping
+        rows = remaps and not split
+        return {
+            "remapped_rows_correctable": 0 if rows else None,
+            "remapped_rows_uncorrectable": 0 if rows else None,
+            "row_remap_pending": False if rows else None,
+            "row_remap_failed": False if rows else None,
+            "retired_pages_sbe": None if remaps else 0,
+            "retired_pages_dbe": None if remaps else 0,
+            "retired_pages_pending": None if remaps else False,
+            "pcie_replay_errors": 0,
+        }
 
     def _interval_polls(
         self, gpu: int, t0: float, t1: float, scenario: Scenario | None = None

@@ -174,6 +174,16 @@ GPU_SAMPLE_FIELDS: tuple[PackedField, ...] = (
     _ratio("fp16_active_ratio"),
     _ratio("fp64_active_ratio"),
     _as_is("simulated", sa.Boolean),
+    # memory health and the PCIe link (migration 0027): a few rows and pages at most, flags
+    _as_is("remapped_rows_correctable", sa.SmallInteger),
+    _as_is("remapped_rows_uncorrectable", sa.SmallInteger),
+    _as_is("row_remap_pending", sa.Boolean),
+    _as_is("row_remap_failed", sa.Boolean),
+    _as_is("retired_pages_sbe", sa.SmallInteger),
+    _as_is("retired_pages_dbe", sa.SmallInteger),
+    _as_is("retired_pages_pending", sa.Boolean),
+    # nvmlDeviceGetPcieReplayCounter is an unsigned int: past int4
+    _as_is("pcie_replay_errors", sa.BigInteger),
 )
 
 

@@ -34,6 +34,9 @@ NonNeg = Annotated[float, Field(ge=0.0)]
 Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 #: GPU indices and port numbers are SMALLINT columns
 SmallIndex = Annotated[int, Field(ge=0, le=32767)]
+#: a count NVML bounds far below 32767 (remapped rows: at most 512 per card; retired pages: at
+#: most 64): a SMALLINT column
+SmallCount = Annotated[int, Field(ge=0, le=32767)]
 NodeName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 JobId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_.+-]+$")]
 
@@ -131,6 +134,41 @@ class GpuSample(_Sample):
     nvlink_rx_bytes_per_s: NonNeg | None = None
     ecc_corrected_errors: Count | None = None
     ecc_uncorrected_errors: Count | None = None
+    remapped_rows_correctable: SmallCount | None = Field(
+        None,
+        description="Rows remapped for correctable errors (nvmlDeviceGetRemappedRows corrRows; "
+        "Ampere+). On a MIG instance None: the card's sample has it.",
+    )
+    remapped_rows_uncorrectable: SmallCount | None = Field(
+        None, description="Rows remapped for uncorrectable errors (nvmlDeviceGetRemappedRows uncRows)."
+    )
+    row_remap_pending: bool | None = Field(
+        None,
+        description="A row remap waits for a GPU reset (nvmlDeviceGetRemappedRows isPending): drain "
+        "and reset the GPU.",
+    )
+    row_remap_failed: bool | None = Field(
+        None,
+        description="A row remap has failed on this card, ever (nvmlDeviceGetRemappedRows "
+        "failureOccurred): the GPU needs service.",
+    )
+    retired_pages_sbe: SmallCount | None = Field(
+        None,
+        description="Pages retired for multiple single-bit ECC errors (nvmlDeviceGetRetiredPages; "
+        "before Ampere, ECC on).",
+    )
+    retired_pages_dbe: SmallCount | None = Field(
+        None, description="Pages retired for a double-bit ECC error (nvmlDeviceGetRetiredPages)."
+    )
+    retired_pages_pending: bool | None = Field(
+        None,
+        description="A retired page waits for a driver reload or reset to take effect "
+        "(nvmlDeviceGetRetiredPagesPendingStatus).",
+    )
+    pcie_replay_errors: Count | None = Field(
+        None,
+        description="PCIe replay (link-level retransmission) counter (nvmlDeviceGetPcieReplayCounter).",
+    )
     xid_errors: list[int] | None = Field(None, description="XID codes seen during the interval.")
     frameworks: list[Annotated[str, Field(max_length=16)]] | None = Field(
         None,

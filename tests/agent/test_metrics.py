@@ -281,3 +281,25 @@ def test_mig_instances_are_gpus_with_graphics_engine_activity(metrics: AgentMetr
     # GPM graphics-engine activity on the H200, the series DCGM_FI_PROF_GR_ENGINE_ACTIVE mirrors
     assert value(s, "gpuwatch_gpu_gr_engine_active_ratio", gpu="0", hostname=NODE) == pytest.approx(0.95)
     assert "record: DCGM_FI_PROF_GR_ENGINE_ACTIVE" in catalog.dcgm_recording_rules()
+
+
+def test_memory_health_series_mean_what_dcgm_names_mean(metrics: AgentMetrics) -> None:
+    """Remapped rows, pending/failure flags, retired pages and PCIe replays as NVML reported
+    them, with dcgm-exporter's meaning; a card that cannot report one has no series, never 0."""
+    s = parsed(metrics)
+    h200, v100 = {"gpu": "0", "hostname": NODE}, {"gpu": "3", "hostname": NODE}
+    assert value(s, "gpuwatch_gpu_remapped_rows_correctable", **h200) == 2
+    assert value(s, "gpuwatch_gpu_remapped_rows_uncorrectable", **h200) == 0
+    assert value(s, "gpuwatch_gpu_row_remap_pending", **h200) == 1
+    assert value(s, "gpuwatch_gpu_row_remap_failure", **h200) == 0
+    assert value(s, "gpuwatch_gpu_pcie_replays_total", **h200) == 11  # a counter: _total
+    assert value(s, "gpuwatch_gpu_retired_pages_sbe", **v100) == 2
+    assert value(s, "gpuwatch_gpu_retired_pages_dbe", **v100) == 1
+    assert value(s, "gpuwatch_gpu_retired_pages_pending", **v100) == 1
+    retired = ("gpuwatch_gpu_retired_pages_sbe", "gpuwatch_gpu_retired_pages_dbe")
+    assert all(lab["gpu"] == "3" for name in retired for lab, _ in s[name])  # not on the H200
+    remapped = [lab["gpu"] for lab, _ in s["gpuwatch_gpu_row_remap_pending"]]
+    assert "3" not in remapped and "1" not in remapped  # V100: none; the A100 in MIG mode: refused
+    entries = catalog.by_prometheus_name()
+    assert entries["gpuwatch_gpu_row_remap_pending"].dcgm == "DCGM_FI_DEV_ROW_REMAP_PENDING"
+    assert entries["gpuwatch_gpu_pcie_replays_total"].dcgm == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"

@@ -52,7 +52,47 @@ def _check(at: str, name: str, *firing: dict) -> dict:
     return {"eval_time": at, "alertname": name, "exp_alerts": list(firing)}
 
 
+GPU = {**AGENT, "uuid": "GPU-0", "pci_bus_id": "00000000:18:00.0", "model_name": "NVIDIA H200"}
+
+
+def _gpu(index: int) -> dict[str, str]:
+    return {**GPU, "gpu": str(index), "uuid": f"GPU-{index}"}
+
+
 CASES = {
+    "row-remap-pending": (  # GPU 0's remap waits for a reset from minute 2; GPU 1 is healthy
+        [
+            _series("gpuwatch_gpu_row_remap_pending", _gpu(0), "0 0 1x15"),
+            _series("gpuwatch_gpu_row_remap_pending", _gpu(1), "0x17"),
+        ],
+        [
+            _check("4m", "GpuRowRemapPending"),  # pending for 2 minutes: not yet firing
+            _check("9m", "GpuRowRemapPending", _alert("GpuRowRemapPending", **_gpu(0))),
+            _check("9m", "GpuNeedsService"),  # a pending remap is a reset, not a repair
+        ],
+    ),
+    "gpu-needs-service": (
+        [
+            # GPU 0 (Ampere+): a remap failed at minute 3
+            _series("gpuwatch_gpu_row_remap_failure", _gpu(0), "0 0 0 1x15"),
+            # GPU 1 (pre-Ampere): a page retired for a double-bit error waits for a reset
+            _series("gpuwatch_gpu_retired_pages_pending", _gpu(1), "1x18"),
+            _series("gpuwatch_gpu_retired_pages_dbe", _gpu(1), "1x18"),
+            # GPU 2: single-bit retirements pending only: a reset, not a repair
+            _series("gpuwatch_gpu_retired_pages_pending", _gpu(2), "1x18"),
+            _series("gpuwatch_gpu_retired_pages_dbe", _gpu(2), "0x18"),
+            _series("gpuwatch_gpu_row_remap_failure", _gpu(3), "0x18"),
+        ],
+        [
+            _check("4m", "GpuNeedsService"),  # both for less than 5 minutes: not yet firing
+            _check(
+                "12m",
+                "GpuNeedsService",
+                _alert("GpuNeedsService", **_gpu(0)),
+                _alert("GpuNeedsService", **_gpu(1)),
+            ),
+        ],
+    ),
     "daemon-down": (
         [_series("up", DAEMON, "1 1 1 0x12")],
         [

@@ -205,6 +205,8 @@ class FakeGpu:
     vram_used_mb: int = 283
     ecc_correctable: int = 0
     ecc_uncorrectable: int = 0
+    #: amdsmi_get_gpu_pci_replay_counter
+    pcie_replays: int = 0
     #: XGMI payload rate per active link (KB/s) that advance() integrates
     xgmi_read_kb_per_s: float = 0.0
     xgmi_write_kb_per_s: float = 0.0
@@ -428,6 +430,11 @@ class FakeAmdSmi:
             "uncorrectable_count": gpu.ecc_uncorrectable,
             "deferred_count": 0,
         }
+
+    def amdsmi_get_gpu_pci_replay_counter(self, gpu: FakeGpu) -> int:
+        """The binding returns the C function's uint64 as an int."""
+        self._enter("amdsmi_get_gpu_pci_replay_counter", gpu)
+        return gpu.pcie_replays
 
     def amdsmi_get_gpu_metrics_info(self, gpu: FakeGpu) -> dict[str, Any]:
         """A representative part of the (70-key) dict; XGMI counters per link slot, KB."""

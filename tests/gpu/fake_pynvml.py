@@ -7,8 +7,20 @@ Constants and structs it does not define itself come from the real ``pynvml``; a
 *function* it does not define is absent, as it would be in an older binding.
 
 What each card can do is a capability table (:data:`CARDS`): an H200 with GPM, an A100
-without it (NVLink through field values instead, MIG capable), and a Kepler-era card on which
-many calls raise ``NotSupported`` or ``FunctionNotFound``. Readings are plain attributes of
+without it (NVLink through field values instead, MIG capable), a V100 (Volta: ECC on, page
+retirement instead of row remapping) and a Kepler-era card on which many calls raise
+``NotSupported`` or ``FunctionNotFound``.
+
+Memory health, as NVML documents it: ``nvmlDeviceGetRemappedRows`` (corrRows, uncRows,
+isPending, failureOccurred) on Ampere and newer, ``NotSupported`` before, and ``NotSupported``
+on a card in MIG mode with instances ("On MIG-enabled GPUs with active instances, querying the
+number of remapped rows is not supported"); ``nvmlDeviceGetRetiredPages`` (by cause: multiple
+single-bit / double-bit ECC) and ``nvmlDeviceGetRetiredPagesPendingStatus`` only where the card
+retires pages - before Ampere and with ECC on (row remapping replaced page retirement:
+NVIDIA's "GPU Memory Error Management"; pages are retired only with ECC enabled: "Dynamic Page
+Retirement"); ``nvmlDeviceGetPcieReplayCounter`` on every card it models (Kepler and newer).
+Tests set :class:`FakeGpu`'s ``remapped_*``, ``remap_pending``/``remap_failed``,
+``retired_*`` and ``pcie_replays``. Readings are plain attributes of
 :class:`FakeGpu`; :meth:`FakeNvml.advance` moves the fake clock and integrates the energy,
 GPM and NVLink counters, so GPM metrics come out of two samples exactly as NVML computes them:
 counter delta / time delta.
@@ -68,13 +80,25 @@ class CardModel:
         | pynvml.nvmlEventTypeDoubleBitEccError
         | pynvml.nvmlEventTypeSingleBitEccError
     )
+    #: nvmlDeviceGetRemappedRows answers (Ampere and newer)
+    row_remapping: bool = False
+    #: nvmlDeviceGetRetiredPages(+PendingStatus) answer (before Ampere, with ECC on)
+    page_retirement: bool = False
     #: NVML function name (``nvmlDeviceGetMemoryInfo_v2`` for the v2 path) -> error it raises
     fails: dict[str, type[pynvml.NVMLError]] = field(default_factory=dict)
 
 
 CARDS: dict[str, CardModel] = {
     "H200": CardModel(
-        "NVIDIA H200", 143_771 * _MIB, 600 * _MIB, 700_000, 1980, gpm=True, nvlink=True, mig_capable=True
+        "NVIDIA H200",
+        143_771 * _MIB,
+        600 * _MIB,
+        700_000,
+        1980,
+        gpm=True,
+        nvlink=True,
+        mig_capable=True,
+        row_remapping=True,
     ),
     "A100": CardModel(
         "NVIDIA A100-SXM4-80GB",
@@ -85,6 +109,18 @@ CARDS: dict[str, CardModel] = {
         gpm=False,
         nvlink=True,
         mig_capable=True,
+        row_remapping=True,
+    ),
+    # Volta: no GPM, no MIG; ECC on, so pages are retired (no row remapping before Ampere)
+    "V100": CardModel(
+        "Tesla V100-SXM2-32GB",
+        32_768 * _MIB,
+        300 * _MIB,
+        300_000,
+        1530,
+        gpm=False,
+        nvlink=True,
+        page_retirement=True,
     ),
     # Kepler on an old driver: no v2 memory info, no energy counter (Volta+), no clocks-event
     # name (driver 535+), no process utilization or PCIe throughput (Maxwell+), ECC off, no GPM
@@ -174,6 +210,17 @@ class FakeGpu:
     ecc_uncorrected: int = 0
     pcie_tx_kib: int = 0
     pcie_rx_kib: int = 0
+    #: nvmlDeviceGetRemappedRows: rows remapped (correctable, uncorrectable), pending, failure
+    remapped_correctable: int = 0
+    remapped_uncorrectable: int = 0
+    remap_pending: bool = False
+    remap_failed: bool = False
+    #: nvmlDeviceGetRetiredPages: addresses of retired pages per cause; pending a reload
+    retired_sbe: list[int] = field(default_factory=list)
+    retired_dbe: list[int] = field(default_factory=list)
+    retired_pending: bool = False
+    #: nvmlDeviceGetPcieReplayCounter
+    pcie_replays: int = 0
     #: a cap set with nvidia-smi -pl (milliwatts): the enforced limit while the default stays
     power_cap_mw: int | None = None
     #: (pid, used bytes or None)
@@ -456,6 +503,40 @@ class FakeNvml:
         if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
             return gpu.ecc_corrected
         return gpu.ecc_uncorrected
+
+    def nvmlDeviceGetRemappedRows(self, gpu: FakeGpu) -> tuple[int, int, int, int]:
+        """pynvml's tuple (corrRows, uncRows, isPending, failureOccurred)."""
+        self._enter("nvmlDeviceGetRemappedRows", gpu)
+        if not gpu.card.row_remapping or (gpu.mig_enabled and gpu.mig_devices):
+            raise NotSupported()
+        return (
+            gpu.remapped_correctable,
+            gpu.remapped_uncorrectable,
+            int(gpu.remap_pending),
+            int(gpu.remap_failed),
+        )
+
+    def nvmlDeviceGetRetiredPages(self, gpu: FakeGpu, cause: int) -> list[int]:
+        """pynvml's list of page addresses retired for ``cause``."""
+        self._enter("nvmlDeviceGetRetiredPages", gpu)
+        if not gpu.card.page_retirement:
+            raise NotSupported()
+        if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS:
+            return list(gpu.retired_sbe)
+        if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR:
+            return list(gpu.retired_dbe)
+        raise pynvml.NVMLError_InvalidArgument()
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, gpu: FakeGpu) -> int:
+        """An ``nvmlEnableState_t``: NVML_FEATURE_ENABLED while a retirement waits for a reload."""
+        self._enter("nvmlDeviceGetRetiredPagesPendingStatus", gpu)
+        if not gpu.card.page_retirement:
+            raise NotSupported()
+        return pynvml.NVML_FEATURE_ENABLED if gpu.retired_pending else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetPcieReplayCounter(self, gpu: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetPcieReplayCounter", gpu)
+        return gpu.pcie_replays
 
     def nvmlDeviceGetPcieThroughput(self, gpu: FakeGpu, counter: int) -> int:
         self._enter("nvmlDeviceGetPcieThroughput", gpu)

@@ -20,3 +20,12 @@ MIG_INSTANCE_ONLY = (
     "mig_compute_instance_id",
     "card_fraction_ratio",
 )
+#: page retirement (before Ampere, ECC on): None on Ampere and newer, which remap rows instead
+PAGE_RETIREMENT = ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending")
+#: row remapping (Ampere and newer): None before
+ROW_REMAPPING = (
+    "remapped_rows_correctable",
+    "remapped_rows_uncorrectable",
+    "row_remap_pending",
+    "row_remap_failed",
+)

@@ -21,7 +21,7 @@ from gpuwatch.config import Settings
 from gpuwatch.wire import GpuSample
 from gpuwatch.wire import v2 as wire_v2
 from tests.gpu.fake_amdsmi import CARDS, NA, STATUS, FakeAmdSmi, FakeProcess
-from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY
+from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY, PAGE_RETIREMENT, ROW_REMAPPING
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 MIB = 1024**2
@@ -34,6 +34,9 @@ NEVER_ON_AMD = {
     "xid_errors",
     "frameworks",  # the GPU collector adds it from /proc, not the backend
     *MIG_INSTANCE_ONLY,  # compute partitions are not read
+    # NVIDIA's row remapping and page retirement counts: amdsmi has no equivalent
+    *ROW_REMAPPING,
+    *PAGE_RETIREMENT,
 }
 
 
@@ -61,6 +64,7 @@ def mi300x() -> Iterator[tuple[FakeAmdSmi, AmdSmiBackend]]:
     g.socket_power_w, g.gfx_clk_mhz, g.mem_clk_mhz, g.hotspot_c = 700, 2100, 1300, 81
     g.vram_used_mb = 150_000
     g.ecc_correctable, g.ecc_uncorrectable = 3, 1
+    g.pcie_replays = 17
     g.xgmi_read_kb_per_s, g.xgmi_write_kb_per_s = 2.0e6, 1.0e6
     g.processes = [FakeProcess(4242, 140 * GIB, gfx_busy=0.75), FakeProcess(4343, 2 * GIB)]
     backend = open_backend(fake)
@@ -94,6 +98,7 @@ def test_mi300x_fields(mi300x: tuple[FakeAmdSmi, AmdSmiBackend]) -> None:
     assert s.temperature_celsius == 81  # hotspot
     assert s.throttle_reasons == []
     assert (s.ecc_corrected_errors, s.ecc_uncorrected_errors) == (3, 1)
+    assert s.pcie_replay_errors == 17  # amdsmi_get_gpu_pci_replay_counter
     # xgmi_write_data_acc is what this GPU sent, xgmi_read_data_acc what it received (KB)
     assert s.nvlink_tx_bytes_per_s == pytest.approx(1.0e9)
     assert s.nvlink_rx_bytes_per_s == pytest.approx(2.0e9)
@@ -514,3 +519,19 @@ def test_fake_cards_differ_in_what_they_support() -> None:
     assert "amdsmi_get_violation_status" in CARDS["MI250X"].fails
     assert "amdsmi_get_violation_status" not in CARDS["MI300X"].fails
     assert (CARDS["MI300X"].xgmi_links, CARDS["MI250X"].xgmi_links) == (7, 0)
+
+
+def test_pcie_replay_counter_not_supported_is_none_and_not_asked_again() -> None:
+    fake = FakeAmdSmi(["MI250X"])
+    g = fake.gpus[0]
+    g.card = replace(
+        g.card,
+        fails={**g.card.fails, "amdsmi_get_gpu_pci_replay_counter": STATUS.AMDSMI_STATUS_NOT_SUPPORTED},
+    )
+    backend = open_backend(fake)
+    try:
+        for _ in range(3):
+            assert cycle(fake, backend)[0].pcie_replay_errors is None  # never 0
+    finally:
+        backend.close()
+    assert fake.calls["amdsmi_get_gpu_pci_replay_counter"] == 1

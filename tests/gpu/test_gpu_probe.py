@@ -61,12 +61,21 @@ def test_latency_table_on_h200_and_k80() -> None:
     fake = started(["H200"])
     table = probe.latency_table(fake, fake.gpus[0])
     assert "nvmlGpmSampleGet" in table
-    assert all(
-        "error" not in row for name, row in table.items() if name != "nvmlDeviceGetFieldValues(nvlink)"
-    )
+    # the fake's H200 has no NVLink field values and, as every Ampere+ card, retires no pages
+    refused = {
+        "nvmlDeviceGetFieldValues(nvlink)",
+        "nvmlDeviceGetRetiredPages(DBE)",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+    }
+    assert all("error" not in row for name, row in table.items() if name not in refused)
+    assert table["nvmlDeviceGetRetiredPages(DBE)"]["error"] == "NVMLError_NotSupported"
     assert table["nvmlDeviceGetUtilizationRates"]["n"] == probe.MAX_CALLS
+    device = probe.probe_device(fake, fake.gpus[0])
+    assert device["remapped_rows"] == [0, 0, 0, 0] and device["pcie_replay_counter"] == 0
+    assert device["retired_pages_dbe"] == {"error": "NVMLError_NotSupported"}
     old = started(["K80"])
     table = probe.latency_table(old, old.gpus[0])
+    assert table["nvmlDeviceGetRemappedRows"]["error"] == "NVMLError_NotSupported"
     assert table["nvmlDeviceGetTotalEnergyConsumption"]["error"] == "NVMLError_NotSupported"
     assert table["nvmlDeviceGetMemoryInfo_v2"]["error"] == "NVMLError_FunctionNotFound"
     assert "nvmlGpmSampleGet" not in table

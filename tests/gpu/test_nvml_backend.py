@@ -15,7 +15,7 @@ from gpuwatch.collectors.gpu_backend import GpuBackendUnavailable
 from gpuwatch.collectors.nvml_backend import NvmlBackend, reasons_from_mask
 from gpuwatch.wire import GpuSample
 from tests.gpu.fake_pynvml import CARDS, FakeNvml
-from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY
+from tests.gpu.fields import GPM_ACTIVITY, MIG_INSTANCE_ONLY, PAGE_RETIREMENT, ROW_REMAPPING
 
 NoPermission = pynvml.NVMLError_NoPermission
 
@@ -433,8 +433,9 @@ def test_h200_every_field_present(h200: tuple[FakeNvml, NvmlBackend]) -> None:
         fake.advance(5)
     s = backend.sample(NOW)[0]
     missing = [name for name in type(s).model_fields if getattr(s, name) is None]
-    # the GPU collector adds frameworks from /proc, not the backend; a whole GPU is no MIG instance
-    assert missing == [*MIG_INSTANCE_ONLY, "frameworks"]
+    # the GPU collector adds frameworks from /proc, not the backend; a whole GPU is no MIG
+    # instance; an H200 remaps rows and retires no pages (page retirement is pre-Ampere)
+    assert missing == [*MIG_INSTANCE_ONLY, *PAGE_RETIREMENT, "frameworks"]
     assert s.gr_engine_active_ratio == pytest.approx(0.95)
     assert s.memory_clock_max_hz == 2619e6
     assert s.fp64_active_ratio == pytest.approx(0.05)
@@ -458,11 +459,14 @@ def test_k80_fields_that_are_absent() -> None:
         "nvlink_rx_bytes_per_s",
         "ecc_corrected_errors",
         "ecc_uncorrected_errors",
+        *ROW_REMAPPING,  # Ampere and newer
+        *PAGE_RETIREMENT,  # ECC off: no page is retired
         *GPM_ACTIVITY,
         "gr_engine_active_ratio",
         *MIG_INSTANCE_ONLY,
         "frameworks",  # added by the GPU collector
     }
+    assert s.pcie_replay_errors == 0  # Kepler and newer
     assert fake.calls["nvmlDeviceGetFieldValues"] == 1  # every field NotSupported: not asked again
 
 
@@ -611,3 +615,89 @@ def test_mig_on_a_card_without_gpm_has_no_activity_at_all() -> None:
     assert all(s.util_gpu_ratio is None and s.gr_engine_active_ratio is None for s in instances)
     assert all(s.card_fraction_ratio == pytest.approx(2 / 7) for s in instances)
     assert fake.calls["nvmlGpmMigSampleGet"] == 0
+
+
+# -- memory health and the PCIe link ------------------------------------------------------------
+
+
+def test_row_remapping_as_nvml_reports_it(h200: tuple[FakeNvml, NvmlBackend]) -> None:
+    """nvmlDeviceGetRemappedRows' four answers arrive as they are; retired pages stay None."""
+    fake, backend = h200
+    gpu = fake.gpus[0]
+    fake.advance(10)
+    healthy = backend.sample(NOW)[0]
+    assert (healthy.remapped_rows_correctable, healthy.remapped_rows_uncorrectable) == (0, 0)
+    assert (healthy.row_remap_pending, healthy.row_remap_failed) == (False, False)
+    assert healthy.pcie_replay_errors == 0
+    gpu.remapped_correctable, gpu.remapped_uncorrectable = 3, 1
+    gpu.remap_pending, gpu.pcie_replays = True, 42
+    fake.advance(10)
+    s = backend.sample(NOW + timedelta(seconds=10))[0]
+    assert (s.remapped_rows_correctable, s.remapped_rows_uncorrectable) == (3, 1)
+    assert s.row_remap_pending is True and s.row_remap_failed is False
+    assert s.pcie_replay_errors == 42
+    gpu.remap_pending, gpu.remap_failed = False, True  # reset done; a later remap failed
+    fake.advance(10)
+    s = backend.sample(NOW + timedelta(seconds=20))[0]
+    assert s.row_remap_pending is False and s.row_remap_failed is True
+    # an H200 does not retire pages: None, never 0, and asked once per call
+    assert (s.retired_pages_sbe, s.retired_pages_dbe, s.retired_pages_pending) == (None, None, None)
+    assert fake.calls["nvmlDeviceGetRetiredPages"] == 2  # SBE and DBE, once each
+    assert fake.calls["nvmlDeviceGetRetiredPagesPendingStatus"] == 1
+    assert fake.calls["nvmlDeviceGetRemappedRows"] == 3  # once per sample
+
+
+def test_retired_pages_on_a_card_before_ampere() -> None:
+    """A V100 retires pages (counted by cause, from the address lists) and has no row remapper."""
+    fake = FakeNvml(["V100"])
+    gpu = fake.gpus[0]
+    gpu.retired_sbe, gpu.retired_dbe, gpu.retired_pending = [0x1000, 0x2000, 0x3000], [0x9000], True
+    s = first_sample(fake)
+    assert (s.retired_pages_sbe, s.retired_pages_dbe, s.retired_pages_pending) == (3, 1, True)
+    for name in ROW_REMAPPING:
+        assert getattr(s, name) is None, name
+    assert s.ecc_corrected_errors == 0  # ECC on
+    gpu.retired_sbe, gpu.retired_dbe, gpu.retired_pending = [], [], False
+    assert (first_sample(fake).retired_pages_sbe, first_sample(fake).retired_pages_pending) == (0, False)
+
+
+def test_remapped_rows_of_a_card_in_mig_mode_and_none_on_its_instances() -> None:
+    """NVML refuses remapped rows on a card in MIG mode with instances: None while they exist,
+    asked again every sample (not forgotten as unsupported), read again once they are gone.
+    The instances never carry the card's memory health."""
+    fake = FakeNvml(["A100"])
+    gpu = fake.gpus[0]
+    gpu.remapped_uncorrectable, gpu.pcie_replays = 2, 9
+    gpu.enable_mig([3, 4])
+    backend = open_backend(fake)
+    try:
+        fake.advance(10)
+        card, *instances = backend.sample(NOW)
+        assert card.parent_gpu_index is None and len(instances) == 2
+        assert card.remapped_rows_uncorrectable is None and card.row_remap_pending is None
+        assert card.pcie_replay_errors == 9
+        for instance in instances:
+            for name in (*ROW_REMAPPING, *PAGE_RETIREMENT, "pcie_replay_errors"):
+                assert getattr(instance, name) is None, name
+        gpu.mig_devices = []  # instances destroyed, MIG mode still on
+        fake.advance(10)
+        card = backend.sample(NOW + timedelta(seconds=10))[0]
+        assert card.remapped_rows_uncorrectable == 2 and card.row_remap_pending is False
+        assert fake.calls["nvmlDeviceGetRemappedRows"] == 2
+    finally:
+        backend.close()
+
+
+def test_a_count_no_card_can_have_is_none_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNvml(["H200"])
+    fake.gpus[0].remapped_correctable = 0xFFFFFFFF  # a driver answering nonsense
+    backend = open_backend(fake)
+    try:
+        with caplog.at_level(logging.WARNING):
+            for step in range(2):
+                fake.advance(10)
+                s = backend.sample(NOW + timedelta(seconds=10 * step))[0]
+                assert s.remapped_rows_correctable is None and s.remapped_rows_uncorrectable == 0
+    finally:
+        backend.close()
+    assert sum("not a count" in r.message for r in caplog.records) == 1

@@ -301,3 +301,17 @@ def test_interval_shorter_than_a_poll_reads_latest_poll() -> None:
     assert s.interval_s == pytest.approx(0.3)
     assert s.util_gpu_ratio > 0.9
     assert s.util_gpu_stddev_ratio is None  # one poll says nothing about spread
+
+
+def test_a_healthy_card_reports_zero_remaps_or_retirements() -> None:
+    """Zeros and False where the real card answers (row remapping on Ampere+, page retirement
+    on the V100), None where it does not."""
+    for name in ("NVIDIA H200", "NVIDIA A100-SXM4-80GB"):
+        s = window("training", model=name)
+        assert (s.remapped_rows_correctable, s.remapped_rows_uncorrectable) == (0, 0)
+        assert (s.row_remap_pending, s.row_remap_failed) == (False, False)
+        assert (s.retired_pages_sbe, s.retired_pages_dbe, s.retired_pages_pending) == (None, None, None)
+        assert s.pcie_replay_errors == 0
+    v100 = window("training", model="Tesla V100-SXM2-32GB")
+    assert (v100.retired_pages_sbe, v100.retired_pages_dbe, v100.retired_pages_pending) == (0, 0, False)
+    assert v100.remapped_rows_correctable is None and v100.row_remap_pending is None

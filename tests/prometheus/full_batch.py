@@ -1,6 +1,7 @@
 """A batch with every kind of sample and every exported series in it, from the fake NVML.
 
-GPU 0 is an H200 with every reading and an XID, GPU 1 an A100 in MIG mode, GPU 2 a lost H200;
+GPU 0 is an H200 with every reading and an XID, GPU 1 an A100 in MIG mode, GPU 2 a lost H200,
+GPU 3 a V100 that retires pages (which the newer cards remap rows for instead);
 the host samples cover every kind; an attribution and a process job id both name jobs.
 """
 
@@ -32,11 +33,13 @@ GIB = 1024**3
 
 
 def fake_node() -> tuple[FakeNvml, NvmlBackend]:
-    fake = FakeNvml(["H200", "A100", "H200"])
-    h200, a100, _ = fake.gpus
+    fake = FakeNvml(["H200", "A100", "H200", "V100"])
+    h200, a100, _, v100 = fake.gpus
     h200.util_gpu, h200.util_memory, h200.power_mw, h200.temperature = 87, 40, 650_000, 71
     h200.sm_clock_mhz, h200.memory_used, h200.ecc_corrected = 1980, 100 * GIB, 3
     h200.reasons = pynvml.nvmlClocksEventReasonSwPowerCap
+    h200.remapped_correctable, h200.remap_pending, h200.pcie_replays = 2, True, 11
+    v100.retired_sbe, v100.retired_dbe, v100.retired_pending = [0x1F000, 0x2A000], [0x3B000], True
     h200.processes = [(4242, 99 * GIB)]
     h200.gpm_rates = {
         getattr(pynvml, name): rate

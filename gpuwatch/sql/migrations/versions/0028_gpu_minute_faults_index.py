@@ -6,7 +6,7 @@ few with a fault (480,000 rows for an hour of 1,000 eight-GPU nodes); a partial 
 only the faulted ones.
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 Create Date: 2026-12-07 17:00:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0028"
-down_revision = "0026"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 
