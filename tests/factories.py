@@ -14,6 +14,19 @@ from gpuwatch.sql.schema import nodes
 T0 = datetime(2026, 12, 1, 23, 59, 50, tzinfo=timezone.utc)  # crosses a UTC day boundary
 
 
+#: the GpuSample fields of a card's memory health and PCIe link (docs/gpu.md, "Memory health")
+MEMORY_HEALTH = (
+    "remapped_rows_correctable",
+    "remapped_rows_uncorrectable",
+    "row_remap_pending",
+    "row_remap_failed",
+    "retired_pages_sbe",
+    "retired_pages_dbe",
+    "retired_pages_pending",
+    "pcie_replay_errors",
+)
+
+
 def gpu_sample(ts: datetime, index: int = 0, util: float = 0.5, **kw) -> wire.GpuSample:
     fields = dict(
         ts=ts,

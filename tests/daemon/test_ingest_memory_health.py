@@ -13,17 +13,8 @@ from gpuwatch.sql.gpu_readings import read_gpu_samples
 from gpuwatch.sql.schema import PARTITIONED_TABLES
 from gpuwatch.wire import v2 as wire_v2
 from tests import factories
+from tests.factories import MEMORY_HEALTH as HEALTH
 
-HEALTH = (
-    "remapped_rows_correctable",
-    "remapped_rows_uncorrectable",
-    "row_remap_pending",
-    "row_remap_failed",
-    "retired_pages_sbe",
-    "retired_pages_dbe",
-    "retired_pages_pending",
-    "pcie_replay_errors",
-)
 #: GPU 0 an H200 with a remap pending, GPU 1 a V100 retiring pages, GPU 2 a K80 (none of both)
 SENT = {
     0: (3, 1, True, False, None, None, None, 2**32 - 1),

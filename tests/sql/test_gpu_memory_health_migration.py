@@ -12,19 +12,10 @@ from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.gpu_readings import read_gpu_samples
 from gpuwatch.sql.schema import GPU_SAMPLE_FIELDS, gpu_sample_packs
+from tests.factories import MEMORY_HEALTH as HEALTH
 
 BEFORE = "0026"
 T0 = datetime(2026, 12, 1, 9, 59, 10, tzinfo=timezone.utc)
-HEALTH = (
-    "remapped_rows_correctable",
-    "remapped_rows_uncorrectable",
-    "row_remap_pending",
-    "row_remap_failed",
-    "retired_pages_sbe",
-    "retired_pages_dbe",
-    "retired_pages_pending",
-    "pcie_replay_errors",
-)
 
 
 def _pack(node: int, start: datetime, health: dict[str, list] | None) -> dict:
