@@ -432,7 +432,9 @@ NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window"
     help="Count samples and GPU faults of the last N minutes (at most 100 years).",
 )
 @click.option(
-    "--faulty", is_flag=True, help="Only nodes with a GPU that raised an XID or was lost in the window."
+    "--faulty",
+    is_flag=True,
+    help="Only nodes with a GPU fault in the window: an XID, lost samples, a memory repair pending/failed.",
 )
 @pass_ctx
 def nodes(ctx: Context, fmt: str, window: int, faulty: bool) -> None:

@@ -185,6 +185,8 @@ def _gpu_select(conn: sa.Connection, start: datetime, end: datetime, node_id: in
         _sum_if(not_idle_reasons).label("throttled_samples"),
         _sum_if(power_capped_only).label("power_capped_samples"),
         _sum_if(has_xid).label("xid_samples"),
+        _sum_if(sa.or_(g.row_remap_pending, g.retired_pages_pending)).label("reset_pending_samples"),
+        _sum_if(g.row_remap_failed).label("remap_failed_samples"),
         join_distinct(conn, sa.case((has_xid, sa.cast(g.xid_errors, sa.Text)), else_=None)).label(
             "xid_codes"
         ),

@@ -496,6 +496,10 @@ gpu_minutes = sa.Table(
     # load at its power limit, which the default 700 W of an H200 is under any real training
     sa.Column("power_capped_samples", sa.Integer, nullable=False, server_default="0"),
     sa.Column("xid_samples", sa.Integer, nullable=False, server_default="0"),
+    # samples whose card had a memory repair waiting for a GPU reset (a row remap or a page
+    # retirement pending), and samples whose card had a row remap fail (it needs service)
+    sa.Column("reset_pending_samples", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("remap_failed_samples", sa.Integer, nullable=False, server_default="0"),
     # the minute's distinct XID lists as stored, joined (e.g. '[31] [43, 45]'): codes decide
     # who owns a fault (gpuwatch/classify/xid.py); read with rollups.xid_codes
     sa.Column("xid_codes", sa.Text, nullable=True),
@@ -510,9 +514,15 @@ gpu_minutes = sa.Table(
     sa.Column("energy_power_samples", sa.Integer, nullable=False, server_default="0"),
 )
 sa.Index("ix_gpu_minutes_minute", gpu_minutes.c.minute)
-#: the few GPU-minutes with an XID or a lost sample: the node list's faults (``views/nodes.py``)
-_FAULTED = sa.or_(gpu_minutes.c.xid_samples > 0, gpu_minutes.c.lost_samples > 0)
-sa.Index("ix_gpu_minutes_faulted", gpu_minutes.c.minute, postgresql_where=_FAULTED, sqlite_where=_FAULTED)
+#: the few GPU-minutes with a fault (an XID, a lost sample, a memory repair pending or failed):
+#: the node list's and the overview's faults (``views/faults.py``)
+FAULTED = sa.or_(
+    *(
+        gpu_minutes.c[name] > 0
+        for name in ("xid_samples", "lost_samples", "reset_pending_samples", "remap_failed_samples")
+    )
+)
+sa.Index("ix_gpu_minutes_faulted", gpu_minutes.c.minute, postgresql_where=FAULTED, sqlite_where=FAULTED)
 
 #: per Slurm job cgroup per node per minute
 job_minutes = sa.Table(

@@ -22,6 +22,7 @@ from gpuwatch.sql.resolution import MINUTES, Tier, tier_for
 from gpuwatch.sql.rollups import join_distinct
 from gpuwatch.sql.schema import gpu_minutes, job_hours, job_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
+from gpuwatch.views.faults import memory_repair_columns
 
 MINUTE = timedelta(minutes=1)
 #: a chart point: (minute, value or None where there is no data)
@@ -51,8 +52,8 @@ def sum_and_n(metric: str, label: str, table: sa.Table = gpu_minutes) -> list[sa
 def gpu_span_columns(conn: sa.Connection, table: sa.Table = gpu_minutes) -> list[sa.Label[Any]]:
     """What the job page and the node page both show of a GPU over a span, as aggregates of its
     rollup rows (``table``: GPU minutes or hours): the sums and counts of the means of util, SM
-    activity and power, the most memory used and the memory size, the samples it sent as lost
-    and its XIDs (the ``xid_codes`` texts joined)."""
+    activity and power, the most memory used and the memory size, the samples it sent as lost,
+    its XIDs (the ``xid_codes`` texts joined) and its memory's repairs."""
     g = table.c
     return [
         *sum_and_n("util_gpu_ratio", "util", table),
@@ -62,6 +63,7 @@ def gpu_span_columns(conn: sa.Connection, table: sa.Table = gpu_minutes) -> list
         sa.func.max(g.memory_total_bytes).label("memory_total"),
         sa.func.sum(g.lost_samples).label("lost"),
         join_distinct(conn, g.xid_codes).label("xid_text"),
+        *memory_repair_columns(table),
     ]
 
 

@@ -70,6 +70,9 @@ class GpuSummary(GpuFaults):
     #: the samples it sent as lost (fallen off the bus, unreadable) and its XIDs over the run
     lost_samples: int = 0
     xid_codes: tuple[int, ...] = ()
+    #: samples with a memory repair pending a GPU reset; with a failed row remap
+    reset_pending_samples: int = 0
+    remap_failed_samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ def _gpu_summary(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetim
         energy_kwh=None if r["energy_j"] is None else round(float(r["energy_j"]) / JOULES_PER_KWH, 4),
         lost_samples=int(r["lost"] or 0),
         xid_codes=xid_codes(r["xid_text"]),
+        reset_pending_samples=int(r["reset_pending"] or 0),
+        remap_failed_samples=int(r["remap_failed"] or 0),
     )
 
 

@@ -44,6 +44,9 @@ class NodeGpu(GpuFaults):
     power_mean_watts: float | None
     xid_codes: tuple[int, ...]
     lost_samples: int
+    #: samples with a memory repair pending a GPU reset; with a failed row remap
+    reset_pending_samples: int = 0
+    remap_failed_samples: int = 0
     #: a MIG instance: its card's index and its share of the card (``card_fraction_ratio``)
     parent_index: int | None = None
     card_fraction: float | None = None
@@ -134,6 +137,8 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
             power_mean_watts=mean(r.power_sum, r.power_n),
             xid_codes=xid_codes(r.xid_text),
             lost_samples=int(r.lost or 0),
+            reset_pending_samples=int(r.reset_pending or 0),
+            remap_failed_samples=int(r.remap_failed or 0),
             parent_index=shares.get(int(r.gpu_index), (None, None))[0],
             card_fraction=shares.get(int(r.gpu_index), (None, None))[1],
             split=int(r.gpu_index) in split,

@@ -48,7 +48,7 @@ class Overview:
     gpus_wasted: float = 0.0
     simulated: bool = False
     jobs: list[LowUtilJob] = field(default_factory=list)
-    #: node name -> its GPUs that raised an XID or were lost in the span (``gpuwatch nodes``'s)
+    #: node name -> its GPUs that faulted in the span (``gpuwatch nodes --faulty``'s list)
     faults: dict[str, tuple[NodeGpuFault, ...]] = field(default_factory=dict)
 
 
