@@ -1,4 +1,5 @@
-"""Digests: daily for admins (top wasted GPU-hours by user, account, cause), weekly per user
+"""Digests: daily for admins (top wasted GPU-hours by user, account, cause; the GPUs that
+faulted), weekly per user
 (their jobs' waste and their ``gpuwatch report`` row: efficiency, energy, the week before, the
 jobs to request fewer GPUs or a smaller card and the estimated saving) and weekly per account
 to its owners (the account's report row, its users by waste). The weekly
@@ -10,11 +11,12 @@ latest whole-job verdict evaluated in it, else the largest recent window (a lowe
 job's total is its largest cause, not the sum: two causes of one job describe the same idle
 GPU-hours.
 
-A digest with no job in it is not sent. Each digest is due once per period (the daily one
-at ``daily_at``, the weekly one at ``weekly_at`` on ``weekly_weekday``, in the digest's time
-zone) and carries a dedup key of its period, so a restart, a second daemon or a late run
-still queues it once. A daemon that was down at the due time queues it when it comes back
-(the daily one until the next is due; the weekly one for two days).
+A digest with no job in it (the admins': and no GPU fault) is not sent. Each digest is due
+once per period (the daily one at ``daily_at``, the weekly one at ``weekly_at`` on
+``weekly_weekday``, in the digest's time zone) and carries a dedup key of its period, so a
+restart, a second daemon or a late run still queues it once. A daemon that was down at the
+due time queues it when it comes back (the daily one until the next is due; the weekly one
+for two days).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gpuwatch.alerts.templates import digest as tpl
 from gpuwatch.alerts.templates.causes import cause_text
 from gpuwatch.config.alerts import AlertsConfig, DigestVia, RecipientKind
 from gpuwatch.views import GroupBy, JobWaste, ReportRow, usage_report, waste_in_period
+from gpuwatch.views.faults import faults_by_node
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +56,12 @@ def _rank(totals: dict[str, tuple[float, set[str]]], top_n: int) -> list[tpl.Ran
 
 
 def admin_digest(engine: sa.Engine, start: datetime, end: datetime, top_n: int) -> tpl.AdminDigest:
+    """The period's waste by user, account and cause, and the GPUs that faulted in it (the node
+    list's words: ``gpuwatch nodes --faulty``), for the admins."""
     rows = waste(engine, start, end)
-    per_job: dict[str, JobWaste] = {}
-    for r in rows:  # a job's waste: its largest cause
-        if r.job_id not in per_job or r.gpu_hours_wasted > per_job[r.job_id].gpu_hours_wasted:
-            per_job[r.job_id] = r
+    per_job = _largest_per_job(rows)
+    with engine.connect() as conn:
+        faulted = faults_by_node(conn, start, end)
     by_user: dict[str, tuple[float, set[str]]] = defaultdict(lambda: (0.0, set()))
     by_account: dict[str, tuple[float, set[str]]] = defaultdict(lambda: (0.0, set()))
     by_cause: dict[str, tuple[float, set[str]]] = defaultdict(lambda: (0.0, set()))
@@ -76,6 +80,9 @@ def admin_digest(engine: sa.Engine, start: datetime, end: datetime, top_n: int) 
         by_user=_rank(by_user, top_n),
         by_account=_rank(by_account, top_n),
         by_cause=_rank(by_cause, top_n),
+        faults=[
+            tpl.Fault(node, f.gpu_index, f.fault or "") for node, found in faulted.items() for f in found
+        ],
     )
 
 
@@ -201,7 +208,7 @@ class Digests:
         if not targets:
             return []
         d = admin_digest(self.engine, start, end, self.cfg.digest.top_n)
-        if not d.jobs:  # nothing wasted in the period (or a fresh install): no digest to read
+        if not d.jobs and not d.faults:  # nothing wasted or faulted (a fresh install): nothing to read
             return []
         subject = tpl.admin_subject(d)
         out = []

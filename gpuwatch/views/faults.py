@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from gpuwatch.classify.xid import describe, owner_of
 from gpuwatch.sql.folding import join_distinct
 from gpuwatch.sql.rollups import xid_codes
-from gpuwatch.sql.schema import FAULTED, gpu_minutes
+from gpuwatch.sql.schema import FAULTED, gpu_minutes, nodes
 
 
 def fault_text(
@@ -70,15 +70,18 @@ class NodeGpuFault(GpuFaults):
                 "remap_failed_samples": self.remap_failed_samples, "fault": self.fault}  # fmt: skip
 
 
-def gpu_faults(conn: sa.Connection, since: datetime) -> dict[int, tuple[NodeGpuFault, ...]]:
-    """Node id -> its GPUs with a fault (:data:`FAULTED`) in the minutes rolled up since ``since``;
+def gpu_faults(
+    conn: sa.Connection, since: datetime, until: datetime | None = None
+) -> dict[int, tuple[NodeGpuFault, ...]]:
+    """Node id -> its GPUs with a fault (:data:`FAULTED`) in the minutes rolled up from ``since``
+    (to ``until``, exclusive);
     nodes whose GPUs were fine are left out. Reads only the faulted minutes' rows after the
     minute index has found the window."""
     g = gpu_minutes.c
     rows = conn.execute(
         sa.select(g.node_id, g.gpu_index, join_distinct(conn, g.xid_codes).label("xid_text"),
                   sa.func.sum(g.lost_samples).label("lost"), *memory_repair_columns(gpu_minutes))
-        .where(g.minute >= since, FAULTED)
+        .where(g.minute >= since, FAULTED, *(() if until is None else (g.minute < until,)))
         .group_by(g.node_id, g.gpu_index)
         .order_by(g.node_id, g.gpu_index)
     ).all()  # fmt: skip
@@ -101,3 +104,18 @@ def memory_repair_columns(table: sa.Table) -> list[sa.Label[Any]]:
 def memory_repairs(row: Any) -> tuple[int, int]:
     """(samples pending a reset, samples with a failed remap) of a row with :func:`memory_repair_columns`."""
     return int(row.reset_pending or 0), int(row.remap_failed or 0)
+
+
+def faults_by_node(
+    conn: sa.Connection, since: datetime, until: datetime | None = None
+) -> dict[str, tuple[NodeGpuFault, ...]]:
+    """:func:`gpu_faults` keyed by node name, nodes in name order (the overview, the admin digest)."""
+    found = gpu_faults(conn, since, until)
+    if not found:
+        return {}
+    names = dict(conn.execute(sa.select(nodes.c.id, nodes.c.name).where(nodes.c.id.in_(sorted(found)))).all())
+    return {
+        names[node_id]: found[node_id]
+        for node_id in sorted(found, key=lambda i: names.get(i, ""))
+        if node_id in names
+    }

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.schema import gpus, nodes
-from gpuwatch.views.faults import NodeGpuFault, gpu_faults
+from gpuwatch.views.faults import NodeGpuFault, faults_by_node
 from gpuwatch.views.lowutil import LowUtilFilters, LowUtilJob, low_util_jobs
 
 #: a GPU counts as reporting when it has a rolled-up minute this recent
@@ -65,7 +65,7 @@ def cluster_overview(
         names_of = dict(conn.execute(sa.select(nodes.c.id, nodes.c.name)).all())
         reporting, busy = _reporting(conn, end, low_ratio)
         jobs = low_util_jobs(conn, LowUtilFilters(running=True), now=now)
-        faulted = gpu_faults(conn, start)
+        faults = faults_by_node(conn, start)
     names = sorted(names_of[node_id] for node_id in {*found.node_ids, *found.blank})
     index = {name: i for i, name in enumerate(names)}
     row_of = {node_id: index[name] for node_id, name in names_of.items() if name in index}
@@ -85,7 +85,7 @@ def cluster_overview(
         gpus_wasted=math.fsum(cards_held(j) for j in jobs),
         simulated=found.simulated,
         jobs=jobs,
-        faults={names_of[node_id]: found for node_id, found in faulted.items() if node_id in names_of},
+        faults=faults,
     )
 
 

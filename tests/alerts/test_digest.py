@@ -229,3 +229,39 @@ def test_account_owners_get_their_week_with_the_users_digest_off(engine):
     assert [(n.recipient, n.recipient_kind) for n in notices] == [("pi@example.edu", "owner")]
     off = make_config(smtp_port=2525, account_owners=owners, digest={**digest, "weekly_account": False})
     assert Digests(engine, off).due(now) == []
+
+
+def test_the_admin_digest_names_the_gpus_that_faulted_and_goes_out_for_them_alone(engine):
+    """No job wasted anything, but a GPU fell off the bus: the admins still hear of it, in the
+    node list's words, by email (text and HTML) and Slack; a fault outside the period is not theirs."""
+    import sqlalchemy as sa
+
+    from gpuwatch.sql.nodes import create_token, get_node
+    from gpuwatch.sql.schema import gpu_minutes
+
+    create_token(engine, "n7")
+    with engine.begin() as conn:
+        node_id = get_node(conn, "n7").id
+        conn.execute(
+            sa.insert(gpu_minutes),
+            [
+                {"node_id": node_id, "gpu_index": 2, "minute": DAY + timedelta(hours=3), "samples": 6,
+                 "lost_samples": 3, "xid_samples": 1, "xid_codes": "[79]"},
+                {"node_id": node_id, "gpu_index": 5, "minute": DAY - timedelta(days=2), "samples": 6,
+                 "lost_samples": 6, "xid_samples": 0, "xid_codes": None},
+            ],
+        )  # fmt: skip
+    d = admin_digest(engine, DAY - timedelta(hours=16), DAY + timedelta(hours=8), top_n=10)
+    assert d.jobs == 0 and [(f.node, f.gpu_index) for f in d.faults] == [("n7", 2)]
+    assert d.faults[0].text == "XID 79 (GPU has fallen off the bus); admin; lost 3 sample(s)"
+    notices = Digests(engine, _cfg()).due(DAY + timedelta(hours=9, minutes=30))
+    assert sorted(n.channel for n in notices) == ["email", "slack"]
+    email = next(n for n in notices if n.channel == "email")
+    assert email.subject.endswith("in 0 job(s), 1 GPU(s) faulted")
+    assert "  n7 gpu2: XID 79 (GPU has fallen off the bus); admin; lost 3 sample(s)" in email.payload["text"]
+    assert (
+        "<li>n7 gpu2: XID 79 (GPU has fallen off the bus); admin; lost 3 sample(s)</li>"
+        in email.payload["html"]
+    )
+    slack = next(n for n in notices if n.channel == "slack")
+    assert "n7 gpu2: XID 79" in slack.payload["blocks"][-1]["text"]["text"]

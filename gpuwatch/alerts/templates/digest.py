@@ -28,6 +28,17 @@ class AdminDigest:
     by_user: list[Ranked] = field(default_factory=list)
     by_account: list[Ranked] = field(default_factory=list)
     by_cause: list[Ranked] = field(default_factory=list)
+    #: the GPUs that faulted in the period, by node
+    faults: list[Fault] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A GPU that faulted: its node, its index, what happened (``views/faults.fault_text``)."""
+
+    node: str
+    gpu_index: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -128,10 +139,32 @@ def _period(d: AdminDigest | UserDigest | AccountDigest) -> str:
 
 
 def admin_subject(d: AdminDigest) -> str:
+    faulted = f", {len(d.faults)} GPU(s) faulted" if d.faults else ""
     return (
         f"[gpuwatch] Daily digest {d.period_end:%Y-%m-%d}: {fmt.number(d.gpu_hours_wasted)} GPU-hours wasted "
-        f"in {d.jobs} job(s)"
+        f"in {d.jobs} job(s){faulted}"
     )
+
+
+FAULTS_TITLE = "GPUs that faulted (drain, reset or service: gpuwatch nodes --faulty)"
+
+
+def _faults_text(faults: list[Fault]) -> list[str]:
+    if not faults:
+        return []
+    return [FAULTS_TITLE, *(f"  {f.node} gpu{f.gpu_index}: {f.text}" for f in faults), ""]
+
+
+def _faults_html(faults: list[Fault]) -> str:
+    if not faults:
+        return ""
+    h = fmt.h
+    items = "".join(f"<li>{h(f.node)} gpu{f.gpu_index}: {h(f.text)}</li>" for f in faults)
+    return f"<h3>{h(FAULTS_TITLE)}</h3><ul>{items}</ul>"
+
+
+def _faults_mrkdwn(faults: list[Fault]) -> str:
+    return "\n".join(f"• {fmt.mrkdwn(f.node)} gpu{f.gpu_index}: {fmt.mrkdwn(f.text)}" for f in faults)
 
 
 def _ranked_text(title: str, rows: list[Ranked]) -> list[str]:
@@ -168,6 +201,7 @@ def admin_email(d: AdminDigest, link: str | None = None) -> dict[str, str]:
         *_ranked_text(
             "By cause", [Ranked(cause_text(r.name).title, r.gpu_hours_wasted, r.jobs) for r in d.by_cause]
         ),
+        *_faults_text(d.faults),
         "-- ",
         "gpuwatch daily digest. Sent to the GPU administrators.",
     ]
@@ -183,6 +217,7 @@ def admin_email(d: AdminDigest, link: str | None = None) -> dict[str, str]:
             _ranked_html(
                 "By cause", [Ranked(cause_text(r.name).title, r.gpu_hours_wasted, r.jobs) for r in d.by_cause]
             ),
+            _faults_html(d.faults),
             '<p style="color:#666;font-size:small">'
             "gpuwatch daily digest. Sent to the GPU administrators.</p>",
             "</body></html>",
@@ -232,6 +267,19 @@ def admin_slack(d: AdminDigest) -> dict[str, Any]:
                 "type": "section",
                 "text": {"type": "mrkdwn", "text": fmt.clip("*By cause*\n" + _ranked_mrkdwn(causes), 3000)},
             },
+            *(
+                [
+                    {
+                        "type": "section",
+                        "text": {
+                            "type": "mrkdwn",
+                            "text": fmt.clip(f"*{FAULTS_TITLE}*\n" + _faults_mrkdwn(d.faults), 3000),
+                        },
+                    }
+                ]
+                if d.faults
+                else []
+            ),
         ],
     }
 
