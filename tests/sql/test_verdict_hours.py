@@ -1,11 +1,13 @@
 """Each hour's verdict picks (``verdict_hours``), kept by triggers on ``verdicts`` on both
 databases, and the waste of a period read through them: equal to picking over the verdicts
 themselves, for periods on and off the hour, after inserts in any order, ties, deletes of
-picked rows and evaluations stored anew; filled from stored verdicts by the migration."""
+picked rows and evaluations stored anew, and after each statement of any shape the same rows as
+the picks computed in Python from the verdicts; filled from stored verdicts by the migration."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
@@ -64,6 +66,39 @@ def _got(engine: sa.Engine, start: datetime, end: datetime, job_ids: list[str] |
     return {
         (w.job_id, w.cause): (w.gpu_hours_wasted, w.fix) for w in waste_in_period(engine, start, end, job_ids)
     }
+
+
+def picks_by_rule(rows: Iterable) -> dict[tuple, tuple]:
+    """The rows ``verdict_hours`` holds by 0019's rule, computed from the verdicts: per (job, UTC
+    hour, cause) of the verdicts naming waste, the latest whole-job one and the recent/segment
+    one with the most wasted GPU-hours, the highest id on ties (whole_at, whole_id,
+    whole_wasted, recent_id, recent_wasted)."""
+    picks: dict[tuple, list] = {}
+    for r in rows:
+        if r["cause"] == "healthy" or not (r["gpu_hours_wasted"] or 0) > 0:
+            continue
+        at, wasted = r["evaluated_at"], r["gpu_hours_wasted"]
+        hour = at.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        key = (r["job_id"], hour, r["cause"])
+        pick = picks.setdefault(key, [None] * 5)
+        if r["window_kind"] == "job":
+            if pick[1] is None or (at, r["id"]) > (pick[0], pick[1]):
+                pick[0:3] = [at, r["id"], wasted]
+        elif pick[3] is None or (wasted, r["id"]) > (pick[4], pick[3]):
+            pick[3:5] = [r["id"], wasted]
+    return {key: tuple(pick) for key, pick in picks.items()}
+
+
+def stored_picks(conn: sa.Connection) -> dict[tuple, tuple]:
+    """``verdict_hours`` as :func:`picks_by_rule` writes it."""
+    return {
+        (r.job_id, r.hour, r.cause): (r.whole_at, r.whole_id, r.whole_wasted, r.recent_id, r.recent_wasted)
+        for r in conn.execute(sa.select(verdict_hours))
+    }
+
+
+def rule_over_verdicts(conn: sa.Connection) -> dict[tuple, tuple]:
+    return picks_by_rule(conn.execute(sa.select(verdicts)).mappings())
 
 
 def _stored(engine: sa.Engine) -> list[dict]:
@@ -217,3 +252,57 @@ def _counted(fn, reads: list) -> object:  # type: ignore[no-untyped-def]
         return fn(conn, start, end, job_ids)
 
     return read
+
+
+def _mixed_rows(rng: random.Random, n: int) -> list[dict]:
+    """``n`` verdicts of a few jobs over three hours, on few times and amounts: ties on both picks."""
+    rows = []
+    for _ in range(n):
+        at = T0 + timedelta(minutes=rng.choice((0, 2, 30, 58, 60, 61, 90, 119, 120, 150)))
+        wasted = rng.choice((None, 0.0, 0.5, 0.5, 1.0, 2.0))
+        rows.append(_verdict(f"j{rng.randrange(4)}", at, rng.choice(KINDS), rng.choice(CAUSES), wasted))
+    return rows
+
+
+def _a_statement(conn: sa.Connection, rng: random.Random) -> str:
+    """One statement on ``verdicts`` of a random shape; returns its shape."""
+    ids = conn.execute(sa.select(verdicts.c.id)).scalars().all()
+    h = verdict_hours.c
+    picked = {i for pair in conn.execute(sa.select(h.whole_id, h.recent_id)) for i in pair if i is not None}
+    shape = rng.choice(("insert", "insert", "insert", "delete picked", "delete unpicked", "delete mixed",
+                        "delete evaluation", "delete job hour"))  # fmt: skip
+    if shape == "insert" or not ids:
+        conn.execute(verdicts.insert().values(_mixed_rows(rng, rng.choice((1, 3, 12, 40)))))
+        return "insert"
+    if shape == "delete evaluation":  # an evaluation stored anew first drops its rows, all windows
+        job, at = conn.execute(sa.select(verdicts.c.job_id, verdicts.c.evaluated_at).where(
+            verdicts.c.id == rng.choice(ids))).one()  # fmt: skip
+        gone = verdicts.delete().where(verdicts.c.job_id == job, verdicts.c.evaluated_at == at)
+    elif shape == "delete job hour":
+        job, start = f"j{rng.randrange(4)}", T0 + timedelta(hours=rng.randrange(3))
+        when, end = verdicts.c.evaluated_at, start + timedelta(hours=1)
+        gone = verdicts.delete().where(verdicts.c.job_id == job, when >= start, when < end)
+    else:
+        pools = {"delete picked": picked, "delete unpicked": set(ids) - picked, "delete mixed": set(ids)}
+        pool = pools[shape]
+        chosen = sorted(i for i in pool if rng.random() < 0.3)
+        gone = verdicts.delete().where(verdicts.c.id.in_(chosen))
+    conn.execute(gone)
+    return shape
+
+
+def test_after_each_statement_the_hours_hold_the_picks_computed_from_the_verdicts(engine) -> None:  # type: ignore[no-untyped-def]
+    """Statements of mixed shapes, one at a time and several to a transaction: multi-row inserts
+    of several jobs, hours and causes with ties, deletes of picked and unpicked rows, of an
+    evaluation's rows, of a job's hour. After each, ``verdict_hours`` holds exactly the rule's
+    rows (PostgreSQL: statement triggers since 0030; SQLite: row triggers)."""
+    rng = random.Random(30)
+    shapes: set[str] = set()
+    for _ in range(60):
+        with engine.begin() as conn:
+            for _ in range(rng.choice((1, 1, 3))):
+                shapes.add(_a_statement(conn, rng))
+                assert stored_picks(conn) == rule_over_verdicts(conn), shapes
+    assert len(shapes) == 6
+    with engine.connect() as conn:
+        assert len(stored_picks(conn)) > 10
