@@ -264,7 +264,7 @@ def _mixed_rows(rng: random.Random, n: int) -> list[dict]:
     return rows
 
 
-def _a_statement(conn: sa.Connection, rng: random.Random) -> str:
+def random_statement(conn: sa.Connection, rng: random.Random) -> str:
     """One statement on ``verdicts`` of a random shape; returns its shape."""
     ids = conn.execute(sa.select(verdicts.c.id)).scalars().all()
     h = verdict_hours.c
@@ -301,7 +301,7 @@ def test_after_each_statement_the_hours_hold_the_picks_computed_from_the_verdict
     for _ in range(60):
         with engine.begin() as conn:
             for _ in range(rng.choice((1, 1, 3))):
-                shapes.add(_a_statement(conn, rng))
+                shapes.add(random_statement(conn, rng))
                 assert stored_picks(conn) == rule_over_verdicts(conn), shapes
     assert len(shapes) == 6
     with engine.connect() as conn:

@@ -53,7 +53,8 @@ def _beats(part: str, order: str) -> str:
 
 def _pick(kind: str, order: str) -> str:
     """The best of the statement's wasted rows per (job, hour, cause): whole-job or the others."""
-    return f"""SELECT DISTINCT ON (job_id, hour, cause) job_id, hour, cause, evaluated_at, id, gpu_hours_wasted
+    return f"""SELECT DISTINCT ON (job_id, hour, cause)
+                job_id, hour, cause, evaluated_at, id, gpu_hours_wasted
             FROM wasted WHERE window_kind {kind} 'job'
             ORDER BY job_id, hour, cause, {order} DESC, id DESC"""
 
