@@ -1,23 +1,26 @@
-"""What classifier passes leave in ``newest_evaluations``: row triggers (revision 0025) against
-statement triggers (0026), side by side.
+"""What classifier passes leave in ``newest_evaluations`` (or ``verdict_hours``): row triggers
+against statement triggers, side by side.
 
     .venv/bin/python bench/evaluation_bloat.py [--jobs 20000] [--history 10] [--passes 6] [--autovacuum]
+        [--table newest_evaluations|verdict_hours]
 
 Makes two throwaway PostgreSQL databases (127.0.0.1:5432 or $GPUWATCH_BENCH_PG, named
-``gpuwatch_evalbloat_*``, dropped at the end), one migrated to revision 0025 (the row triggers
-that keep ``newest_evaluations``), one to the head (0026: statement triggers). First ``--history``
+``gpuwatch_evalbloat_*``, dropped at the end). ``--table newest_evaluations`` (the default): one
+migrated to revision 0025 (the row triggers that keep ``newest_evaluations``), one to 0029 (0026's
+statement triggers; both keep ``verdict_hours`` by 0019's row triggers). ``--table
+verdict_hours``: one at 0029 (0019's row triggers keep ``verdict_hours``), one at the head (0030:
+statement triggers); both keep ``newest_evaluations`` by 0026's statement triggers. First ``--history``
 evaluations of every job (15 minutes apart, 3 verdicts each) in one ``INSERT ... SELECT`` in
 time order, as an import or a COPY of a dump writes them; then ``--passes``
 classifier passes, each of ``--jobs`` running jobs x 3 verdicts (job, segment, recent windows;
 causes seeded, a third naming waste), 2 minutes apart, stored through
 :func:`gpuwatch.classify.runner.store_evaluations` into each database in turn (the order
-alternating from pass to pass), the same rows in both. Autovacuum is off for
-``newest_evaluations`` unless ``--autovacuum``: the size is what the passes leave until a
-vacuum. Prints, per pass and database, the pass's wall time and
-``pg_total_relation_size('newest_evaluations')``; at the end the table's heap and index sizes,
-the row versions written (``n_tup_ins + n_tup_upd``, of them HOT) and dead, the time spent in
-each trigger function over the whole run (``track_functions = 'pl'``), and whether both
-databases hold the same rows.
+alternating from pass to pass), the same rows in both. Autovacuum is off for the table unless
+``--autovacuum``: the size is what the passes leave until a vacuum. Prints, per pass and
+database, the pass's wall time and the table's ``pg_total_relation_size``; at the end the
+table's heap and index sizes, the row versions written (``n_tup_ins + n_tup_upd``, of them HOT)
+and dead, the time spent in each trigger function over the whole run (``track_functions =
+'pl'``), and whether both databases hold the same rows.
 """
 
 from __future__ import annotations
@@ -44,8 +47,11 @@ from gpuwatch.sql.engine import create_engine
 T0 = datetime(2026, 12, 7, 0, 0, tzinfo=timezone.utc)
 WINDOWS = ("job", "segment", "recent")
 CAUSES = (Cause.HEALTHY, Cause.HEALTHY, Cause.IDLE_ALLOCATION, Cause.INPUT_BOUND, Cause.UNKNOWN_LOW)
-#: label -> the revision its database runs at
-KINDS = {"row triggers (0025)": "0025", "statement triggers (0026)": "head"}
+#: per table compared: label -> the revision its database runs at
+KINDS = {
+    "newest_evaluations": {"row triggers (0025)": "0025", "statement triggers (0026)": "0029"},
+    "verdict_hours": {"row triggers (0029)": "0029", "statement triggers (0030)": "head"},
+}
 
 #: ``--history`` earlier evaluations of every job, 15 minutes apart, 3 verdicts each, in one
 #: statement (as ``gpuwatch import`` or a COPY of a dump writes them: in time order)
@@ -65,11 +71,16 @@ _HISTORY = """INSERT INTO verdicts (job_id, evaluated_at, window_kind, window_st
 #: time: a function's statements, not the triggers they fire
 _FUNCTIONS = """SELECT funcname, calls, self_time FROM pg_stat_user_functions
     WHERE funcname LIKE 'gpuwatch%' ORDER BY self_time DESC"""
-_SIZE = "SELECT pg_total_relation_size('newest_evaluations')"
-_ROWS = "SELECT job_id, evaluated_at, waste FROM newest_evaluations ORDER BY job_id"
-_STATS = """SELECT pg_total_relation_size('newest_evaluations'), pg_relation_size('newest_evaluations'),
-                   pg_indexes_size('newest_evaluations'), n_tup_ins + n_tup_upd, n_tup_hot_upd, n_dead_tup
-            FROM pg_stat_user_tables WHERE relname = 'newest_evaluations'"""
+_SIZE = "SELECT pg_total_relation_size('{table}')"
+#: the table's rows, to compare the two databases (the same rows in the same order get the same ids)
+_ROWS = {
+    "newest_evaluations": "SELECT job_id, evaluated_at, waste FROM newest_evaluations ORDER BY job_id",
+    "verdict_hours": """SELECT job_id, hour, cause, whole_at, whole_id, whole_wasted, recent_id, recent_wasted
+        FROM verdict_hours ORDER BY job_id, hour, cause""",
+}
+_STATS = """SELECT pg_total_relation_size('{table}'), pg_relation_size('{table}'),
+                   pg_indexes_size('{table}'), n_tup_ins + n_tup_upd, n_tup_hot_upd, n_dead_tup
+            FROM pg_stat_user_tables WHERE relname = '{table}'"""
 
 
 def a_pass(k: int, jobs: int) -> dict[str, tuple[datetime, list[Verdict]]]:
@@ -104,15 +115,18 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=20000)
     ap.add_argument("--passes", type=int, default=6)
     ap.add_argument("--history", type=int, default=10, help="evaluations a job stored first, in one INSERT")
-    ap.add_argument("--autovacuum", action="store_true", help="leave autovacuum on for newest_evaluations")
+    ap.add_argument("--autovacuum", action="store_true", help="leave autovacuum on for the table")
+    ap.add_argument("--table", choices=sorted(KINDS), default="newest_evaluations", help="the table compared")
     args = ap.parse_args()
+    table, kinds = args.table, KINDS[args.table]
+    size_sql, stats_sql = _SIZE.format(table=table), _STATS.format(table=table)
 
     tag = uuid.uuid4().hex[:8]
-    names = {label: f"gpuwatch_evalbloat_{tag}_{rev}" for label, rev in KINDS.items()}
+    names = {label: f"gpuwatch_evalbloat_{tag}_{rev}" for label, rev in kinds.items()}
     engines: dict[str, sa.Engine] = {}
     admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
     try:
-        for label, rev in KINDS.items():
+        for label, rev in kinds.items():
             with admin.connect() as conn:
                 conn.execute(sa.text(f'CREATE DATABASE "{names[label]}"'))
                 conn.execute(sa.text(f"ALTER DATABASE \"{names[label]}\" SET track_functions = 'pl'"))
@@ -121,9 +135,9 @@ def main() -> None:
             migrate.upgrade(engines[label], rev)
             if not args.autovacuum:
                 with engines[label].begin() as conn:
-                    conn.execute(sa.text("ALTER TABLE newest_evaluations SET (autovacuum_enabled = false)"))
+                    conn.execute(sa.text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
         print(f"{args.jobs:,} jobs x 3 verdicts a pass, {args.passes} passes after {args.history} "
-              f"evaluations a job stored in one statement; autovacuum on newest_evaluations: "
+              f"evaluations a job stored in one statement; autovacuum on {table}: "
               f"{'on' if args.autovacuum else 'off'}")  # fmt: skip
         if args.history:
             line = []
@@ -133,13 +147,13 @@ def main() -> None:
                     conn.execute(sa.text(_HISTORY), {"history": args.history, "jobs": args.jobs, "t0": T0})
                 took = time.perf_counter() - t0
                 with engine.connect() as conn:
-                    size = conn.execute(sa.text(_SIZE)).scalar()
+                    size = conn.execute(sa.text(size_sql)).scalar()
                 line.append(f"{label}: {took:6.2f} s, {mib(size)}")
             print(f"history ({args.history * args.jobs * 3:,} rows): " + "; ".join(line))
-        times: dict[str, list[float]] = {label: [] for label in KINDS}
+        times: dict[str, list[float]] = {label: [] for label in kinds}
         for k in range(args.passes):
             results = a_pass(k, args.jobs)
-            order = list(KINDS) if k % 2 == 0 else list(reversed(KINDS))
+            order = list(kinds) if k % 2 == 0 else list(reversed(kinds))
             line = []
             for label in order:
                 t0 = time.perf_counter()
@@ -147,7 +161,7 @@ def main() -> None:
                 took = time.perf_counter() - t0
                 times[label].append(took)
                 with engines[label].connect() as conn:
-                    size = conn.execute(sa.text(_SIZE)).scalar()
+                    size = conn.execute(sa.text(size_sql)).scalar()
                 line.append(f"{label}: {took:6.2f} s, {mib(size)}")
             print(f"pass {k}: " + "; ".join(sorted(line)))
         for engine in engines.values():
@@ -156,12 +170,12 @@ def main() -> None:
         answers = []
         for label, engine in engines.items():
             with engine.connect() as conn:
-                total, heap, index, written, hot, dead = conn.execute(sa.text(_STATS)).one()
-                answers.append(conn.execute(sa.text(_ROWS)).all())
+                total, heap, index, written, hot, dead = conn.execute(sa.text(stats_sql)).one()
+                answers.append(conn.execute(sa.text(_ROWS[table])).all())
                 functions = conn.execute(sa.text(_FUNCTIONS)).all()
             later = times[label][1:] or times[label]
             print(
-                f"{label}: newest_evaluations {mib(total)} (heap {mib(heap)}, indexes {mib(index)}) for "
+                f"{label}: {table} {mib(total)} (heap {mib(heap)}, indexes {mib(index)}) for "
                 f"{len(answers[-1]):,} rows; row versions written {written:,} ({hot:,} HOT updates), "
                 f"dead {dead:,}; a pass after the first: median {statistics.median(later):.2f} s "
                 f"({min(later):.2f}-{max(later):.2f})"
