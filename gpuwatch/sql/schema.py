@@ -655,8 +655,9 @@ sa.Index("ix_verdicts_evaluated_cause", verdicts.c.evaluated_at, verdicts.c.caus
 #: per (job, hour of evaluation, cause), the verdicts a period's waste count picks from that
 #: hour alone: the latest whole-job verdict and the recent/segment verdict with the most wasted
 #: GPU-hours (each with its id, the newest on ties). Kept by triggers on ``verdicts`` (migration
-#: 0019) for the verdicts that name waste, so a report over weeks reads a row per job-hour, not
-#: a row per evaluation: picking over hours gives what picking over the verdicts would
+#: 0019; statement-level on PostgreSQL since 0030) for the verdicts that name waste, so a report
+#: over weeks reads a row per job-hour, not a row per evaluation: picking over hours gives what
+#: picking over the verdicts would
 verdict_hours = sa.Table(
     "verdict_hours",
     metadata,
