@@ -116,15 +116,20 @@ def _when(v: datetime | None) -> str:
     return "-" if v is None else v.strftime("%Y-%m-%d %H:%M:%S")
 
 
+#: what a narrow terminal's per-GPU table leaves out first (the fault, the node, the GPU and
+#: its utilization stay)
+GPU_DROP_FIRST = ("energy", "tensor", "power", "mem", "sm")
+
+
 def render_text(d: dict[str, Any]) -> str:
     from gpuwatch.cli.render import render
 
     width = max(MIN_WIDTH, table_width())
     j = d["job"]
+    who = f"  user {j['user'] or '-'}  account {j['account'] or '-'}  partition {j['partition'] or '-'}"
+    name = f" ({j['name']})" if j["name"] else ""
     lines = [
-        f"Job {j['job_id']}" + (f" ({j['name']})" if j["name"] else "")
-        + f"  user {j['user'] or '-'}  account {j['account'] or '-'}  partition {j['partition'] or '-'}"
-        + f"  state {j['state'] or '-'}",
+        wrapped("", f"Job {j['job_id']}{name}{who}  state {j['state'] or '-'}", width, indent=2),
         f"  start {_when(j['start_at'])}  end {_when(j['end_at'])}  (UTC)",
         *(wrapped(f"  {label:<12} ", text, width) for label, text in d["summary_text"]),
         "",
@@ -150,7 +155,10 @@ def render_text(d: dict[str, Any]) -> str:
             ("energy", "energy kWh")]  # fmt: skip
     if any(row["fault"] for row in gpu_rows):  # a column only where a GPU had one
         cols.append(("fault", "fault"))
-    lines.append(render(gpu_rows, cols, OutputFormat.TABLE, title="GPUs") if gpu_rows else "No GPUs known.")
+    table = render(
+        gpu_rows, cols, OutputFormat.TABLE, title="GPUs", drop_first=GPU_DROP_FIRST, wrap=("fault",)
+    )
+    lines.append(table if gpu_rows else "No GPUs known.")
     lines.append("")
     if not d["verdicts"]:
         lines.append("No verdicts yet (not evaluated, or inside the grace period).")
@@ -182,11 +190,12 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int) -> list[str]:
     told: dict[tuple[str, tuple[str, ...], str | None], str] = {}
     for v in verdicts:
         window = WINDOW_NAMES.get(v["window_kind"], v["window_kind"])
-        lines.append(
-            f"  [{window}] {v['cause']}  confidence {v['confidence']:.2f}  "
+        head = (
+            f"[{window}] {v['cause']}  confidence {v['confidence']:.2f}  "
             f"GPU-h wasted {v['gpu_hours_wasted'] or 0:.2f} of {v['gpu_hours'] or 0:.2f}  "
             f"mean util {percent(v['mean_util_ratio'])}"
         )
+        lines.append(wrapped("  ", head, width, indent=4))
         sentences = tuple(evidence_sentences(v["evidence"]))
         key = (v["summary"], sentences, v["fix"])
         if key in told:
@@ -200,11 +209,13 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int) -> list[str]:
     return lines
 
 
-def wrapped(prefix: str, text: str, width: int) -> str:
-    """``prefix`` + ``text`` folded at spaces to ``width``, continuation lines under the text's
-    first character; a word longer than the room is left whole (a path, a URL)."""
+def wrapped(prefix: str, text: str, width: int, indent: int | None = None) -> str:
+    """``prefix`` + ``text`` folded at spaces to ``width``, continuation lines ``indent`` spaces
+    in (default: under the text's first character); a word longer than the room is left whole
+    (a path, a URL)."""
+    hanging = " " * (len(prefix) if indent is None else indent)
     return textwrap.fill(
-        text, width, initial_indent=prefix, subsequent_indent=" " * len(prefix),
+        text, width, initial_indent=prefix, subsequent_indent=hanging,
         break_long_words=False, break_on_hyphens=False,
     ) or prefix.rstrip()  # fmt: skip
 

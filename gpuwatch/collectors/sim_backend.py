@@ -163,6 +163,10 @@ class Scenario(ABC):
         """XID codes raised in (t0, t1]; none for most scenarios."""
         return []
 
+    def repair_pending(self, t: float) -> bool:
+        """Whether the card has a memory repair waiting for a GPU reset at ``t``; no for most."""
+        return False
+
 
 @dataclass(frozen=True)
 class Steady(Scenario):
@@ -216,6 +220,25 @@ class XidThenLost(Scenario):
 
     def xids_between(self, t0: float, t1: float) -> list[int]:
         return [self.xid] if t0 < self.at_s <= t1 else []
+
+
+@dataclass(frozen=True)
+class RepairPending(Scenario):
+    """``before`` all along; at ``at_s`` an uncorrectable memory error is repaired by a row remap
+    (a page retirement before Ampere) that waits for a GPU reset: XID 63 then, and the card's
+    memory health says so from then on. The job goes on: the repair is the admins' to finish."""
+
+    before: Scenario
+    at_s: float
+
+    def at(self, t: float) -> Activity | None:
+        return self.before.at(t)
+
+    def xids_between(self, t0: float, t1: float) -> list[int]:
+        return [63] if t0 < self.at_s <= t1 else []
+
+    def repair_pending(self, t: float) -> bool:
+        return t >= self.at_s
 
 
 class Lost(Scenario):
@@ -357,6 +380,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     # XID 79: "GPU has fallen off the bus", two minutes in
     "xid": XidThenLost(Steady(TRAINING), xid=79, at_s=120.0, lost_after_s=5.0),
+    # XID 63: a row remap waiting for a GPU reset, three minutes in; the training goes on
+    "remap": RepairPending(Steady(TRAINING), at_s=180.0),
     "lost": Lost(),
     "idle-after-start": Switch(Steady(TRAINING), Steady(IDLE), at_s=600.0),
 }
@@ -443,6 +468,9 @@ class _SplitCard(Scenario):
 
     def xids_between(self, t0: float, t1: float) -> list[int]:
         return [code for scenario, _ in self.parts for code in scenario.xids_between(t0, t1)]
+
+    def repair_pending(self, t: float) -> bool:
+        return any(scenario.repair_pending(t) for scenario, _ in self.parts)
 
 
 def _lookup(scenario: str | Scenario) -> Scenario:
@@ -782,26 +810,27 @@ class SimulatedBackend(GpuBackend):
             nvlink_rx_bytes_per_s=mean_or_none(p.nvlink_rx for p in polls),
             ecc_corrected_errors=0,
             ecc_uncorrected_errors=0,
-            **self._memory_health(split),
+            **self._memory_health(split, scenario.repair_pending(t1)),
             xid_errors=xids,
             processes=None if split else self._processes(gpu, end, used, stats.mean, polls),
             **gpm,
         )
 
-    def _memory_health(self, split: bool) -> dict[str, int | bool | None]:
-        """A healthy card: no remapped rows or retired pages, nothing pending, no PCIe replay.
-        Row remapping on Ampere and newer (not answered in MIG mode with instances, as NVML),
-        page retirement before."""
+    def _memory_health(self, split: bool, pending: bool = False) -> dict[str, int | bool | None]:
+        """A healthy card: no remapped rows or retired pages, nothing pending, no PCIe replay;
+        with a repair ``pending``, one uncorrectable row remapped (a double-bit page retired)
+        waiting for a reset. Row remapping on Ampere and newer (not answered in MIG mode with
+        instances, as NVML), page retirement before."""
         remaps = self.model.row_remapping
         rows = remaps and not split
         return {
             "remapped_rows_correctable": 0 if rows else None,
-            "remapped_rows_uncorrectable": 0 if rows else None,
-            "row_remap_pending": False if rows else None,
+            "remapped_rows_uncorrectable": int(pending) if rows else None,
+            "row_remap_pending": pending if rows else None,
             "row_remap_failed": False if rows else None,
             "retired_pages_sbe": None if remaps else 0,
-            "retired_pages_dbe": None if remaps else 0,
-            "retired_pages_pending": None if remaps else False,
+            "retired_pages_dbe": None if remaps else int(pending),
+            "retired_pages_pending": None if remaps else pending,
             "pcie_replay_errors": 0,
         }
 

@@ -188,3 +188,14 @@ def test_energy_of_the_job_is_its_gpus_power_over_the_run(classified) -> None:
     assert sum(g["energy_kwh"] for g in data["gpus"]) == pytest.approx(energy["kwh"], abs=1e-3)  # per GPU
     text = run("--db", url, "job", jid, "--at", AT).output
     assert f"GPU energy   {energy['kwh']:.3f} kWh" in text
+
+
+def test_a_narrow_terminal_leaves_gpu_columns_out_instead_of_cutting_cells(classified) -> None:
+    url, built = classified
+    jid = job_of(built, "idle-all-4-h200")
+    out = CliRunner().invoke(cli, ["--db", url, "job", jid, "--at", AT], env={"COLUMNS": "60"}).output
+    table = out[out.index("┏") : out.index("Verdicts")]
+    assert "…" not in table  # no cell cut short
+    assert "mean util" in table and "60-column terminal: energy kWh; tensor" in table
+    long = [line for line in out.splitlines() if len(line) > 60 and not line.startswith(("60-column", "  c"))]
+    assert not long, long

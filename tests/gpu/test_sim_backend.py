@@ -315,3 +315,16 @@ def test_a_healthy_card_reports_zero_remaps_or_retirements() -> None:
     v100 = window("training", model="Tesla V100-SXM2-32GB")
     assert (v100.retired_pages_sbe, v100.retired_pages_dbe, v100.retired_pages_pending) == (0, 0, False)
     assert v100.remapped_rows_correctable is None and v100.row_remap_pending is None
+
+
+def test_a_repair_pending_a_reset_raises_xid_63_and_stays_in_the_memory_health() -> None:
+    """'remap': at 3 minutes an uncorrectable error is repaired by a row remap (a page retired on
+    a V100) that waits for a reset; the job trains on."""
+    backend = SimulatedBackend("remap", gpus=1, start=T0)
+    before, during, after = (samples[0] for samples in run(backend, [160, 170, 180, 400])[1:])
+    assert before.xid_errors == [] and before.row_remap_pending is False
+    assert during.xid_errors == [63] and during.row_remap_pending is True
+    assert (after.xid_errors, after.row_remap_pending, after.remapped_rows_uncorrectable) == ([], True, 1)
+    assert after.state == "ok" and after.util_gpu_ratio > 0.9 and after.row_remap_failed is False
+    v100 = window("remap", at=400.0, model="Tesla V100-SXM2-32GB")
+    assert (v100.retired_pages_dbe, v100.retired_pages_pending, v100.row_remap_pending) == (1, True, None)

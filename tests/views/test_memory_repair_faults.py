@@ -87,3 +87,23 @@ def test_hours_fold_the_minutes_sums(engine) -> None:
         h = gpu_hours.c
         folded = dict(conn.execute(sa.select(h.gpu_index, h.reset_pending_samples)).all())
     assert folded[1] == 18 and folded[3] == 29 and folded[0] == 0
+
+
+def test_a_simulated_cards_pending_remap_reaches_the_node_list(engine) -> None:
+    """The device model's 'remap' GPU, sampled as the agent samples it, stored, rolled up: the
+    node list names XID 63 and the repair pending a reset on that GPU alone."""
+    from gpuwatch.collectors.sim_backend import SimulatedBackend, parse_scenario_spec
+
+    default, overrides = parse_scenario_spec("training,gpu1=remap")
+    backend = SimulatedBackend(default, gpus=2, start=START, overrides=overrides)
+    create_token(engine, "sim1")
+    with engine.connect() as conn:
+        node_id = get_node(conn, "sim1").id
+    samples = [s for k in range(1, 5 * 6) for s in backend.sample(START + timedelta(seconds=10 * k))]
+    BatchStore(engine).store(node_id, wire.Batch(node="sim1", agent_version="test", seq=0, samples=samples))
+    Rollup(engine, lag=timedelta(0)).run_once(now=NOW)
+    (summary,) = [n for n in node_summaries(engine, timedelta(hours=1), now=NOW) if n.name == "sim1"]
+    (gpu1,) = summary.faults
+    assert gpu1.gpu_index == 1 and gpu1.xid_codes == (63,)
+    assert gpu1.reset_pending_samples == 5 * 6 - 18 and gpu1.remap_failed_samples == 0  # from 180 s on
+    assert "memory repair pending a GPU reset (12 sample(s)); admin" in gpu1.fault
