@@ -5,7 +5,6 @@ triggers, and the answers are the same on either."""
 
 from __future__ import annotations
 
-import random
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
@@ -16,37 +15,20 @@ from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.schema import shown_verdicts, verdicts
 from tests.sql.test_newest_evaluations import rule, stored
+from tests.sql.verdict_triggers import DELETE, INSERT, TRIGGERS, classifier_pass, definitions
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
-WINDOWS = ("job", "segment", "recent")
-
-#: the triggers of each (event, level) on ``verdicts``, in the order PostgreSQL fires them (that
-#: of their names); tgtype bit 0: row-level, bit 2: insert, bit 3: delete
-_TRIGGERS = """SELECT tgname FROM pg_trigger
-    WHERE tgrelid = 'verdicts'::regclass AND NOT tgisinternal
-      AND (tgtype & 1 <> 0) = :row AND tgtype & :event <> 0
-    ORDER BY tgname"""
-_INSERT, _DELETE = 4, 8
-#: how 0026's triggers and their functions read in the catalog
-_DEFINITIONS = """SELECT t.tgname, pg_get_triggerdef(t.oid), pg_get_functiondef(t.tgfoid)
-    FROM pg_trigger t WHERE t.tgrelid = 'verdicts'::regclass AND t.tgname LIKE 'verdicts_latest_%'
-    ORDER BY t.tgname"""
+_DEFINITIONS = definitions("verdicts_latest_")
 
 
 def _pass(at: datetime, jobs: range, seed: int) -> dict[str, tuple[datetime, list[Verdict]]]:
-    """A classifier pass: 3 verdicts a job (one per window), some naming waste."""
-    rnd = random.Random(seed)
-
-    def verdict(job: str, window: str) -> Verdict:
-        cause = rnd.choice((Cause.HEALTHY, Cause.HEALTHY, Cause.IDLE_ALLOCATION, Cause.INPUT_BOUND))
-        return Verdict(
-            job_id=job, window_kind=window, window_start=at - timedelta(hours=1), window_end=at,
-            cause=cause, confidence=rnd.choice((0.5, 0.9)), summary=f"{job} {cause.value}", fix="f",
-            evidence={}, gpus=2, gpu_hours=2.0, gpu_hours_wasted=rnd.choice((None, 1.0)),
-            mean_util_ratio=0.1,
-        )  # fmt: skip
-
-    return {f"j{n}": (at, [verdict(f"j{n}", w) for w in WINDOWS]) for n in jobs}
+    return classifier_pass(
+        at,
+        jobs,
+        seed,
+        causes=(Cause.HEALTHY, Cause.HEALTHY, Cause.IDLE_ALLOCATION, Cause.INPUT_BOUND),
+        confidences=(0.5, 0.9),
+    )
 
 
 def _versions(conn: sa.Connection) -> dict[str, str]:
@@ -131,10 +113,10 @@ def test_the_newest_evaluation_is_kept_before_the_pick_reads_it(pg_engine) -> No
     before ``verdicts_shown_*`` (the pick, which reads it). A job first seen in a statement shows
     its pick; one whose newest evaluation is deleted shows the one before."""
     with pg_engine.connect() as conn:
-        for event, name in ((_INSERT, "insert"), (_DELETE, "delete")):
-            ordered = conn.execute(sa.text(_TRIGGERS), {"row": False, "event": event}).scalars().all()
+        for event, name in ((INSERT, "insert"), (DELETE, "delete")):
+            ordered = conn.execute(sa.text(TRIGGERS), {"row": False, "event": event}).scalars().all()
             assert ordered.index(f"verdicts_latest_{name}") < ordered.index(f"verdicts_shown_{name}")
-            row_level = conn.execute(sa.text(_TRIGGERS), {"row": True, "event": event}).scalars().all()
+            row_level = conn.execute(sa.text(TRIGGERS), {"row": True, "event": event}).scalars().all()
             assert not any(t.startswith("verdicts_latest") for t in row_level)
     t1, t2 = T0, T0 + timedelta(minutes=2)
     row = {"job_id": "new", "window_kind": "job", "window_start": T0 - timedelta(hours=1), "window_end": T0,

@@ -12,41 +12,30 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from gpuwatch.classify.runner import store_evaluations
-from gpuwatch.classify.verdict import Cause, Verdict
+from gpuwatch.classify.verdict import Verdict
 from gpuwatch.sql import migrate
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.schema import verdicts
 from tests.sql.test_verdict_hours import random_statement, rule_over_verdicts, stored_picks
+from tests.sql.verdict_triggers import DELETE, INSERT, TRIGGERS, classifier_pass, definitions
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
-WINDOWS = ("job", "segment", "recent")
-
-#: the triggers of each (event, level) on ``verdicts``, in the order PostgreSQL fires them (that
-#: of their names); tgtype bit 0: row-level, bit 2: insert, bit 3: delete
-_TRIGGERS = """SELECT tgname FROM pg_trigger
-    WHERE tgrelid = 'verdicts'::regclass AND NOT tgisinternal
-      AND (tgtype & 1 <> 0) = :row AND tgtype & :event <> 0
-    ORDER BY tgname"""
-_INSERT, _DELETE = 4, 8
-#: how the verdict_hours triggers and their functions read in the catalog
-_DEFINITIONS = """SELECT t.tgname, pg_get_triggerdef(t.oid), pg_get_functiondef(t.tgfoid)
-    FROM pg_trigger t WHERE t.tgrelid = 'verdicts'::regclass AND t.tgname LIKE 'verdicts_hours_%'
-    ORDER BY t.tgname"""
+_DEFINITIONS = definitions("verdicts_hours_")
 
 
 def _pass(at: datetime, jobs: range, seed: int) -> dict[str, tuple[datetime, list[Verdict]]]:
-    """A classifier pass: 3 verdicts a job (one per window), many naming waste, amounts tied."""
-    rnd = random.Random(seed)
+    return classifier_pass(at, jobs, seed, wasted=(None, 0.5, 0.5, 2.0))
 
-    def verdict(job: str, window: str) -> Verdict:
-        cause = rnd.choice((Cause.HEALTHY, Cause.IDLE_ALLOCATION, Cause.INPUT_BOUND))
-        return Verdict(
-            job_id=job, window_kind=window, window_start=at - timedelta(hours=1), window_end=at,
-            cause=cause, confidence=0.9, summary=f"{job} {cause.value}", fix="f", evidence={}, gpus=2,
-            gpu_hours=2.0, gpu_hours_wasted=rnd.choice((None, 0.5, 0.5, 2.0)), mean_util_ratio=0.1,
-        )  # fmt: skip
 
-    return {f"j{n}": (at, [verdict(f"j{n}", w) for w in WINDOWS]) for n in jobs}
+def _statements_keep_the_rule(engine: sa.Engine, rng: random.Random) -> dict[tuple, tuple]:
+    """Fifteen random statements, each leaving verdict_hours as the rule over ``verdicts`` has
+    it; the picks stored after them."""
+    for _ in range(15):
+        with engine.begin() as conn:
+            random_statement(conn, rng)
+            assert stored_picks(conn) == rule_over_verdicts(conn)
+    with engine.connect() as conn:
+        return stored_picks(conn)
 
 
 def _count_writes(engine: sa.Engine) -> None:
@@ -147,10 +136,10 @@ def test_the_hours_triggers_fire_first_and_nothing_else_reads_the_table(pg_engin
     function on ``verdicts`` reads ``verdict_hours``, so where they fire among the others leaves
     every table the same."""
     with pg_engine.connect() as conn:
-        for event, name in ((_INSERT, "insert"), (_DELETE, "delete")):
-            ordered = conn.execute(sa.text(_TRIGGERS), {"row": False, "event": event}).scalars().all()
+        for event, name in ((INSERT, "insert"), (DELETE, "delete")):
+            ordered = conn.execute(sa.text(TRIGGERS), {"row": False, "event": event}).scalars().all()
             assert ordered[0] == f"verdicts_hours_{name}" and len(ordered) > 1
-            row_level = conn.execute(sa.text(_TRIGGERS), {"row": True, "event": event}).scalars().all()
+            row_level = conn.execute(sa.text(TRIGGERS), {"row": True, "event": event}).scalars().all()
             assert not any(t.startswith("verdicts_hours") for t in row_level)
         others = conn.execute(
             sa.text("""SELECT t.tgname, pg_get_functiondef(t.tgfoid) FROM pg_trigger t
@@ -182,22 +171,12 @@ def test_up_down_up_keeps_the_answers(pg_url) -> None:
                 statement_triggers = conn.execute(sa.text(_DEFINITIONS)).all()
                 assert all("FOR EACH STATEMENT" in t for _, t, _ in statement_triggers)
                 assert stored_picks(conn) == answers
-            for _ in range(15):
-                with engine.begin() as conn:
-                    random_statement(conn, rng)
-                    assert stored_picks(conn) == rule_over_verdicts(conn)
-            with engine.connect() as conn:
-                answers = stored_picks(conn)
+            answers = _statements_keep_the_rule(engine, rng)
             migrate.downgrade(engine, "0029")
             with engine.connect() as conn:
                 assert conn.execute(sa.text(_DEFINITIONS)).all() == row_triggers
                 assert stored_picks(conn) == answers
-            for _ in range(15):
-                with engine.begin() as conn:
-                    random_statement(conn, rng)
-                    assert stored_picks(conn) == rule_over_verdicts(conn)
-            with engine.connect() as conn:
-                answers = stored_picks(conn)
+            answers = _statements_keep_the_rule(engine, rng)
         migrate.upgrade(engine)
         with engine.connect() as conn:
             assert stored_picks(conn) == answers == rule_over_verdicts(conn)
