@@ -436,16 +436,27 @@ NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window"
     is_flag=True,
     help="Only nodes with a GPU fault in the window: an XID, lost samples, a memory repair pending/failed.",
 )
+@click.option(
+    "--silent",
+    type=MINUTES,
+    help="Only nodes not heard from in the last N minutes (or never): agents down, nodes off.",
+)
 @pass_ctx
-def nodes(ctx: Context, fmt: str, window: int, faulty: bool) -> None:
+def nodes(ctx: Context, fmt: str, window: int, faulty: bool, silent: int | None) -> None:
     """Nodes: last seen, GPUs, sample counts, GPU faults."""
+    from gpuwatch.clock import utcnow
     from gpuwatch.sql import migrate
     from gpuwatch.views.nodes import node_summaries
 
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
-    listed = [n for n in node_summaries(engine, timedelta(minutes=window)) if n.faults or not faulty]
+    now = utcnow()
+    listed = [
+        n
+        for n in node_summaries(engine, timedelta(minutes=window), now=now)
+        if (n.faults or not faulty) and (silent is None or n.silent_since(now, timedelta(minutes=silent)))
+    ]
     rows = [
         n.as_json() | {"last_seen_at": n.last_seen_at} | ({} if fmt == "json" else {"faults": n.faults_text})
         for n in listed
@@ -456,12 +467,21 @@ def nodes(ctx: Context, fmt: str, window: int, faulty: bool) -> None:
             NODE_COLUMNS,
             OutputFormat(fmt),
             title=f"nodes (samples in the last {window} min)",
-            empty=f"no GPU faulted in the last {window} min"
-            if faulty
-            else "no node has registered yet (gpuwatch token create NODE makes its ingest token)",
+            empty=_no_nodes(window, faulty, silent),
             drop_first=NODE_DROP_FIRST,
         )
     )
+
+
+def _no_nodes(window: int, faulty: bool, silent: int | None) -> str:
+    """What an empty node table says: which filter matched nothing."""
+    if faulty and silent is not None:
+        return f"no node with a GPU fault in the last {window} min has been silent for {silent} min"
+    if faulty:
+        return f"no GPU faulted in the last {window} min"
+    if silent is not None:
+        return f"every node was heard from in the last {silent} min"
+    return "no node has registered yet (gpuwatch token create NODE makes its ingest token)"
 
 
 @cli.command("wire-schema")

@@ -32,6 +32,10 @@ class NodeSummary:
     #: its GPUs that faulted in the window, by index
     faults: tuple[NodeGpuFault, ...] = ()
 
+    def silent_since(self, now: datetime, quiet: timedelta) -> bool:
+        """Whether nothing came from the node in the ``quiet`` before ``now`` (or ever)."""
+        return self.last_seen_at is None or self.last_seen_at < now - quiet
+
     @property
     def faults_text(self) -> str:
         """``gpu3: XID 79 (GPU has fallen off the bus); admin | gpu5: lost 12 sample(s)``; '' for none."""

@@ -59,3 +59,26 @@ def test_a_window_out_of_range_is_one_line(sqlite_url) -> None:
         result = run.invoke(cli, ["--db", sqlite_url, "nodes", "--window", window])
         assert result.exit_code == 2 and "Invalid value for '--window'" in result.output, window
         assert "Traceback" not in result.output
+
+
+def test_nodes_silent_lists_the_nodes_not_heard_from(db_url) -> None:
+    """The demo's agents last pushed at its end: silent for a minute from two minutes on, not in
+    the last hour; a node registered that never sent is silent whatever the span."""
+    load_demo(db_url, cycles=30)
+    run = CliRunner()
+    assert (
+        run.invoke(cli, ["--db", db_url, "token", "create", "never01", "--output", "/dev/null"]).exit_code
+        == 0
+    )
+    hour = json.loads(run.invoke(cli, ["--db", db_url, "nodes", "--silent", "60", "--format", "json"]).output)
+    assert [n["name"] for n in hour] == ["never01"] and hour[0]["last_seen_at"] is None
+    engine = create_engine(db_url)
+    try:
+        rows = node_summaries(engine, timedelta(hours=1))
+    finally:
+        engine.dispose()
+    newest = max(n.last_seen_at for n in rows if n.last_seen_at)
+    quiet = [n.name for n in rows if n.silent_since(newest + timedelta(minutes=2), timedelta(minutes=1))]
+    assert len(quiet) == 13 and "never01" in quiet
+    both = run.invoke(cli, ["--db", db_url, "nodes", "--silent", "60", "--faulty"]).output
+    assert "no node with a GPU fault in the last 60 min has been silent for 60 min" in both
