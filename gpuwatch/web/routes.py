@@ -37,6 +37,7 @@ from gpuwatch.views import (
     job_view,
     jobs_query,
     low_util_page,
+    node_summaries,
     node_view,
 )
 from gpuwatch.views.gpu_names import gpus_per_node
@@ -47,6 +48,7 @@ from gpuwatch.web.cells import cards as card_count
 from gpuwatch.web.cells import pct, table
 from gpuwatch.web.groups import group_body, link
 from gpuwatch.web.job_filters import BadFilter, filter_form, job_query, pager
+from gpuwatch.web.node_list import WINDOW, BadNodeFilter, node_list_body, silent_filter
 from gpuwatch.web.node_page import node_body, node_link
 
 CSS = """
@@ -81,7 +83,8 @@ def _page(title: str, body: str, *, simulated: bool = False) -> HTMLResponse:
     return HTMLResponse(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{escape(title)} — gpuwatch</title>{charts.page_head()}<style>{CSS}</style></head><body>"
-        '<header><b>gpuwatch</b><a href="/">overview</a><a href="/jobs">low-utilization jobs</a></header>'
+        '<header><b>gpuwatch</b><a href="/">overview</a><a href="/jobs">low-utilization jobs</a>'
+        '<a href="/nodes">nodes</a></header>'
         f"<main>{banner}{body}</main>{charts.page_scripts()}</body></html>"
     )
 
@@ -290,6 +293,24 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
             page.status_code = 404
             return page
         return _page(f"{by.value} {name}", group_body(by, name, row, weeks, jobs, end))
+
+    @router.get("/nodes", response_class=HTMLResponse)
+    def nodes_page(request: Request) -> HTMLResponse:
+        params = request.query_params
+        faulty = params.get("faulty") in ("1", "true", "yes")
+        try:
+            silent = silent_filter(params.get("silent"))
+        except BadNodeFilter as exc:
+            page = _page("nodes", f"<h2>Nodes</h2><p class=error>{escape(str(exc))}</p>")
+            page.status_code = 400
+            return page
+        at = now()
+        rows = [
+            n
+            for n in node_summaries(engine, WINDOW, now=at)
+            if (n.faults or not faulty) and (silent is None or n.silent_since(at, silent))
+        ]
+        return _page("nodes", node_list_body(rows, at, faulty=faulty, silent=silent))
 
     @router.get("/nodes/{name}", response_class=HTMLResponse)
     def node_page(name: str) -> HTMLResponse:

@@ -77,6 +77,7 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
                 name: _shot(f"{server.url}{path}", tmp_path / f"{name}.png", tmp_path, height=height)
                 for name, path, height in (
                     ("jobs", "/jobs", 700),
+                    ("nodes", "/nodes", 700),
                     ("node", node, 1000),
                     ("user", user, 1000),
                     ("account", account, 1000),
@@ -100,6 +101,9 @@ def test_pages_render_in_chromium(sqlite_url, tmp_path):
     assert len(drawn) >= 6, (drawn, lines.most_common(8))
     # the jobs page: its table's text; the node and user pages: their charts drawn by uPlot
     assert near(colour_counts(pages["jobs"], (0, 150, 1280, 700)), (0, 0, 0), tol=90) > 3000
+    # the nodes page: its table's text, and the faulted node's row in the node page's red
+    assert near(colour_counts(pages["nodes"], (0, 100, 1280, 700)), (0, 0, 0), tol=90) > 2000
+    assert near(colour_counts(pages["nodes"]), (0xFD, 0xE0, 0xDC), tol=6) > 500
     node_lines = colour_counts(pages["node"])
     assert len([c for c in charts.PALETTE[:8] if near(node_lines, _hex(c), tol=30) > 50]) >= 6
     for group in ("user", "account"):

@@ -167,3 +167,25 @@ def test_job_view_has_exactly_the_jobs_gpus(demo):
         assert {f"{g.node}/gpu{g.gpu_index}" for g in view.gpus} == labels, jid
         shared += len(labels) < 4
     assert shared >= 2
+
+
+def test_the_nodes_page_lists_what_gpuwatch_nodes_lists(demo):
+    """``/nodes``: every node with its last contact and faults, the faulted row in the node page's
+    colour; ``?faulty=1`` and ``?silent=MIN`` filter as the CLI's flags; a bad filter is one line
+    and HTTP 400."""
+    from gpuwatch.sql.nodes import create_token
+
+    settings, engine, _ = demo
+    create_token(engine, "never01")  # registered, never heard from: silent
+    with TestClient(create_app(settings, engine)) as client:
+        page = client.get("/nodes")
+        assert page.status_code == 200 and '<a href="/nodes">nodes</a>' in page.text
+        listed = re.findall(r'<tr( class=faulted)?><td><a href="/nodes/([^"]+)">', page.text)
+        assert len(listed) == 13 and [n for css, n in listed if css] == ["demo-node10"]
+        assert "gpu2: XID 79 (GPU has fallen off the bus); admin" in page.text
+        faulty = client.get("/nodes?faulty=1").text
+        assert re.findall(r'<a href="/nodes/([^"]+)">', faulty) == ["demo-node10"]
+        silent = client.get("/nodes?silent=60").text
+        assert re.findall(r'<a href="/nodes/([^"]+)">', silent) == ["never01"] and "(silent)" in silent
+        bad = client.get("/nodes?silent=soon")
+        assert bad.status_code == 400 and "give whole minutes" in bad.text
