@@ -8,9 +8,11 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -354,15 +356,36 @@ def token_create(ctx: Context, node: str, output: Path | None) -> None:
         raise click.ClickException(f"invalid node name {node!r}") from None
     engine = ctx.engine(create=True)
     migrate.upgrade(engine)
-    value = create_token(engine, node)
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.touch(mode=0o600, exist_ok=True)
-        output.chmod(0o600)
-        output.write_text(value + "\n")
-        click.echo(f"token for {node} written to {output}")
-    else:
-        click.echo(value)
+    if output is None:
+        click.echo(create_token(engine, node))
+        return
+    with _secret_file(output) as tmp:  # made before the token, so a bad path loses no token
+        tmp.write(create_token(engine, node) + "\n")
+    click.echo(f"token for {node} written to {output}")
+
+
+@contextmanager
+def _secret_file(path: Path) -> Iterator[TextIO]:
+    """A new file of mode 0600 beside ``path`` that replaces it when the block ends without an
+    error (removed otherwise). A path that is there and is no regular file (a device such as
+    /dev/null, a directory) is refused: its mode is never touched."""
+    import os
+    import tempfile
+
+    if path.exists() and not path.is_file():
+        raise click.ClickException(f"--output {path}: not a regular file (give a file path for the token)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    except OSError as exc:
+        raise click.ClickException(f"--output {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w") as out:
+            yield out
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
 
 
 # --------------------------------------------------------------------------- db

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from gpuwatch.cli.main import cli
 from gpuwatch.daemon.store.batch_store import BatchStore
 from gpuwatch.sql.engine import create_engine
 from gpuwatch.sql.gpu_readings import read_gpu_samples
-from gpuwatch.sql.nodes import get_node
+from gpuwatch.sql.nodes import get_node, node_for_token
 from gpuwatch.wire import Batch
 
 
@@ -245,3 +246,26 @@ def test_the_low_util_listing_imports_its_own_read_model_only(sqlite_url):
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-3:] == ["[]", "['gpuwatch.views.lowutil']", "True"]
+
+
+def test_token_create_never_touches_a_path_that_is_no_regular_file(sqlite_url, tmp_path):
+    """``--output`` names the token's file: a device (``/dev/null``) or a directory is refused
+    before any token is made, and its mode stays as it was (the old token keeps working)."""
+    assert (
+        _run("--db", sqlite_url, "token", "create", "gpu017", "--output", str(tmp_path / "t1")).exit_code == 0
+    )
+    first = (tmp_path / "t1").read_text()
+    before = os.stat("/dev/null").st_mode
+    for path in ("/dev/null", str(tmp_path)):
+        result = _run("--db", sqlite_url, "token", "create", "gpu017", "--output", path)
+        assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+    assert os.stat("/dev/null").st_mode == before
+    engine = create_engine(sqlite_url)
+    with engine.connect() as conn:
+        assert node_for_token(conn, first.strip()) == "gpu017"  # no new token was issued
+    engine.dispose()
+    again = tmp_path / "t1"
+    again.chmod(0o644)  # an existing file is replaced by a new one of mode 0600
+    assert _run("--db", sqlite_url, "token", "create", "gpu017", "--output", str(again)).exit_code == 0
+    assert oct(again.stat().st_mode & 0o777) == "0o600" and again.read_text() != first
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".t1.")]  # no temporary file left

@@ -61,13 +61,15 @@ def test_a_window_out_of_range_is_one_line(sqlite_url) -> None:
         assert "Traceback" not in result.output
 
 
-def test_nodes_silent_lists_the_nodes_not_heard_from(db_url) -> None:
+def test_nodes_silent_lists_the_nodes_not_heard_from(db_url, tmp_path) -> None:
     """The demo's agents last pushed at its end: silent for a minute from two minutes on, not in
     the last hour; a node registered that never sent is silent whatever the span."""
     load_demo(db_url, cycles=30)
     run = CliRunner()
     assert (
-        run.invoke(cli, ["--db", db_url, "token", "create", "never01", "--output", "/dev/null"]).exit_code
+        run.invoke(
+            cli, ["--db", db_url, "token", "create", "never01", "--output", str(tmp_path / "tok")]
+        ).exit_code
         == 0
     )
     hour = json.loads(run.invoke(cli, ["--db", db_url, "nodes", "--silent", "60", "--format", "json"]).output)
