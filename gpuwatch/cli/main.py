@@ -467,19 +467,14 @@ NODE_DROP_FIRST = ("mig_instances", "agent_version", "batches", "samples_window"
 @pass_ctx
 def nodes(ctx: Context, fmt: str, window: int, faulty: bool, silent: int | None) -> None:
     """Nodes: last seen, GPUs, sample counts, GPU faults."""
-    from gpuwatch.clock import utcnow
     from gpuwatch.sql import migrate
     from gpuwatch.views.nodes import node_summaries
 
     engine = ctx.engine()
     if not migrate.is_up_to_date(engine):
         raise click.ClickException("database schema is not current; run: gpuwatch db upgrade")
-    now = utcnow()
-    listed = [
-        n
-        for n in node_summaries(engine, timedelta(minutes=window), now=now)
-        if (n.faults or not faulty) and (silent is None or n.silent_since(now, timedelta(minutes=silent)))
-    ]
+    quiet = None if silent is None else timedelta(minutes=silent)
+    listed = node_summaries(engine, timedelta(minutes=window), faulty=faulty, silent=quiet)
     rows = [
         n.as_json() | {"last_seen_at": n.last_seen_at} | ({} if fmt == "json" else {"faults": n.faults_text})
         for n in listed

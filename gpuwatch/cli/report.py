@@ -92,8 +92,7 @@ def _heading(key: str, currency: str) -> str:
 def _parse_until(text: str | None, now: datetime) -> datetime:
     if not text:
         return now
-    until = parse_time(text, "--until", zone_required=True)
-    return until
+    return parse_time(text, "--until", zone_required=True)
 
 
 @click.command("report")

@@ -74,9 +74,8 @@ def gpu_faults(
     conn: sa.Connection, since: datetime, until: datetime | None = None
 ) -> dict[int, tuple[NodeGpuFault, ...]]:
     """Node id -> its GPUs with a fault (:data:`FAULTED`) in the minutes rolled up from ``since``
-    (to ``until``, exclusive);
-    nodes whose GPUs were fine are left out. Reads only the faulted minutes' rows after the
-    minute index has found the window."""
+    (to ``until``, exclusive); nodes whose GPUs were fine are left out. Reads only the faulted
+    GPU-minutes, through their partial index."""
     g = gpu_minutes.c
     rows = conn.execute(
         sa.select(g.node_id, g.gpu_index, join_distinct(conn, g.xid_codes).label("xid_text"),

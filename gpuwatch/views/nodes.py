@@ -49,11 +49,19 @@ class NodeSummary:
 
 
 def node_summaries(
-    engine: sa.Engine, window: timedelta = timedelta(hours=1), *, now: datetime | None = None
+    engine: sa.Engine,
+    window: timedelta = timedelta(hours=1),
+    *,
+    now: datetime | None = None,
+    faulty: bool = False,
+    silent: timedelta | None = None,
 ) -> list[NodeSummary]:
     """One row per node: last contact, GPUs known, batches ever, samples and GPU faults in the
-    ``window`` before ``now``."""
-    since = (now or utcnow()) - window
+    ``window`` before ``now``. ``faulty``: only nodes with a GPU fault in it; ``silent``: only
+    nodes not heard from in that span before ``now`` (or never) — ``gpuwatch nodes --faulty
+    --silent`` and the web view's ``/nodes?faulty=1&silent=MIN``."""
+    now = now or utcnow()
+    since = now - window
     with engine.connect() as conn:
         gpu_counts = dict(
             conn.execute(
@@ -87,7 +95,7 @@ def node_summaries(
                 nodes.c.name
             )
         ).all()
-    return [
+    listed = [
         NodeSummary(
             name=r.name,
             last_seen_at=r.last_seen_at,
@@ -102,3 +110,4 @@ def node_summaries(
         )
         for r in rows
     ]
+    return [n for n in listed if (n.faults or not faulty) and (silent is None or n.silent_since(now, silent))]

@@ -54,9 +54,8 @@ def _row(n: NodeSummary, now: datetime) -> str:
     seen = when(n.last_seen_at)
     if n.silent_since(now, SILENT):
         seen += " <b>(silent)</b>"
-    faults = " | ".join(f"gpu{f.gpu_index}: {f.fault}" for f in n.faults)
     return (
         f"<tr{' class=faulted' if n.faults else ''}><td>{node_link(n.name)}</td><td>{seen}</td>"
         f"<td>{escape(n.agent_version or '-')}</td><td>{n.gpus}</td><td>{n.mig_instances}</td>"
-        f"<td>{n.samples_window}</td><td>{escape(faults) or '-'}</td></tr>"
+        f"<td>{n.samples_window}</td><td>{escape(n.faults_text) or '-'}</td></tr>"
     )

@@ -305,11 +305,7 @@ def build_web_router(settings: Settings, engine: sa.Engine) -> APIRouter:
             page.status_code = 400
             return page
         at = now()
-        rows = [
-            n
-            for n in node_summaries(engine, WINDOW, now=at)
-            if (n.faults or not faulty) and (silent is None or n.silent_since(at, silent))
-        ]
+        rows = node_summaries(engine, WINDOW, now=at, faulty=faulty, silent=silent)
         return _page("nodes", node_list_body(rows, at, faulty=faulty, silent=silent))
 
     @router.get("/nodes/{name}", response_class=HTMLResponse)
