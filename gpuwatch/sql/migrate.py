@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -24,6 +25,21 @@ _REVISION_LINE = re.compile(r'^(revision|down_revision)\s*=\s*"([^"]+)"', re.MUL
 
 #: daily partitions (``<table>_pYYYYMMDD``) are made at run time, never by migrations
 _PARTITION = re.compile(r"_p\d{8}")
+
+
+def earlier_revision(file: str) -> ModuleType:
+    """The migration in ``versions/file``, loaded as a module: a later migration that replaces
+    an earlier one's statements (triggers, functions) reads them from there, so each text lives
+    in one file and a downgrade restores it as written."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        f"gpuwatch_migration_{file[:4]}", MIGRATIONS_DIR / "versions" / file
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def include_name(name: str | None, type_: str, parent_names: object) -> bool:

@@ -16,12 +16,10 @@ Create Date: 2026-12-06 06:30:00
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import sqlalchemy as sa
 from alembic import op
+
+from gpuwatch.sql.migrate import earlier_revision
 
 revision = "0017"
 down_revision = "0016"
@@ -115,7 +113,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Back to revision 0010's triggers, which keep the time alone. SQLite drops the column by
     copying the table, which its triggers on ``verdicts`` name: they go first, and come back."""
-    before = _revision_0010()
+    before = earlier_revision("0010_newest_evaluations.py")
     if not _postgres():
         for name in _TRIGGERS:
             op.execute(f"DROP TRIGGER {name}")
@@ -129,13 +127,3 @@ def downgrade() -> None:
     else:
         for statement in before._SQLITE:
             op.execute(statement)
-
-
-def _revision_0010() -> ModuleType:
-    """The migration that made the triggers: their text lives there, once."""
-    path = Path(__file__).with_name("0010_newest_evaluations.py")
-    spec = importlib.util.spec_from_file_location("gpuwatch_migration_0010", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -22,13 +22,10 @@ Create Date: 2026-12-07 14:00:00
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import sqlalchemy as sa
 from alembic import op
 
+from gpuwatch.sql.migrate import earlier_revision
 from gpuwatch.sql.types import UtcDateTime
 
 revision = "0025"
@@ -100,7 +97,9 @@ def _postgres() -> bool:
 def _sqlite_triggers() -> list[str]:
     """Revision 0017's triggers, each ending with the pick for the row's job."""
     out = []
-    for statement, row in zip(_revision_0017()._SQLITE, ("NEW", "OLD"), strict=True):
+    for statement, row in zip(
+        earlier_revision("0017_newest_evaluation_waste.py")._SQLITE, ("NEW", "OLD"), strict=True
+    ):
         pick = _pick(f"n.job_id = {row}.job_id", postgres=False)
         refresh = f"DELETE FROM shown_verdicts WHERE job_id = {row}.job_id;\n    {pick};"
         body, end = statement.rstrip().rsplit("END", 1)
@@ -149,16 +148,6 @@ def downgrade() -> None:
     else:
         for name in _SQLITE_TRIGGERS:
             op.execute(f"DROP TRIGGER {name}")
-        for statement in _revision_0017()._SQLITE:
+        for statement in earlier_revision("0017_newest_evaluation_waste.py")._SQLITE:
             op.execute(statement)
     op.drop_table("shown_verdicts")
-
-
-def _revision_0017() -> ModuleType:
-    """The migration that made the SQLite triggers: their text lives there, once."""
-    path = Path(__file__).with_name("0017_newest_evaluation_waste.py")
-    spec = importlib.util.spec_from_file_location("gpuwatch_migration_0017", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

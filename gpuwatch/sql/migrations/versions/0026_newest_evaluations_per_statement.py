@@ -27,11 +27,9 @@ Create Date: 2026-12-07 17:00:00
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 from alembic import op
+
+from gpuwatch.sql.migrate import earlier_revision
 
 revision = "0026"
 down_revision = "0025"
@@ -91,7 +89,7 @@ def _postgres() -> bool:
 def upgrade() -> None:
     if not _postgres():
         return
-    shown = _revision("0025_shown_verdicts.py")._PG_TRIGGERS
+    shown = earlier_revision("0025_shown_verdicts.py")._PG_TRIGGERS
     assert all(mine < theirs for mine in _PG_TRIGGERS for theirs in shown), "fired after the pick"
     for name in _PG_TRIGGERS:
         op.execute(f"DROP TRIGGER {name} ON verdicts")
@@ -107,18 +105,8 @@ def downgrade() -> None:
         return
     for name in _PG_TRIGGERS:
         op.execute(f"DROP TRIGGER {name} ON verdicts")
-    for statement in _revision("0017_newest_evaluation_waste.py")._PG:
+    for statement in earlier_revision("0017_newest_evaluation_waste.py")._PG:
         op.execute(statement)
-    for statement in _revision("0010_newest_evaluations.py")._PG:
+    for statement in earlier_revision("0010_newest_evaluations.py")._PG:
         if statement.startswith("CREATE TRIGGER"):
             op.execute(statement)
-
-
-def _revision(file: str) -> ModuleType:
-    """An earlier migration, whose statements live there, once."""
-    path = Path(__file__).with_name(file)
-    spec = importlib.util.spec_from_file_location(f"gpuwatch_migration_{file[:4]}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

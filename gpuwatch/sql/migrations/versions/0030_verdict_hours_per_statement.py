@@ -28,11 +28,9 @@ Create Date: 2026-12-07 18:00:00
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 from alembic import op
+
+from gpuwatch.sql.migrate import earlier_revision
 
 revision = "0030"
 down_revision = "0029"
@@ -153,15 +151,5 @@ def downgrade() -> None:
         return
     for name in _PG_TRIGGERS:
         op.execute(f"DROP TRIGGER {name} ON verdicts")
-    for statement in _revision("0019_verdict_hours.py")._triggers("postgresql"):
+    for statement in earlier_revision("0019_verdict_hours.py")._triggers("postgresql"):
         op.execute(statement)
-
-
-def _revision(file: str) -> ModuleType:
-    """An earlier migration, whose statements live there, once."""
-    path = Path(__file__).with_name(file)
-    spec = importlib.util.spec_from_file_location(f"gpuwatch_migration_{file[:4]}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
