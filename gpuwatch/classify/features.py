@@ -1,4 +1,4 @@
-"""Window features of one job, from the per-minute rollup tables only.
+"""Window features of one job, from the rollup tables only.
 
 A job's GPUs come from ``job_gpus`` (node name -> ``nodes.id``) and its time span from
 ``slurm_jobs``; when the Slurm sync has no GPUs for it, from the attribution samples (the
@@ -11,6 +11,12 @@ prolog/process attribution the agents send). Windows are whole minutes ``[start,
 
 The edge is the earliest of ``now``, the job's end and how far the rollups have got
 (``rollup_state``), so a window never counts minutes that are not rolled up yet.
+
+A window that begins before the minutes kept (``retention.minute_days``: a job running longer
+than that, or one evaluated again after its minutes went) reads ``gpu_hours`` / ``node_hours``
+for all of it, by the rule every view follows (``sql/resolution.py``: whole hours, the hour in
+progress not yet folded), and the job's cgroup figures from the ``job_minutes`` still kept
+(:attr:`WindowFeatures.cgroup_start`).
 
 Every mean is ``SUM(x_sum) / SUM(x_n)`` over the window, so a metric a card does not have
 (GPM on an A100) is ``None`` — never 0 — and its name is listed in ``missing``. Percentiles
@@ -34,16 +40,15 @@ from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql import progress
 from gpuwatch.sql.jobs import SLURM
 from gpuwatch.sql.readings import samples_between
+from gpuwatch.sql.resolution import Tier, minutes_from, tier_of
 from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, framework_names, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
     NODE_MINUTE_SUMS,
     UTIL_BINS,
-    gpu_minutes,
     gpus,
     job_gpus,
     job_minutes,
-    node_minutes,
     nodes,
     slurm_jobs,
 )
@@ -326,6 +331,12 @@ class WindowFeatures(Activity):
     active_span_minutes: int | None = None
     #: the job's MIG instances (:func:`mig_evidence`); None when it holds whole GPUs only
     mig: dict[str, Any] | None = None
+    #: the window began before the minutes kept (``retention.minute_days``): its GPU and host
+    #: figures come from the hourly rollups, whole hours (``sql/resolution.py``)
+    hourly: bool = False
+    #: where the job's cgroup figures (CPU, memory) begin when it is after ``start``: the cgroup
+    #: minutes have no hourly twin, so a window on the hourly tier reads them where they are kept
+    cgroup_start: datetime | None = None
 
     @property
     def gap_fraction(self) -> float | None:
@@ -349,6 +360,7 @@ class WindowFeatures(Activity):
         data = asdict(self)
         data["start"] = self.start.isoformat()
         data["end"] = self.end.isoformat()
+        data["cgroup_start"] = None if self.cgroup_start is None else self.cgroup_start.isoformat()
         return data
 
 
@@ -356,12 +368,14 @@ class WindowFeatures(Activity):
 _GPU_SUMS = GPU_MINUTE_SUMS
 
 
-def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: datetime) -> dict[tuple, dict]:
-    g = gpu_minutes.c
+def _gpu_rows(
+    conn: sa.Connection, scope: JobScope, tier: Tier, start: datetime, end: datetime
+) -> dict[tuple, dict]:
+    g = tier.gpu.c
     cols: list[sa.ColumnElement] = [
         g.node_id,
         g.gpu_index,
-        sa.func.count().label("minutes"),
+        tier.minutes(tier.gpu).label("minutes"),
         sa.func.sum(g.samples).label("samples"),
         sa.func.sum(g.lost_samples).label("lost_samples"),
         sa.func.sum(g.util_gpu_ratio_sumsq).label("util_sumsq"),
@@ -386,14 +400,14 @@ def _gpu_rows(conn: sa.Connection, scope: JobScope, start: datetime, end: dateti
     wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
     rows = conn.execute(
         sa.select(*cols)
-        .where(g.node_id.in_(scope.node_ids), g.minute >= start, g.minute < end)
+        .where(g.node_id.in_(scope.node_ids), *tier.within(tier.gpu, start, end))
         .group_by(g.node_id, g.gpu_index)
     ).mappings()
     return {(r["node_id"], r["gpu_index"]): dict(r) for r in rows if (r["node_id"], r["gpu_index"]) in wanted}
 
 
 def _idle_edges(
-    conn: sa.Connection, scope: JobScope, start: datetime, end: datetime
+    conn: sa.Connection, scope: JobScope, tier: Tier, start: datetime, end: datetime
 ) -> tuple[int, int | None]:
     """(samples with a per-poll idle fraction in minutes at 0 % throughout that come before a
     GPU's first minute with work in the window or after its last, the longest span of minutes
@@ -401,32 +415,30 @@ def _idle_edges(
 
     Idle minutes at the edges are an idle phase (a job that went idle, or has not started
     computing yet), or a GPU idle all along — not the gaps of a duty cycle, which lie between
-    minutes with work; and a duty cycle needs a few minutes of work to show at all.
+    minutes with work; and a duty cycle needs a few minutes of work to show at all. On the
+    hourly tier the edges are whole hours: an hour with any work is a worked one.
     """
-    g = gpu_minutes.c
+    g = tier.gpu.c
+    time = tier.time(tier.gpu)
     wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
-    in_window = sa.and_(g.node_id.in_(scope.node_ids), g.minute >= start, g.minute < end)
+    in_window = sa.and_(g.node_id.in_(scope.node_ids), *tier.within(tier.gpu, start, end))
     worked = g.util_bin_0 < g.util_gpu_ratio_n
     active = (
-        sa.select(
-            g.node_id, g.gpu_index, sa.func.min(g.minute).label("first"), sa.func.max(g.minute).label("last")
-        )
+        sa.select(g.node_id, g.gpu_index, sa.func.min(time).label("first"), sa.func.max(time).label("last"))
         .where(in_window, worked)
         .group_by(g.node_id, g.gpu_index)
         .subquery("active")
     )
     a = active.c
     spans = [
-        (as_utc(conn, r.last) - as_utc(conn, r.first)) // MINUTE + 1
+        (as_utc(conn, r.last) - as_utc(conn, r.first) + tier.width) // MINUTE
         for r in conn.execute(sa.select(active))
         if (r.node_id, r.gpu_index) in wanted
     ]
     rows = conn.execute(
         sa.select(g.node_id, g.gpu_index, sa.func.sum(g.util_gpu_idle_fraction_ratio_n).label("n"))
-        .select_from(
-            gpu_minutes.outerjoin(active, sa.and_(a.node_id == g.node_id, a.gpu_index == g.gpu_index))
-        )
-        .where(in_window, sa.or_(a.first.is_(None), g.minute < a.first, g.minute > a.last))
+        .select_from(tier.gpu.outerjoin(active, sa.and_(a.node_id == g.node_id, a.gpu_index == g.gpu_index)))
+        .where(in_window, sa.or_(a.first.is_(None), time < a.first, time > a.last))
         .group_by(g.node_id, g.gpu_index)
     )
     edges = sum(int(r.n or 0) for r in rows if (r.node_id, r.gpu_index) in wanted)
@@ -541,8 +553,10 @@ def _job_rows(conn: sa.Connection, job_id: str, start: datetime, end: datetime) 
     ]
 
 
-def _node_rows(conn: sa.Connection, node_ids: tuple[int, ...], start: datetime, end: datetime) -> list[dict]:
-    n = node_minutes.c
+def _node_rows(
+    conn: sa.Connection, node_ids: tuple[int, ...], tier: Tier, start: datetime, end: datetime
+) -> list[dict]:
+    n = tier.node.c
     cols: list[sa.ColumnElement] = [n.node_id]
     for name in NODE_MINUTE_SUMS:
         cols += [
@@ -554,7 +568,7 @@ def _node_rows(conn: sa.Connection, node_ids: tuple[int, ...], start: datetime, 
         dict(r)
         for r in conn.execute(
             sa.select(*cols)
-            .where(n.node_id.in_(node_ids), n.minute >= start, n.minute < end)
+            .where(n.node_id.in_(node_ids), *tier.within(tier.node, start, end))
             .group_by(n.node_id)
             .order_by(n.node_id)
         ).mappings()
@@ -614,7 +628,11 @@ def window_features(
     used"); without it the window is its own context.
     """
     start = floor_minute(start)
-    rows = _gpu_rows(conn, scope, start, end)
+    kept_from = minutes_from(conn)
+    tier = tier_of(start, kept_from)
+    # the cgroup minutes have no hourly twin: on the hourly tier they are read where they are kept
+    cgroup_start = max(start, kept_from) if tier.hourly and kept_from is not None else start
+    rows = _gpu_rows(conn, scope, tier, start, end)
     models = _models(conn, scope)
     per_gpu = tuple(
         _gpu_features(ref, rows.get(key), *models.get(key, (None, None)), thresholds)
@@ -631,7 +649,7 @@ def window_features(
         return _div(tot(f"{name}_sum"), tot(f"{name}_n"))
 
     bins = [int(tot(f"bin{k}") or 0) for k in range(UTIL_BINS)]
-    edges, active_span = _idle_edges(conn, scope, start, end)
+    edges, active_span = _idle_edges(conn, scope, tier, start, end)
     util_n = int(tot("util_gpu_ratio_n") or 0)
     util = jmean("util_gpu_ratio")
     idle_fraction = jmean("util_gpu_idle_fraction_ratio")
@@ -643,8 +661,8 @@ def window_features(
     mem_max_values = [f.memory_used_max_bytes for f in per_gpu if f.memory_used_max_bytes is not None]
 
     # job cgroups: cores summed over nodes; ratios against the allocation's physical cores
-    jrows = _job_rows(conn, scope.job_id, start, end)
-    nrows = _node_rows(conn, scope.node_ids, start, end)
+    jrows = _job_rows(conn, scope.job_id, cgroup_start, end)
+    nrows = _node_rows(conn, scope.node_ids, tier, start, end)
     # logical CPUs per core of each node that reports it (a node that does not counts as 1)
     threads = {r["node_id"]: int(r["threads_per_core"]) for r in nrows if r["threads_per_core"] is not None}
     cpu_used = cpu_alloc = cores_alloc = None
@@ -691,6 +709,8 @@ def window_features(
         start=start,
         end=end,
         gpu_source=scope.gpu_source,
+        hourly=tier.hourly,
+        cgroup_start=cgroup_start if cgroup_start != start else None,
         node_count=len(scope.node_ids),
         gpu_count=len(scope.gpus),
         gpus_with_data=len(with_data),

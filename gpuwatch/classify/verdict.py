@@ -291,6 +291,10 @@ def make_verdict(
         "weakest": None if weakest is None else {"signal": weakest["signal"], "margin": weakest["margin"]},
     }
     data["window"] = {"kind": f.kind, "start": f.start.isoformat(), "end": f.end.isoformat()}
+    if f.hourly:  # older than the minutes kept: read from the hourly rollups
+        data["window"]["rollups"] = "hourly"
+    if f.cgroup_start is not None:
+        data["window"]["cgroup_start"] = f.cgroup_start.isoformat()
     data["models"] = list(f.models)
     data["gpm"] = f.has_gpm
     data["window_missing"] = list(f.missing)

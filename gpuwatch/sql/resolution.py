@@ -69,5 +69,9 @@ def minutes_from(conn: sa.Connection) -> datetime | None:
 
 def tier_for(conn: sa.Connection, start: datetime) -> Tier:
     """The tier a range starting at ``start`` reads: minutes where they reach back that far."""
-    kept_from = minutes_from(conn)
+    return tier_of(start, minutes_from(conn))
+
+
+def tier_of(start: datetime, kept_from: datetime | None) -> Tier:
+    """:func:`tier_for` with the minutes' start (:func:`minutes_from`) already read."""
     return HOURS if kept_from is not None and start < kept_from else MINUTES
