@@ -6,8 +6,9 @@ Makes a throwaway PostgreSQL database (as ``bench/ingest.py``: 127.0.0.1:5432 or
 $GPUWATCH_BENCH_PG) and fills ``gpu_minutes`` in SQL: ``--jobs`` running jobs, one per node,
 each on ``--gpus`` GPUs for ``--hours`` hours, every GPU a row per minute (utilization and SM
 activity with noise; the last GPU of each job goes idle two thirds of the way through, so
-every job has a phase to find). Then, per job, the median of ``--repeat`` runs after a
-warm-up of:
+every job has a phase to find), and folds its complete hours into ``gpu_hours`` as the
+daemon's rollup pass does (the windows read those hours and the minutes around them,
+``sql/resolution.spans``). Then, per job, the median of ``--repeat`` runs after a warm-up of:
 
 - the two windows the classifier judged before segments (features of ``recent`` and ``job``,
   every rule on each): :func:`~gpuwatch.classify.features.job_windows` + ``classify_window``;
@@ -37,6 +38,7 @@ from gpuwatch.classify.features import job_windows, load_scope
 from gpuwatch.classify.segments import segment_window
 from gpuwatch.clock import utcnow
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
+from gpuwatch.sql import hours
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.rollups import floor_minute
 
@@ -79,7 +81,12 @@ def main() -> int:
         change = start + timedelta(hours=args.hours * 2 / 3)
         params = {"start": start, "end": end, "change": change, "gpus": args.gpus}
         rows = fill_in_sql(engine, FILL, params)
-        print(f"{args.jobs} jobs x {args.gpus} GPUs x {args.hours} h: {rows:,} gpu_minutes rows")
+        with engine.begin() as conn:
+            folded = hours.advance(conn, end)
+        print(
+            f"{args.jobs} jobs x {args.gpus} GPUs x {args.hours} h: {rows:,} gpu_minutes rows, "
+            f"{folded} hours folded"
+        )
 
         two, seg, whole = [], [], []
         found_segment = 0

@@ -38,9 +38,10 @@ import sqlalchemy as sa
 
 from gpuwatch.config.thresholds import Thresholds
 from gpuwatch.sql import progress
+from gpuwatch.sql.buckets import epoch_seconds
 from gpuwatch.sql.jobs import SLURM
 from gpuwatch.sql.readings import samples_between
-from gpuwatch.sql.resolution import Tier, minutes_from, tier_of
+from gpuwatch.sql.resolution import Span, minutes_from, span_rows, spans, tier_of
 from gpuwatch.sql.rollups import MINUTE, as_utc, floor_minute, framework_names, join_distinct, xid_codes
 from gpuwatch.sql.schema import (
     GPU_MINUTE_SUMS,
@@ -368,14 +369,17 @@ class WindowFeatures(Activity):
 _GPU_SUMS = GPU_MINUTE_SUMS
 
 
-def _gpu_rows(
-    conn: sa.Connection, scope: JobScope, tier: Tier, start: datetime, end: datetime
-) -> dict[tuple, dict]:
-    g = tier.gpu.c
+def _gpu_span_rows(scope: JobScope, pieces: Sequence[Span]) -> sa.Subquery:
+    """The rows of the job's nodes' GPUs over ``pieces`` (minutes and hours alike)."""
+    return span_rows(pieces, lambda tier: tier.gpu, lambda rows: (rows.c.node_id.in_(scope.node_ids),))
+
+
+def _gpu_rows(conn: sa.Connection, scope: JobScope, pieces: Sequence[Span]) -> dict[tuple, dict]:
+    g = _gpu_span_rows(scope, pieces).c
     cols: list[sa.ColumnElement] = [
         g.node_id,
         g.gpu_index,
-        tier.minutes(tier.gpu).label("minutes"),
+        sa.func.sum(g.minutes).label("minutes"),
         sa.func.sum(g.samples).label("samples"),
         sa.func.sum(g.lost_samples).label("lost_samples"),
         sa.func.sum(g.util_gpu_ratio_sumsq).label("util_sumsq"),
@@ -398,51 +402,50 @@ def _gpu_rows(
         ]
     cols += [sa.func.sum(g[f"util_bin_{k}"]).label(f"bin{k}") for k in range(UTIL_BINS)]
     wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
-    rows = conn.execute(
-        sa.select(*cols)
-        .where(g.node_id.in_(scope.node_ids), *tier.within(tier.gpu, start, end))
-        .group_by(g.node_id, g.gpu_index)
-    ).mappings()
+    rows = conn.execute(sa.select(*cols).group_by(g.node_id, g.gpu_index)).mappings()
     return {(r["node_id"], r["gpu_index"]): dict(r) for r in rows if (r["node_id"], r["gpu_index"]) in wanted}
 
 
-def _idle_edges(
-    conn: sa.Connection, scope: JobScope, tier: Tier, start: datetime, end: datetime
-) -> tuple[int, int | None]:
+def _idle_edges(conn: sa.Connection, scope: JobScope, pieces: Sequence[Span]) -> tuple[int, int | None]:
     """(samples with a per-poll idle fraction in minutes at 0 % throughout that come before a
     GPU's first minute with work in the window or after its last, the longest span of minutes
     from a GPU's first to its last minute with work; None when no GPU worked).
 
     Idle minutes at the edges are an idle phase (a job that went idle, or has not started
     computing yet), or a GPU idle all along — not the gaps of a duty cycle, which lie between
-    minutes with work; and a duty cycle needs a few minutes of work to show at all. On the
-    hourly tier the edges are whole hours: an hour with any work is a worked one.
+    minutes with work; and a duty cycle needs a few minutes of work to show at all. Where the
+    window is read in whole hours the edges are whole hours: an hour with any work is worked.
     """
-    g = tier.gpu.c
-    time = tier.time(tier.gpu)
+    w = _gpu_span_rows(scope, pieces).c
     wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
-    in_window = sa.and_(g.node_id.in_(scope.node_ids), *tier.within(tier.gpu, start, end))
-    worked = g.util_bin_0 < g.util_gpu_ratio_n
     active = (
-        sa.select(g.node_id, g.gpu_index, sa.func.min(time).label("first"), sa.func.max(time).label("last"))
-        .where(in_window, worked)
-        .group_by(g.node_id, g.gpu_index)
+        sa.select(
+            w.node_id,
+            w.gpu_index,
+            sa.func.min(w.time).label("first"),
+            sa.func.max(w.time).label("last"),
+            sa.func.max(epoch_seconds(conn, w.time) + w.width_s).label("last_end"),
+        )
+        .where(w.util_bin_0 < w.util_gpu_ratio_n)
+        .group_by(w.node_id, w.gpu_index)
         .subquery("active")
     )
     a = active.c
-    spans = [
-        (as_utc(conn, r.last) - as_utc(conn, r.first) + tier.width) // MINUTE
+    lengths = [
+        (int(r.last_end) - int(as_utc(conn, r.first).timestamp())) // 60
         for r in conn.execute(sa.select(active))
         if (r.node_id, r.gpu_index) in wanted
     ]
+    rows_of = _gpu_span_rows(scope, pieces)
+    g = rows_of.c
     rows = conn.execute(
         sa.select(g.node_id, g.gpu_index, sa.func.sum(g.util_gpu_idle_fraction_ratio_n).label("n"))
-        .select_from(tier.gpu.outerjoin(active, sa.and_(a.node_id == g.node_id, a.gpu_index == g.gpu_index)))
-        .where(in_window, sa.or_(a.first.is_(None), time < a.first, time > a.last))
+        .select_from(rows_of.outerjoin(active, sa.and_(a.node_id == g.node_id, a.gpu_index == g.gpu_index)))
+        .where(sa.or_(a.first.is_(None), g.time < a.first, g.time > a.last))
         .group_by(g.node_id, g.gpu_index)
     )
     edges = sum(int(r.n or 0) for r in rows if (r.node_id, r.gpu_index) in wanted)
-    return edges, max(spans, default=None)
+    return edges, max(lengths, default=None)
 
 
 def _mean(row: dict, name: str) -> float | None:
@@ -553,10 +556,8 @@ def _job_rows(conn: sa.Connection, job_id: str, start: datetime, end: datetime) 
     ]
 
 
-def _node_rows(
-    conn: sa.Connection, node_ids: tuple[int, ...], tier: Tier, start: datetime, end: datetime
-) -> list[dict]:
-    n = tier.node.c
+def _node_rows(conn: sa.Connection, node_ids: tuple[int, ...], pieces: Sequence[Span]) -> list[dict]:
+    n = span_rows(pieces, lambda tier: tier.node, lambda rows: (rows.c.node_id.in_(node_ids),)).c
     cols: list[sa.ColumnElement] = [n.node_id]
     for name in NODE_MINUTE_SUMS:
         cols += [
@@ -565,13 +566,7 @@ def _node_rows(
         ]
     cols.append(sa.func.max(n.threads_per_core).label("threads_per_core"))
     return [
-        dict(r)
-        for r in conn.execute(
-            sa.select(*cols)
-            .where(n.node_id.in_(node_ids), *tier.within(tier.node, start, end))
-            .group_by(n.node_id)
-            .order_by(n.node_id)
-        ).mappings()
+        dict(r) for r in conn.execute(sa.select(*cols).group_by(n.node_id).order_by(n.node_id)).mappings()
     ]
 
 
@@ -629,10 +624,11 @@ def window_features(
     """
     start = floor_minute(start)
     kept_from = minutes_from(conn)
-    tier = tier_of(start, kept_from)
-    # the cgroup minutes have no hourly twin: on the hourly tier they are read where they are kept
-    cgroup_start = max(start, kept_from) if tier.hourly and kept_from is not None else start
-    rows = _gpu_rows(conn, scope, tier, start, end)
+    older = tier_of(start, kept_from).hourly  # begins before the minutes kept
+    pieces = spans(conn, start, end)
+    # the cgroup minutes have no hourly twin: a window older than them reads them where they are kept
+    cgroup_start = max(start, kept_from) if older and kept_from is not None else start
+    rows = _gpu_rows(conn, scope, pieces)
     models = _models(conn, scope)
     per_gpu = tuple(
         _gpu_features(ref, rows.get(key), *models.get(key, (None, None)), thresholds)
@@ -649,7 +645,7 @@ def window_features(
         return _div(tot(f"{name}_sum"), tot(f"{name}_n"))
 
     bins = [int(tot(f"bin{k}") or 0) for k in range(UTIL_BINS)]
-    edges, active_span = _idle_edges(conn, scope, tier, start, end)
+    edges, active_span = _idle_edges(conn, scope, pieces)
     util_n = int(tot("util_gpu_ratio_n") or 0)
     util = jmean("util_gpu_ratio")
     idle_fraction = jmean("util_gpu_idle_fraction_ratio")
@@ -662,7 +658,7 @@ def window_features(
 
     # job cgroups: cores summed over nodes; ratios against the allocation's physical cores
     jrows = _job_rows(conn, scope.job_id, cgroup_start, end)
-    nrows = _node_rows(conn, scope.node_ids, tier, start, end)
+    nrows = _node_rows(conn, scope.node_ids, pieces)
     # logical CPUs per core of each node that reports it (a node that does not counts as 1)
     threads = {r["node_id"]: int(r["threads_per_core"]) for r in nrows if r["threads_per_core"] is not None}
     cpu_used = cpu_alloc = cores_alloc = None
@@ -709,7 +705,7 @@ def window_features(
         start=start,
         end=end,
         gpu_source=scope.gpu_source,
-        hourly=tier.hourly,
+        hourly=older,
         cgroup_start=cgroup_start if cgroup_start != start else None,
         node_count=len(scope.node_ids),
         gpu_count=len(scope.gpus),

@@ -28,7 +28,8 @@ import sqlalchemy as sa
 
 from gpuwatch.classify.features import JobScope, WindowFeatures, window_features
 from gpuwatch.config.thresholds import Thresholds
-from gpuwatch.sql.buckets import as_utc, epoch_seconds
+from gpuwatch.sql.buckets import as_utc, epoch_seconds, floor_hour
+from gpuwatch.sql.resolution import MINUTES, Span, span_rows, spans
 from gpuwatch.sql.rollups import MINUTE, floor_minute
 from gpuwatch.sql.schema import gpu_minutes
 
@@ -90,6 +91,9 @@ SIGNALS = ("util_gpu_ratio", "sm_active_ratio")
 #: search costs the same for a day-long job as for an hour-long one; the change found is then
 #: placed to the minute from the minutes around it
 MAX_POINTS = 240
+#: buckets this long or longer are whole clock hours instead, read from the hourly rollups
+#: where they are folded (``sql/resolution.spans``): a job of five days or more
+HOURLY_BUCKETS_FROM_MIN = 30
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,13 @@ class _Series:
 
 
 def _series(
-    conn: sa.Connection, scope: JobScope, start: datetime, end: datetime, bucket_min: int
+    conn: sa.Connection, scope: JobScope, pieces: Sequence[Span], origin: datetime, bucket_min: int
 ) -> list[_Series]:
     """Per GPU of the job and signal: its mean per bucket of ``bucket_min`` minutes from
-    ``start`` (buckets without the signal left out), computed in SQL."""
-    g = gpu_minutes.c
+    ``origin`` over ``pieces`` (buckets without the signal left out), computed in SQL."""
+    g = span_rows(pieces, lambda tier: tier.gpu, lambda rows: (rows.c.node_id.in_(scope.node_ids),)).c
     wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
-    bucket = ((epoch_seconds(conn, g.minute) - int(start.timestamp())) // (60 * bucket_min)).label("bucket")
+    bucket = ((epoch_seconds(conn, g.time) - int(origin.timestamp())) // (60 * bucket_min)).label("bucket")
     means = [
         sa.case(
             (sa.func.sum(g[f"{name}_n"]) > 0, sa.func.sum(g[f"{name}_sum"]) / sa.func.sum(g[f"{name}_n"])),
@@ -118,7 +122,6 @@ def _series(
     ]
     rows = conn.execute(
         sa.select(g.node_id, g.gpu_index, bucket, *means)
-        .where(g.node_id.in_(scope.node_ids), g.minute >= start, g.minute < end)
         .group_by(g.node_id, g.gpu_index, bucket)
         .order_by(g.node_id, g.gpu_index, bucket)
     )
@@ -168,18 +171,24 @@ def latest_change(
     """The first whole minute of the job's latest phase: after the latest change point of any
     of its GPUs within ``[start, end)``; None when every GPU kept one behaviour.
 
-    Long jobs are searched in buckets (:data:`MAX_POINTS`) and the change is then placed to the
-    minute. The minute a change falls in holds samples of both phases (a GPU that went idle at
-    14:04:40 has a busy sample in 14:04), so the phase is taken to begin the minute after it: a
-    segment of an idle GPU then reads 0 % in every sample, as the idle rule requires.
+    Long jobs are searched in buckets (:data:`MAX_POINTS`), from :data:`HOURLY_BUCKETS_FROM_MIN`
+    on in clock hours read where folded from the hourly rollups, and the change is then placed
+    to the minute (where the minutes around it are still kept). The minute a change falls in
+    holds samples of both phases (a GPU that went idle at 14:04:40 has a busy sample in 14:04),
+    so the phase is taken to begin the minute after it: a segment of an idle GPU then reads
+    0 % in every sample, as the idle rule requires.
     """
     start = floor_minute(start)
     span = int((end - start) // MINUTE)
     bucket_min = max(1, math.ceil(span / MAX_POINTS))
+    origin, pieces = start, (Span(MINUTES, start, end),)
+    if bucket_min >= HOURLY_BUCKETS_FROM_MIN:
+        bucket_min = 60 * math.ceil(bucket_min / 60)
+        origin, pieces = floor_hour(start), spans(conn, start, end)
     size = max(1, math.ceil(thresholds.segment_min_minutes / bucket_min))
     shift = thresholds.segment_min_shift_ratio
     found: list[tuple[int, _Series, float, float]] = []
-    for series in _series(conn, scope, start, end, bucket_min):
+    for series in _series(conn, scope, pieces, origin, bucket_min):
         points = change_points(series.means, min_size=size, min_shift=shift)
         if points:
             cut = points[-1]
@@ -189,7 +198,7 @@ def latest_change(
     if not found:
         return None
     last = max(k for k, *_ in found)
-    at = start + last * bucket_min * MINUTE
+    at = origin + last * bucket_min * MINUTE
     if bucket_min == 1:
         return at + MINUTE
     placed = [_to_the_minute(conn, s, at, bucket_min, mb, ma) for k, s, mb, ma in found if k == last]

@@ -8,13 +8,18 @@ only the minutes would then cover the job's last two weeks while saying it began
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
+from gpuwatch.classify import features, segments
 from gpuwatch.classify.engine import classify_job
 from gpuwatch.classify.verdict import Verdict
+from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS
+from gpuwatch.sql import hours, job_hours, resolution
+from gpuwatch.sql.buckets import as_utc
+from gpuwatch.sql.nodes import create_token, get_node
 from gpuwatch.sql.resolution import HOURS, MINUTES, tier_for
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup
@@ -91,3 +96,107 @@ def test_a_job_older_than_the_minutes_kept_gets_the_verdicts_its_minutes_gave(en
                 assert v.window_start == b.case.start.replace(second=0)
             else:  # the recent window lies in the minutes kept
                 assert "rollups" not in window and "cgroup_start" not in window
+
+
+def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_features(
+    engine, monkeypatch
+) -> None:
+    """A long window reads its whole folded hours from the hourly tables and only the minutes
+    around them: the same sums as every minute, so the same features."""
+    built = tuple(corpus.build(dataclasses.replace(b.case, minutes=150), i) for i, b in enumerate(_built()))
+    corpus.load(engine, built)
+    now = built[0].case.now  # 10:30:07
+    Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(minutes=1))
+
+    def whole_jobs() -> dict[str, dict]:
+        with engine.connect() as conn:
+            found = {}
+            for b in built:
+                windows = features.job_windows(
+                    conn, features.load_scope(conn, b.job_id), now, DEFAULT_THRESHOLDS
+                )
+                assert windows is not None
+                found[b.job_id] = windows[1].to_dict()
+            return found
+
+    with engine.connect() as conn:
+        start = built[0].case.start.replace(second=0)
+        pieces = resolution.spans(conn, start, now.replace(second=0))
+    assert [(p.tier, p.start.hour, p.end.hour, p.end.minute) for p in pieces] == [
+        (resolution.HOURS, 8, 10, 0),
+        (resolution.MINUTES, 10, 10, 30),
+    ]
+    hybrid = whole_jobs()
+    monkeypatch.setattr(
+        features, "spans", lambda conn, start, end: (resolution.Span(resolution.MINUTES, start, end),)
+    )
+    assert whole_jobs() == hybrid
+
+
+def _six_day_gpu(engine: sa.Engine, change_at: timedelta) -> tuple[features.JobScope, datetime, datetime]:
+    """One GPU busy (~80 %) for six days but idle from ``change_at`` on: its minutes, folded
+    into hours as the rollup pass does."""
+    create_token(engine, "long01")
+    start = corpus.T0.replace(second=0)
+    end = start + timedelta(days=6)
+    rows = []
+    for k in range(int((end - start) // timedelta(minutes=1))):
+        minute = start + timedelta(minutes=k)
+        util = 0.0 if minute - start >= change_at else 0.75 + 0.1 * ((k * 7919) % 11) / 10
+        rows.append(
+            dict(
+                node_id=None,
+                gpu_index=0,
+                minute=minute,
+                samples=6,
+                lost_samples=0,
+                util_gpu_ratio_sum=6 * util,
+                util_gpu_ratio_n=6,
+                sm_active_ratio_sum=6 * util * 0.8,
+                sm_active_ratio_n=6,
+                util_bin_0=6 if util == 0 else 0,
+            )
+        )
+    with engine.begin() as conn:
+        node = get_node(conn, "long01")
+        assert node is not None
+        for row in rows:
+            row["node_id"] = node.id
+        conn.execute(gpu_minutes.insert(), rows)
+        hours.advance(conn, end)
+        job_hours.advance(conn, end)
+    scope = features.JobScope(
+        job_id="long",
+        start=start,
+        end=None,
+        state="RUNNING",
+        cpus=8,
+        memory_bytes=None,
+        gpus=(features.GpuRef(node.id, "long01", 0),),
+        gpu_source="job_gpus",
+    )
+    return scope, start, end
+
+
+def test_a_long_job_s_phase_is_searched_in_hours_and_placed_to_the_minute(engine, monkeypatch) -> None:
+    """Six days: buckets of whole clock hours, read from the hourly rollups; the change placed
+    to the minute from the minutes kept, the minute a search in minute buckets finds; and with
+    the minutes gone, to the hour."""
+    change_at = timedelta(days=5, hours=3, minutes=17)
+    scope, start, end = _six_day_gpu(engine, change_at)
+    changed = start + change_at
+    with engine.connect() as conn:
+        found = segments.latest_change(conn, scope, start, end, DEFAULT_THRESHOLDS)
+        assert found == changed + timedelta(minutes=1), "the minute after the change: no busy sample in it"
+        with monkeypatch.context() as patch:
+            patch.setattr(segments, "HOURLY_BUCKETS_FROM_MIN", 10**9)  # minute buckets throughout
+            assert segments.latest_change(conn, scope, start, end, DEFAULT_THRESHOLDS) == found
+
+    later = end + timedelta(days=1)  # the minutes go, up to the hours folded and summed
+    apply_retention(engine, raw_days=1, minute_days=1, rollup_days=400, batch_record_days=30, now=later)
+    with engine.connect() as conn:
+        kept = conn.execute(sa.select(sa.func.min(gpu_minutes.c.minute))).scalar()
+        assert kept is not None and as_utc(conn, kept) >= changed + timedelta(hours=12)
+        assert tier_for(conn, start) is HOURS
+        found = segments.latest_change(conn, scope, start, end, DEFAULT_THRESHOLDS)
+    assert found is not None and abs(found - changed) <= timedelta(hours=1)
