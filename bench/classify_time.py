@@ -15,6 +15,8 @@ daemon's rollup pass does (the windows read those hours and the minutes around t
 - the segment window alone (change points on every GPU's two per-minute series, then its
   features): :func:`~gpuwatch.classify.segments.segment_window`;
 - the whole evaluation, :func:`~gpuwatch.classify.engine.classify_job`;
+- the job's page (:func:`~gpuwatch.views.job_view`, what ``gpuwatch job ID`` and the web
+  view's job page show), read after the job was evaluated;
 
 and prints the per-job milliseconds and the ratio whole / two windows. The daemon evaluates
 every running job every ``classify.evaluate_interval_s`` (120 s): jobs x the whole evaluation
@@ -35,12 +37,14 @@ from bench.ingest import drop_db, fill_in_sql, fresh_db
 from bench.report_time import timed
 from gpuwatch.classify.engine import classify_job, classify_window
 from gpuwatch.classify.features import job_windows, load_scope
+from gpuwatch.classify.runner import evaluate_running
 from gpuwatch.classify.segments import segment_window
 from gpuwatch.clock import utcnow
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
 from gpuwatch.sql import hours
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.rollups import floor_minute
+from gpuwatch.views import job_view
 
 FILL = [
     """INSERT INTO slurm_jobs (job_id, source, name, user_name, account, partition, state, start_at,
@@ -88,7 +92,7 @@ def main() -> int:
             f"{folded} hours folded"
         )
 
-        two, seg, whole = [], [], []
+        two, seg, whole, page = [], [], [], []
         found_segment = 0
         with engine.connect() as conn:
             for n in range(args.jobs):
@@ -107,12 +111,19 @@ def main() -> int:
                 whole.append(timed(lambda scope=scope: classify_job(conn, scope.job_id, end), args.repeat))
                 found = segment_window(conn, scope, T, job_features)
                 found_segment += found is not None and abs(found.start - change) <= timedelta(minutes=2)
-        ms = {k: 1000 * statistics.median(v) for k, v in (("two", two), ("seg", seg), ("whole", whole))}
+        evaluate_running(engine, end)
+        for n in range(args.jobs):
+            page.append(timed(lambda n=n: job_view(engine, f"bench{n:04d}", end), args.repeat))
+        ms = {
+            k: 1000 * statistics.median(v)
+            for k, v in (("two", two), ("seg", seg), ("whole", whole), ("page", page))
+        }
         print(
             f"per job, median over jobs: two windows {ms['two']:.0f} ms, segment window {ms['seg']:.0f} ms, "
             f"whole evaluation {ms['whole']:.0f} ms (x{ms['whole'] / ms['two']:.2f} the two windows)"
         )
         print(f"segment found at the change (within 2 min) in {found_segment}/{args.jobs} jobs")
+        print(f"the job's page (views.job_view), median over jobs: {ms['page']:.0f} ms")
         return 0
     finally:
         engine.dispose()

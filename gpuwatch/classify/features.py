@@ -12,11 +12,11 @@ prolog/process attribution the agents send). Windows are whole minutes ``[start,
 The edge is the earliest of ``now``, the job's end and how far the rollups have got
 (``rollup_state``), so a window never counts minutes that are not rolled up yet.
 
-A window that begins before the minutes kept (``retention.minute_days``: a job running longer
-than that, or one evaluated again after its minutes went) reads ``gpu_hours`` / ``node_hours``
-for all of it, by the rule every view follows (``sql/resolution.py``: whole hours, the hour in
-progress not yet folded), and the job's cgroup figures from the ``job_minutes`` still kept
-(:attr:`WindowFeatures.cgroup_start`).
+A long window reads its whole hours folded so far from ``gpu_hours`` / ``node_hours`` and
+only the minutes around them (``sql/resolution.spans``: the same sums). One that begins
+before the minutes kept (``retention.minute_days``: a job running longer than that, or one
+evaluated again after its minutes went) starts with its first hour whole, and reads the job's
+cgroup figures from the ``job_minutes`` still kept (:attr:`WindowFeatures.cgroup_start`).
 
 Every mean is ``SUM(x_sum) / SUM(x_n)`` over the window, so a metric a card does not have
 (GPM on an A100) is ``None`` — never 0 — and its name is listed in ``missing``. Percentiles
@@ -333,10 +333,10 @@ class WindowFeatures(Activity):
     #: the job's MIG instances (:func:`mig_evidence`); None when it holds whole GPUs only
     mig: dict[str, Any] | None = None
     #: the window began before the minutes kept (``retention.minute_days``): its GPU and host
-    #: figures come from the hourly rollups, whole hours (``sql/resolution.py``)
+    #: figures come from the hourly rollups up to the hours folded, its first hour whole
     hourly: bool = False
     #: where the job's cgroup figures (CPU, memory) begin when it is after ``start``: the cgroup
-    #: minutes have no hourly twin, so a window on the hourly tier reads them where they are kept
+    #: minutes have no hourly twin, so a window older than them reads them where they are kept
     cgroup_start: datetime | None = None
 
     @property
@@ -369,9 +369,18 @@ class WindowFeatures(Activity):
 _GPU_SUMS = GPU_MINUTE_SUMS
 
 
-def _gpu_span_rows(scope: JobScope, pieces: Sequence[Span]) -> sa.Subquery:
-    """The rows of the job's nodes' GPUs over ``pieces`` (minutes and hours alike)."""
-    return span_rows(pieces, lambda tier: tier.gpu, lambda rows: (rows.c.node_id.in_(scope.node_ids),))
+def _gpu_span_rows(
+    scope: JobScope, pieces: Sequence[Span], columns: Sequence[str] | None = None
+) -> sa.Subquery:
+    """The rows of the job's nodes' GPUs over ``pieces`` (minutes and hours alike): ``columns``
+    of them, None all."""
+    return span_rows(
+        pieces, lambda tier: tier.gpu, lambda rows: (rows.c.node_id.in_(scope.node_ids),), columns
+    )
+
+
+#: what :func:`_idle_edges` reads of a GPU's rows
+_EDGE_COLUMNS = ("util_bin_0", "util_gpu_ratio_n", "util_gpu_idle_fraction_ratio_n")
 
 
 def _gpu_rows(conn: sa.Connection, scope: JobScope, pieces: Sequence[Span]) -> dict[tuple, dict]:
@@ -416,7 +425,7 @@ def _idle_edges(conn: sa.Connection, scope: JobScope, pieces: Sequence[Span]) ->
     minutes with work; and a duty cycle needs a few minutes of work to show at all. Where the
     window is read in whole hours the edges are whole hours: an hour with any work is worked.
     """
-    w = _gpu_span_rows(scope, pieces).c
+    w = _gpu_span_rows(scope, pieces, _EDGE_COLUMNS).c
     wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
     active = (
         sa.select(
@@ -436,7 +445,7 @@ def _idle_edges(conn: sa.Connection, scope: JobScope, pieces: Sequence[Span]) ->
         for r in conn.execute(sa.select(active))
         if (r.node_id, r.gpu_index) in wanted
     ]
-    rows_of = _gpu_span_rows(scope, pieces)
+    rows_of = _gpu_span_rows(scope, pieces, _EDGE_COLUMNS)
     g = rows_of.c
     rows = conn.execute(
         sa.select(g.node_id, g.gpu_index, sa.func.sum(g.util_gpu_idle_fraction_ratio_n).label("n"))
@@ -557,7 +566,13 @@ def _job_rows(conn: sa.Connection, job_id: str, start: datetime, end: datetime) 
 
 
 def _node_rows(conn: sa.Connection, node_ids: tuple[int, ...], pieces: Sequence[Span]) -> list[dict]:
-    n = span_rows(pieces, lambda tier: tier.node, lambda rows: (rows.c.node_id.in_(node_ids),)).c
+    summed = [f"{name}_{part}" for name in NODE_MINUTE_SUMS for part in ("sum", "n")]
+    n = span_rows(
+        pieces,
+        lambda tier: tier.node,
+        lambda rows: (rows.c.node_id.in_(node_ids),),
+        [*summed, "threads_per_core"],
+    ).c
     cols: list[sa.ColumnElement] = [n.node_id]
     for name in NODE_MINUTE_SUMS:
         cols += [

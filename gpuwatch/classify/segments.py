@@ -110,7 +110,12 @@ def _series(
 ) -> list[_Series]:
     """Per GPU of the job and signal: its mean per bucket of ``bucket_min`` minutes from
     ``origin`` over ``pieces`` (buckets without the signal left out), computed in SQL."""
-    g = span_rows(pieces, lambda tier: tier.gpu, lambda rows: (rows.c.node_id.in_(scope.node_ids),)).c
+    g = span_rows(
+        pieces,
+        lambda tier: tier.gpu,
+        lambda rows: (rows.c.node_id.in_(scope.node_ids),),
+        [f"{name}_{part}" for name in SIGNALS for part in ("sum", "n")],
+    ).c
     wanted = {(ref.node_id, ref.gpu_index) for ref in scope.gpus}
     bucket = ((epoch_seconds(conn, g.time) - int(origin.timestamp())) // (60 * bucket_min)).label("bucket")
     means = [

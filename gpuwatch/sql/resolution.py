@@ -10,10 +10,12 @@ last hour whole). Means (``sum / n``) are the same on either tier; a count of mi
 ``COUNT(*)`` of minute rows and ``SUM(minutes)`` of hour rows (:meth:`Tier.minutes`).
 ``job_minutes`` has no hourly twin: a job's long ranges read ``job_hours``.
 
-A reader that only sums (the classifier's windows) can take a range inside the minutes faster
-and still exactly: :func:`spans` answers the whole hours already folded from the hourly
-tables and the minutes around them from the minute tables (the sums are the same, an hour row
-being the fold of its minutes), and :func:`span_rows` reads those pieces as one row set.
+A reader that only sums (the classifier's windows, a GPU's totals on the job page) takes a
+range faster and whole to its end: :func:`spans` answers the whole hours already folded from
+the hourly tables and the minutes around them from the minute tables (the sums are the same,
+an hour row being the fold of its minutes; a range older than the minutes kept starts with
+its first hour whole, and its hour in progress comes from the minutes), and
+:func:`span_rows` reads those pieces as one row set.
 """
 
 from __future__ import annotations
@@ -94,13 +96,16 @@ class Span:
 
 
 def spans(conn: sa.Connection, start: datetime, end: datetime) -> tuple[Span, ...]:
-    """``[start, end)`` in pieces, each from the tier that answers it whole: the hourly tier for
-    all of it when it starts before the minutes kept (as :func:`tier_for`); else the minutes
-    before its first whole hour, the whole hours folded so far, and the minutes after them."""
+    """``[start, end)`` in pieces, each from the tier that answers it whole: the minutes before
+    its first whole hour, the whole hours folded so far, and the minutes after them. A range
+    that starts before the minutes kept (:func:`tier_for`) starts with the hour it begins in,
+    whole: the hourly tier up to the hours folded, the minutes since (retention keeps them)."""
     kept_from = minutes_from(conn)
-    if tier_of(start, kept_from) is HOURS:
-        return (Span(HOURS, start, end),)
     folded = hours.state(conn, hours.STATE)
+    if tier_of(start, kept_from) is HOURS:
+        if folded is None or folded >= end:
+            return (Span(HOURS, start, end),)
+        return (Span(HOURS, start, folded), Span(MINUTES, folded, end))
     first, last = ceil_hour(start), floor_hour(end)
     if folded is not None:
         last = min(last, folded)
@@ -114,20 +119,24 @@ def span_rows(
     pieces: Sequence[Span],
     table: Callable[[Tier], sa.Table],
     where: Callable[[sa.Table], Sequence[sa.ColumnElement[bool]]] = lambda _: (),
+    columns: Sequence[str] | None = None,
 ) -> sa.Subquery:
     """The rows of each piece from its tier's ``table`` (``lambda t: t.gpu`` or ``t.node``)
-    that pass ``where``, as one row set: the minute table's columns, but ``time`` for its
-    bucket start, ``minutes`` for the minutes a row holds and ``width_s`` for its bucket's
-    length in seconds."""
+    that pass ``where``, as one row set: the minute table's keys and ``columns`` (None: all of
+    them), ``time`` for a row's bucket start, ``minutes`` for the minutes it holds and
+    ``width_s`` for its bucket's length in seconds. Name only the columns read: building and
+    compiling a union of every column costs milliseconds a statement."""
+    keys = [c.name for c in table(MINUTES).c if c.name in ("node_id", "gpu_index")]
+    if columns is None:
+        columns = [c.name for c in table(MINUTES).c if c.name not in ("node_id", "gpu_index", "minute")]
     selects = []
     for piece in pieces:
         rows = table(piece.tier)
-        names = [c.name for c in table(MINUTES).c if c.name != "minute"]
         minutes = rows.c.minutes if piece.tier.hourly else sa.literal(1, sa.Integer)
         width = int(piece.tier.width.total_seconds())
         selects.append(
             sa.select(
-                *(rows.c[name] for name in names),
+                *(rows.c[name] for name in (*keys, *columns)),
                 piece.tier.time(rows).label("time"),
                 sa.cast(minutes, sa.Integer).label("minutes"),
                 sa.literal(width, sa.Integer).label("width_s"),

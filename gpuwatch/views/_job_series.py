@@ -4,7 +4,9 @@ aggregates of a GPU's minutes the node page shares with it).
 Only rollup tables are read (``gpu_minutes``, ``job_minutes``, ``node_minutes``), never raw
 samples, so a page costs the same on a day-old job as on a new one. A range older than the
 minutes kept reads the hourly tables instead (``gpu_hours``, ``node_hours``, and the job's
-``job_hours`` for its CPU; ``sql/resolution.py``), a point per hour. Every mean is
+``job_hours`` for its CPU; ``sql/resolution.py``), a point per hour. A GPU's sums over a range
+(:func:`gpu_totals`) read its whole folded hours and only the minutes around them
+(``resolution.spans``): the same sums, a tenth of the rows. Every mean is
 ``SUM(x_sum) / SUM(x_n)``: a metric a card does not have is None, never 0.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
-from gpuwatch.sql.resolution import MINUTES, Tier, tier_for
+from gpuwatch.sql.resolution import MINUTES, Tier, span_rows, spans, tier_for
 from gpuwatch.sql.rollups import join_distinct
 from gpuwatch.sql.schema import gpu_minutes, job_hours, job_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
@@ -42,14 +44,14 @@ def _minute(value: Any, dialect: sa.Dialect) -> datetime:
     return out
 
 
-def sum_and_n(metric: str, label: str, table: sa.Table = gpu_minutes) -> list[sa.Label[Any]]:
+def sum_and_n(metric: str, label: str, table: sa.FromClause = gpu_minutes) -> list[sa.Label[Any]]:
     """``SUM(<metric>_sum)`` and ``SUM(<metric>_n)`` of ``table`` (GPU minutes or hours),
     labelled ``<label>_sum`` and ``<label>_n``: what :func:`mean` divides."""
     g = table.c
     return [sa.func.sum(g[f"{metric}_{part}"]).label(f"{label}_{part}") for part in ("sum", "n")]
 
 
-def gpu_span_columns(conn: sa.Connection, table: sa.Table = gpu_minutes) -> list[sa.Label[Any]]:
+def gpu_span_columns(conn: sa.Connection, table: sa.FromClause = gpu_minutes) -> list[sa.Label[Any]]:
     """What the job page and the node page both show of a GPU over a span, as aggregates of its
     rollup rows (``table``: GPU minutes or hours): the sums and counts of the means of util, SM
     activity and power, the most memory used and the memory size, the samples it sent as lost,
@@ -67,21 +69,43 @@ def gpu_span_columns(conn: sa.Connection, table: sa.Table = gpu_minutes) -> list
     ]
 
 
+#: the GPU rollup columns :func:`gpu_totals` sums
+TOTALS_COLUMNS = (
+    "samples",
+    *(
+        f"{m}_{part}"
+        for m in ("util_gpu_ratio", "sm_active_ratio", "power_watts", "tensor_active_ratio")
+        for part in ("sum", "n")
+    ),
+    "memory_used_bytes_max",
+    "memory_total_bytes",
+    "lost_samples",
+    "xid_codes",
+    "reset_pending_samples",
+    "remap_failed_samples",
+    "power_limit_watts",
+    "energy_joules",
+)
+
+
 def gpu_totals(conn: sa.Connection, ref: GpuRef, start: datetime, end: datetime) -> dict[str, Any]:
     """One GPU's sums over ``[start, end)``: :func:`gpu_span_columns`, and its samples, the sums
     of its tensor activity, its power limit and its energy (joules, None where not measured)."""
-    tier = tier_for(conn, start)
-    g = tier.gpu.c
+    rows = span_rows(
+        spans(conn, start, end),
+        lambda tier: tier.gpu,
+        lambda table: (table.c.node_id == ref.node_id, table.c.gpu_index == ref.gpu_index),
+        TOTALS_COLUMNS,
+    )
+    g = rows.c
     r = (
         conn.execute(
             sa.select(
                 sa.func.sum(g.samples).label("samples"),
-                *gpu_span_columns(conn, tier.gpu),
-                *sum_and_n("tensor_active_ratio", "tensor", tier.gpu),
+                *gpu_span_columns(conn, rows),
+                *sum_and_n("tensor_active_ratio", "tensor", rows),
                 sa.func.max(g.power_limit_watts).label("power_limit"),
                 sa.func.sum(g.energy_joules).label("energy_j"),
-            ).where(
-                g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, *tier.within(tier.gpu, start, end)
             )
         )
         .mappings()

@@ -92,7 +92,7 @@ def gpu_faults(
     return {node_id: tuple(found) for node_id, found in out.items()}
 
 
-def memory_repair_columns(table: sa.Table) -> list[sa.Label[Any]]:
+def memory_repair_columns(table: sa.FromClause) -> list[sa.Label[Any]]:
     """The span's sums of a GPU's memory repairs (pending a reset, failed), from minutes or hours."""
     return [
         sa.func.sum(table.c.reset_pending_samples).label("reset_pending"),

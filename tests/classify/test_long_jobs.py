@@ -8,6 +8,7 @@ only the minutes would then cover the job's last two weeks while saying it began
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import asdict
 from datetime import datetime, timedelta
 
 import pytest
@@ -24,6 +25,8 @@ from gpuwatch.sql.resolution import HOURS, MINUTES, tier_for
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup
 from gpuwatch.sql.schema import gpu_minutes, job_minutes
+from gpuwatch.views import _job_series as job_series
+from gpuwatch.views import job_view
 from tests.classify import corpus
 
 #: one case of each cause the rules tell apart by GPU, host or cgroup signals, and a healthy one
@@ -38,8 +41,8 @@ CASES = (
     "fault-xid79-one-of-four",
     "healthy-training-h200",
 )
-#: two whole hours: the hourly tier then holds every minute the minute tier held
-MINUTES_RUN = 120
+#: two and a half hours: two whole hours folded, the half hour in progress in the minutes only
+MINUTES_RUN = 150
 
 
 def _built() -> tuple[corpus.Built, ...]:
@@ -61,8 +64,8 @@ def _whole_job(found: list[Verdict]) -> list[tuple]:
 def test_a_job_older_than_the_minutes_kept_gets_the_verdicts_its_minutes_gave(engine) -> None:
     built = _built()
     corpus.load(engine, built)
-    now = built[0].case.now  # 10:00:07, the same for every case
-    Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(hours=2))  # minutes and hours
+    now = built[0].case.now  # 10:30:07, the same for every case
+    Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(minutes=1))  # hours folded to 10:00
     start = built[0].case.start
     with engine.connect() as conn:
         assert tier_for(conn, start) is MINUTES
@@ -74,7 +77,7 @@ def test_a_job_older_than_the_minutes_kept_gets_the_verdicts_its_minutes_gave(en
         assert _whole_job(found), job
         assert all("rollups" not in v.evidence["window"] for v in found)
 
-    cut = now.replace(minute=0, second=0) - timedelta(hours=1)  # 09:00: the job's second hour kept
+    cut = now.replace(minute=0, second=0) - timedelta(hours=1)  # 09:00: the job's second hour on kept
     later = cut + timedelta(days=14)
     apply_retention(engine, raw_days=14, minute_days=14, rollup_days=400, batch_record_days=30, now=later)
     with engine.connect() as conn:
@@ -102,8 +105,9 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
     engine, monkeypatch
 ) -> None:
     """A long window reads its whole folded hours from the hourly tables and only the minutes
-    around them: the same sums as every minute, so the same features."""
-    built = tuple(corpus.build(dataclasses.replace(b.case, minutes=150), i) for i, b in enumerate(_built()))
+    around them: the same sums as every minute, so the same features, and the same per-GPU
+    table on the job page."""
+    built = _built()
     corpus.load(engine, built)
     now = built[0].case.now  # 10:30:07
     Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(minutes=1))
@@ -119,6 +123,18 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
                 found[b.job_id] = windows[1].to_dict()
             return found
 
+    def gpu_tables() -> dict[str, list]:
+        """Each job's per-GPU table, floats to 9 digits (hours add in another order)."""
+        views = {b.job_id: job_view(engine, b.job_id, now) for b in built}
+        return {
+            job: [
+                {k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in asdict(g).items()}
+                for g in view.gpus
+            ]
+            for job, view in views.items()
+            if view
+        }
+
     with engine.connect() as conn:
         start = built[0].case.start.replace(second=0)
         pieces = resolution.spans(conn, start, now.replace(second=0))
@@ -126,11 +142,16 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
         (resolution.HOURS, 8, 10, 0),
         (resolution.MINUTES, 10, 10, 30),
     ]
-    hybrid = whole_jobs()
-    monkeypatch.setattr(
-        features, "spans", lambda conn, start, end: (resolution.Span(resolution.MINUTES, start, end),)
-    )
+    hybrid, tables = whole_jobs(), gpu_tables()
+    assert len(tables) == len(built) and all(tables.values())
+
+    def minutes_only(conn, start, end):
+        return (resolution.Span(resolution.MINUTES, start, end),)
+
+    monkeypatch.setattr(features, "spans", minutes_only)
+    monkeypatch.setattr(job_series, "spans", minutes_only)
     assert whole_jobs() == hybrid
+    assert gpu_tables() == tables
 
 
 def _six_day_gpu(engine: sa.Engine, change_at: timedelta) -> tuple[features.JobScope, datetime, datetime]:
