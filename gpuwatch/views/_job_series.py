@@ -20,7 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
-from gpuwatch.sql.resolution import MINUTES, Tier, span_rows, spans, tier_for
+from gpuwatch.sql.buckets import epoch_seconds
+from gpuwatch.sql.resolution import MINUTES, Span, Tier, span_rows, spans, tier_for
 from gpuwatch.sql.rollups import join_distinct
 from gpuwatch.sql.schema import gpu_minutes, job_hours, job_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
@@ -146,21 +147,37 @@ def util_bucketed(
 
     A week-long job is ~10,000 minutes per GPU, which cost ~1 s to fetch and average in Python.
     Minute ``k`` belongs to column ``((k + 1) * columns - 1) // minutes``: the column whose
-    slice ``[c * minutes // columns, (c + 1) * minutes // columns)`` holds it.
+    slice ``[c * minutes // columns, (c + 1) * minutes // columns)`` holds it. Where a column
+    spans an hour or more, the whole hours folded are read from the hourly rollups
+    (``resolution.spans``); an hour row lies in the column of its first minute in the range and
+    counts as its minutes, at its samples' mean (the minutes' mean but where a minute of the
+    hour holds fewer samples).
     """
-    tier = tier_for(conn, start)
-    g = tier.gpu.c
     minutes = max(1, int((end - start) / MINUTE))
-    k = tier.minute_of(conn, tier.gpu, start)  # an hour row: in the column of its first minute in the range
-    column = ((k + 1) * columns - 1) // minutes
-    per_minute = sa.case((g.util_gpu_ratio_n > 0, g.util_gpu_ratio_sum / g.util_gpu_ratio_n))
+    if minutes >= 60 * columns:
+        pieces = spans(conn, start, end)
+    else:
+        pieces = (Span(tier_for(conn, start), start, end),)
     series: dict[GpuRef, list[float | None]] = {}
     for ref in refs:
+        rows_of = span_rows(
+            pieces,
+            lambda tier: tier.gpu,
+            lambda table, ref=ref: (table.c.node_id == ref.node_id, table.c.gpu_index == ref.gpu_index),
+            ("util_gpu_ratio_sum", "util_gpu_ratio_n"),
+        )
+        g = rows_of.c
+        seconds = epoch_seconds(conn, g.time) - int(start.timestamp())
+        k = sa.case((seconds < 0, 0), else_=seconds) // 60
+        column = ((k + 1) * columns - 1) // minutes
+        with_util = g.util_gpu_ratio_n > 0
+        weighted = sa.case((with_util, g.util_gpu_ratio_sum / g.util_gpu_ratio_n * g.minutes))
+        counted = sa.case((with_util, g.minutes))
         values: list[float | None] = [None] * columns
         rows = conn.execute(
-            sa.select(column.label("c"), sa.func.avg(per_minute))
-            .where(g.node_id == ref.node_id, g.gpu_index == ref.gpu_index, *tier.within(tier.gpu, start, end))
-            .group_by(sa.literal_column("c"))
+            sa.select(column.label("c"), sa.func.sum(weighted) / sa.func.sum(counted)).group_by(
+                sa.literal_column("c")
+            )
         )
         for c, value in rows:
             if 0 <= int(c) < columns and value is not None:

@@ -142,8 +142,16 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
         (resolution.HOURS, 8, 10, 0),
         (resolution.MINUTES, 10, 10, 30),
     ]
-    hybrid, tables = whole_jobs(), gpu_tables()
+
+    def timelines() -> list[float | None]:
+        """Each GPU's utilization in two columns of an hour each (at 10:00: whole hours)."""
+        at = now.replace(minute=0)
+        views = [job_view(engine, b.job_id, at, columns=2) for b in built]
+        return [x for view in views if view for values in view.timeline.values() for x in values]
+
+    hybrid, tables, columns = whole_jobs(), gpu_tables(), timelines()
     assert len(tables) == len(built) and all(tables.values())
+    assert len(columns) == 2 * sum(len(t) for t in tables.values()) and any(columns)
 
     def minutes_only(conn, start, end):
         return (resolution.Span(resolution.MINUTES, start, end),)
@@ -152,6 +160,11 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
     monkeypatch.setattr(job_series, "spans", minutes_only)
     assert whole_jobs() == hybrid
     assert gpu_tables() == tables
+    assert [x is None for x in timelines()] == [x is None for x in columns]
+    # an hour row's mean is over its samples, a minute column's over its minutes: alike within 0.1 %
+    assert [x for x in timelines() if x is not None] == pytest.approx(
+        [x for x in columns if x is not None], rel=1e-3, abs=1e-6
+    )
 
 
 def _six_day_gpu(engine: sa.Engine, change_at: timedelta) -> tuple[features.JobScope, datetime, datetime]:
