@@ -10,6 +10,7 @@ rule writes has a label here (a test holds the table to the rules).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 #: signal -> (label, unit); units: pct (a 0..1 ratio), bytes, rate (bytes/s), count, cores,
@@ -165,9 +166,25 @@ def evidence_sentences(evidence: Any) -> list[str]:
     if missing:
         out.append(f"Not measured: {', '.join(missing)}.")
     out += [_capital(str(note).rstrip(".")) + "." for note in evidence.get("notes") or []]
+    out += _window_sentences(evidence.get("window"))
     if len(out) > MAX_SENTENCES:
         out = [*out[: MAX_SENTENCES - 1], f"... and {len(out) - MAX_SENTENCES + 1} more on the job page."]
     return out
+
+
+def _window_sentences(window: Any) -> list[str]:
+    """What a window older than the minutes kept was read from (``classify/features.py``)."""
+    if not isinstance(window, dict) or window.get("rollups") != "hourly":
+        return []
+    text = "Read in whole hours from the hourly rollups: the window began before the minutes kept"
+    since = window.get("cgroup_start")
+    if isinstance(since, str):
+        try:
+            at = datetime.fromisoformat(since).strftime("%Y-%m-%d %H:%M UTC")
+        except ValueError:
+            at = since
+        text += f"; the job's CPU and memory from {at} on"
+    return [text + "."]
 
 
 def _unique(names: Iterable[str]) -> list[str]:

@@ -27,6 +27,7 @@ from gpuwatch.sql.rollups import Rollup
 from gpuwatch.sql.schema import gpu_minutes, job_minutes
 from gpuwatch.views import _job_series as job_series
 from gpuwatch.views import job_view
+from gpuwatch.views.evidence import evidence_sentences
 from tests.classify import corpus
 
 #: one case of each cause the rules tell apart by GPU, host or cgroup signals, and a healthy one
@@ -96,6 +97,7 @@ def test_a_job_older_than_the_minutes_kept_gets_the_verdicts_its_minutes_gave(en
             window = v.evidence["window"]
             if v.window_kind == "job":
                 assert window["rollups"] == "hourly" and window["cgroup_start"] == cut.isoformat()
+                assert any("hourly rollups" in text for text in evidence_sentences(v.evidence))
                 assert v.window_start == b.case.start.replace(second=0)
             else:  # the recent window lies in the minutes kept
                 assert "rollups" not in window and "cgroup_start" not in window

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 from gpuwatch.classify.rules import idle_allocation, input_bound
@@ -63,3 +64,19 @@ def test_cores_read_to_a_tenth():
     assert value_text("cpu_used_cores", 7.93478) == "7.9 cores"
     assert value_text("cpu_allocated_cores", 8.0) == "8 cores"
     assert value_text("cpu_allocated_cores", 1024) == "1,024 cores"
+
+
+def test_a_window_older_than_the_minutes_kept_says_what_it_was_read_from():
+    gpus = ("n1/gpu0",)
+    cgroup_start = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+    older = idle_allocation.rule(
+        window(idle_gpus=gpus, util_mean=0.0, zero_share=1.0, hourly=True, cgroup_start=cgroup_start), T
+    )
+    assert older.evidence["window"]["rollups"] == "hourly"
+    assert evidence_sentences(older.evidence)[-1] == (
+        "Read in whole hours from the hourly rollups: the window began before the minutes kept; "
+        "the job's CPU and memory from 2026-03-02 09:00 UTC on."
+    )
+    recent = idle_allocation.rule(window(idle_gpus=gpus, util_mean=0.0, zero_share=1.0), T)
+    assert "rollups" not in recent.evidence["window"]
+    assert not [s for s in evidence_sentences(recent.evidence) if "hourly" in s]
