@@ -55,16 +55,21 @@ class Tier:
         return (self.time(table) >= first, self.time(table) < end)
 
     def minute_of(self, conn: sa.Connection, table: sa.Table, start: datetime) -> sa.ColumnElement:
-        """Each row's minute counted from ``start`` (an SQL integer); 0 for an hour row that
-        began before ``start``: it counts from its first minute in the range."""
-        seconds = epoch_seconds(conn, self.time(table)) - int(start.timestamp())
-        return sa.case((seconds < 0, 0), else_=seconds) // 60
+        """Each row's minute counted from ``start`` (:func:`minute_offset`)."""
+        return minute_offset(conn, self.time(table), start)
 
     def minutes(self, table: sa.Table) -> sa.ColumnElement:
         """The minutes a group of ``table``'s rows stands for (0 for no rows)."""
         if self.hourly:
             return sa.func.coalesce(sa.func.sum(table.c.minutes), 0)
         return sa.func.count()
+
+
+def minute_offset(conn: sa.Connection, time: sa.ColumnElement, start: datetime) -> sa.ColumnElement:
+    """A row's minute counted from ``start`` (an SQL integer), ``time`` its bucket start; 0 for
+    an hour row that began before ``start``: it counts from its first minute in the range."""
+    seconds = epoch_seconds(conn, time) - int(start.timestamp())
+    return sa.case((seconds < 0, 0), else_=seconds) // 60
 
 
 MINUTES = Tier(gpu_minutes, node_minutes, "minute", timedelta(minutes=1))

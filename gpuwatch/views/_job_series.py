@@ -20,8 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
-from gpuwatch.sql.buckets import epoch_seconds
-from gpuwatch.sql.resolution import MINUTES, Span, Tier, span_rows, spans, tier_for
+from gpuwatch.sql.resolution import MINUTES, Span, Tier, minute_offset, span_rows, spans, tier_for
 from gpuwatch.sql.rollups import join_distinct
 from gpuwatch.sql.schema import gpu_minutes, job_hours, job_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
@@ -167,9 +166,7 @@ def util_bucketed(
             ("util_gpu_ratio_sum", "util_gpu_ratio_n"),
         )
         g = rows_of.c
-        seconds = epoch_seconds(conn, g.time) - int(start.timestamp())
-        k = sa.case((seconds < 0, 0), else_=seconds) // 60
-        column = ((k + 1) * columns - 1) // minutes
+        column = ((minute_offset(conn, g.time, start) + 1) * columns - 1) // minutes
         with_util = g.util_gpu_ratio_n > 0
         weighted = sa.case((with_util, g.util_gpu_ratio_sum / g.util_gpu_ratio_n * g.minutes))
         counted = sa.case((with_util, g.minutes))

@@ -8,7 +8,6 @@ only the minutes would then cover the job's last two weeks while saying it began
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict
 from datetime import datetime, timedelta
 
 import pytest
@@ -128,13 +127,12 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
     def gpu_tables() -> dict[str, list]:
         """Each job's per-GPU table, floats to 9 digits (hours add in another order)."""
         views = {b.job_id: job_view(engine, b.job_id, now) for b in built}
+
+        def rounded(row: dict) -> dict:
+            return {k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in row.items()}
+
         return {
-            job: [
-                {k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in asdict(g).items()}
-                for g in view.gpus
-            ]
-            for job, view in views.items()
-            if view
+            job: [rounded(dataclasses.asdict(g)) for g in view.gpus] for job, view in views.items() if view
         }
 
     with engine.connect() as conn:
