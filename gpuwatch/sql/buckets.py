@@ -3,7 +3,7 @@ and times read back from SQL as aware UTC datetimes."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,6 +15,12 @@ def floor_hour(ts: datetime) -> datetime:
     """The start of ``ts``'s UTC hour (whatever zone ``ts`` is written in: an hour of +05:30
     does not start at a UTC hour)."""
     return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def ceil_hour(ts: datetime) -> datetime:
+    """The first UTC hour start at or after ``ts``."""
+    floor = floor_hour(ts)
+    return floor if floor == ts else floor + timedelta(hours=1)
 
 
 def minute_bucket(conn: sa.Connection, column: sa.ColumnElement) -> sa.ColumnElement:

@@ -17,9 +17,8 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.sql import progress
-from gpuwatch.sql.buckets import as_utc, floor_hour
+from gpuwatch.sql.buckets import as_utc, ceil_hour, floor_hour
 from gpuwatch.sql.folding import fold_select
-from gpuwatch.sql.job_hours import ceil_hour
 from gpuwatch.sql.schema import HOUR_TABLES
 
 #: ``rollup_state`` row: minutes folded into the hourly tables up to (exclusive, an hour start)

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.sql import progress
-from gpuwatch.sql.buckets import as_utc, floor_hour, minute_bucket
+from gpuwatch.sql.buckets import as_utc, ceil_hour, floor_hour, minute_bucket
 from gpuwatch.sql.schema import (
     gpu_minutes,
     job_gpus,
@@ -37,11 +37,6 @@ MINUTE = timedelta(minutes=1)
 SETTLE = timedelta(minutes=10)
 #: ``rollup_state`` row: hours summed up to (exclusive)
 STATE = "job_hours"
-
-
-def ceil_hour(ts: datetime) -> datetime:
-    floor = floor_hour(ts)
-    return floor if floor == ts else floor + HOUR
 
 
 def summed_until(conn: sa.Connection) -> datetime | None:

@@ -27,8 +27,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gpuwatch.sql import hours
-from gpuwatch.sql.buckets import epoch_seconds, floor_hour
-from gpuwatch.sql.job_hours import ceil_hour
+from gpuwatch.sql.buckets import ceil_hour, epoch_seconds, floor_hour
 from gpuwatch.sql.schema import gpu_hours, gpu_minutes, node_hours, node_minutes
 
 

@@ -166,10 +166,12 @@ def evidence_sentences(evidence: Any) -> list[str]:
     if missing:
         out.append(f"Not measured: {', '.join(missing)}.")
     out += [_capital(str(note).rstrip(".")) + "." for note in evidence.get("notes") or []]
-    out += _window_sentences(evidence.get("window"))
-    if len(out) > MAX_SENTENCES:
-        out = [*out[: MAX_SENTENCES - 1], f"... and {len(out) - MAX_SENTENCES + 1} more on the job page."]
-    return out
+    # what the window was read from qualifies every figure above: it is never the one cut
+    window = _window_sentences(evidence.get("window"))
+    room = MAX_SENTENCES - len(window)
+    if len(out) > room:
+        out = [*out[: room - 1], f"... and {len(out) - room + 1} more on the job page."]
+    return out + window
 
 
 def _window_sentences(window: Any) -> list[str]:

@@ -20,7 +20,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import sqlalchemy as sa
 
@@ -43,6 +43,8 @@ from gpuwatch.views.jobs import JobFilters, JobIdentity, apply_job_filters, disp
 
 SORTS = ("wasted", "util", "duration", "start")
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class LowUtilFilters(JobFilters):
@@ -59,6 +61,21 @@ class LowUtilFilters(JobFilters):
     sort: str = "wasted"
 
 
+class _Shown(Generic[T]):
+    """A field of the job's shown verdict, read through the job (``job.cause`` is
+    ``job.verdict.cause``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, job: None, owner: type | None = None) -> _Shown[T]: ...
+    @overload
+    def __get__(self, job: LowUtilJob, owner: type | None = None) -> T: ...
+    def __get__(self, job: LowUtilJob | None, owner: type | None = None) -> T | _Shown[T]:
+        return self if job is None else getattr(job.verdict, self.name)
+
+
 @dataclass(frozen=True)
 class LowUtilJob(JobIdentity):
     """A job that wastes GPUs: its Slurm facts, the verdict shown and the evaluation's others."""
@@ -73,45 +90,16 @@ class LowUtilJob(JobIdentity):
     others: tuple[VerdictRow, ...] = ()
 
     # the shown verdict's fields, so renderers read one flat record
-    @property
-    def cause(self) -> str:
-        return self.verdict.cause
-
-    @property
-    def confidence(self) -> float:
-        return self.verdict.confidence
-
-    @property
-    def window_kind(self) -> str:
-        return self.verdict.window_kind
-
-    @property
-    def evaluated_at(self) -> datetime:
-        return self.verdict.evaluated_at
-
-    @property
-    def gpus(self) -> int | None:
-        return self.verdict.gpus
-
-    @property
-    def gpu_hours(self) -> float | None:
-        return self.verdict.gpu_hours
-
-    @property
-    def gpu_hours_wasted(self) -> float | None:
-        return self.verdict.gpu_hours_wasted
-
-    @property
-    def mean_util_ratio(self) -> float | None:
-        return self.verdict.mean_util_ratio
-
-    @property
-    def summary(self) -> str:
-        return self.verdict.summary
-
-    @property
-    def fix(self) -> str | None:
-        return self.verdict.fix
+    cause = _Shown[str]()
+    confidence = _Shown[float]()
+    window_kind = _Shown[str]()
+    evaluated_at = _Shown[datetime]()
+    gpus = _Shown[int | None]()
+    gpu_hours = _Shown[float | None]()
+    gpu_hours_wasted = _Shown[float | None]()
+    mean_util_ratio = _Shown[float | None]()
+    summary = _Shown[str]()
+    fix = _Shown[str | None]()
 
     @property
     def evidence_text(self) -> str:

@@ -24,13 +24,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.job_hours import (
-    ceil_hour,
-    floor_hour,
-    gpu_sums_of_jobs,
-    host_sums,
-    summed_until,
-)
+from gpuwatch.sql.buckets import ceil_hour, floor_hour
+from gpuwatch.sql.job_hours import gpu_sums_of_jobs, host_sums, summed_until
 from gpuwatch.sql.jobs import IDS_PER_READ, among
 from gpuwatch.sql.resolution import minutes_from
 from gpuwatch.sql.schema import job_hours, job_minutes, slurm_jobs

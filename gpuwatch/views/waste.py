@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from gpuwatch.sql.job_hours import HOUR, ceil_hour, floor_hour
+from gpuwatch.sql.buckets import ceil_hour, floor_hour
+from gpuwatch.sql.job_hours import HOUR
 from gpuwatch.sql.jobs import CHUNK, IDS_PER_READ, among
 from gpuwatch.sql.schema import slurm_jobs, verdict_hours, verdicts
 from gpuwatch.views.evaluations import HEALTHY

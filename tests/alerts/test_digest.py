@@ -265,3 +265,38 @@ def test_the_admin_digest_names_the_gpus_that_faulted_and_goes_out_for_them_alon
     )
     slack = next(n for n in notices if n.channel == "slack")
     assert "n7 gpu2: XID 79" in slack.payload["blocks"][-1]["text"]["text"]
+
+
+def test_a_night_of_many_faults_lists_the_first_and_counts_the_rest_on_every_channel():
+    """A rack's power event faults dozens of GPUs: the digest lists FAULT_LINES of them and says
+    how many more, in the email's text and HTML and in Slack; the subject counts them all."""
+    from gpuwatch.alerts.templates import digest as tpl
+
+    extra = 5
+    faults = [
+        tpl.Fault(f"n{i:03d}", i % 8, "XID 79 (GPU has fallen off the bus); admin")
+        for i in range(tpl.FAULT_LINES + extra)
+    ]
+    d = tpl.AdminDigest(DAY, DAY + timedelta(days=1), 0.0, 0, faults=faults)
+    last_shown, first_hidden = faults[tpl.FAULT_LINES - 1], faults[tpl.FAULT_LINES]
+    more = f"... and {extra} more: gpuwatch nodes --faulty lists them all"
+
+    assert tpl.admin_subject(d).endswith(f"{len(faults)} GPU(s) faulted")
+    email = tpl.admin_email(d)
+    listed = [line for line in email["text"].splitlines() if "XID 79" in line]
+    assert len(listed) == tpl.FAULT_LINES and listed[-1].startswith(f"  {last_shown.node} ")
+    assert f"  {more}" in email["text"].splitlines()
+    assert email["html"].count("<li>") == tpl.FAULT_LINES and f"<p>{more}</p>" in email["html"]
+    assert first_hidden.node not in email["text"] and first_hidden.node not in email["html"]
+    slack = tpl.admin_slack(d)["blocks"][-1]["text"]["text"]
+    assert slack.count("XID 79") == tpl.FAULT_LINES and slack.endswith(more)
+
+
+def test_a_digest_with_few_faults_lists_them_all_without_a_count():
+    from gpuwatch.alerts.templates import digest as tpl
+
+    faults = [tpl.Fault(f"n{i}", 0, "XID 48 (double-bit ECC error); admin") for i in range(tpl.FAULT_LINES)]
+    d = tpl.AdminDigest(DAY, DAY + timedelta(days=1), 0.0, 0, faults=faults)
+    email = tpl.admin_email(d)
+    assert email["text"].count("XID 48") == tpl.FAULT_LINES and "more:" not in email["text"]
+    assert "more:" not in tpl.admin_slack(d)["blocks"][-1]["text"]["text"]

@@ -80,3 +80,22 @@ def test_a_window_older_than_the_minutes_kept_says_what_it_was_read_from():
     recent = idle_allocation.rule(window(idle_gpus=gpus, util_mean=0.0, zero_share=1.0), T)
     assert "rollups" not in recent.evidence["window"]
     assert not [s for s in evidence_sentences(recent.evidence) if "hourly" in s]
+
+
+def test_a_long_evidence_is_cut_but_never_its_window_sentence():
+    """Past MAX_SENTENCES the other measurements give way to a count; what the window was read
+    from qualifies every figure, so it stays, last."""
+    from gpuwatch.views.evidence import MAX_SENTENCES
+
+    names = sorted(LABELS)[: MAX_SENTENCES + 5]
+    evidence = {
+        "signals": {name: 0.5 for name in names},
+        "window": {"rollups": "hourly", "cgroup_start": None},
+    }
+    sentences = evidence_sentences(evidence)
+    assert len(sentences) == MAX_SENTENCES
+    assert sentences[-1].startswith("Read in whole hours from the hourly rollups")
+    cut = len(names) - (MAX_SENTENCES - 2)
+    assert sentences[-2] == f"... and {cut} more on the job page."
+    short = evidence_sentences({"signals": {names[0]: 0.5}, "window": evidence["window"]})
+    assert len(short) == 2 and short[-1].startswith("Read in whole hours")

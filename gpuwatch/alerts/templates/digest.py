@@ -148,23 +148,41 @@ def admin_subject(d: AdminDigest) -> str:
 
 FAULTS_TITLE = "GPUs that faulted (drain, reset or service: gpuwatch nodes --faulty)"
 
+#: fault lines a digest lists; a night with more (a rack's power event) ends the list with a count,
+#: so the mail stays readable and the subject and ``gpuwatch nodes --faulty`` still give them all
+FAULT_LINES = 20
+
+
+def _fault_lines(faults: list[Fault]) -> tuple[list[Fault], str | None]:
+    """The faults a digest lists, and the line that counts the rest (None: all are listed)."""
+    if len(faults) <= FAULT_LINES:
+        return faults, None
+    rest = len(faults) - FAULT_LINES
+    return faults[:FAULT_LINES], f"... and {rest} more: gpuwatch nodes --faulty lists them all"
+
 
 def _faults_text(faults: list[Fault]) -> list[str]:
     if not faults:
         return []
-    return [FAULTS_TITLE, *(f"  {f.node} gpu{f.gpu_index}: {f.text}" for f in faults), ""]
+    shown, more = _fault_lines(faults)
+    lines = [f"  {f.node} gpu{f.gpu_index}: {f.text}" for f in shown]
+    return [FAULTS_TITLE, *lines, *([f"  {more}"] if more else []), ""]
 
 
 def _faults_html(faults: list[Fault]) -> str:
     if not faults:
         return ""
     h = fmt.h
-    items = "".join(f"<li>{h(f.node)} gpu{f.gpu_index}: {h(f.text)}</li>" for f in faults)
-    return f"<h3>{h(FAULTS_TITLE)}</h3><ul>{items}</ul>"
+    shown, more = _fault_lines(faults)
+    items = "".join(f"<li>{h(f.node)} gpu{f.gpu_index}: {h(f.text)}</li>" for f in shown)
+    tail = f"<p>{h(more)}</p>" if more else ""
+    return f"<h3>{h(FAULTS_TITLE)}</h3><ul>{items}</ul>{tail}"
 
 
 def _faults_mrkdwn(faults: list[Fault]) -> str:
-    return "\n".join(f"• {fmt.mrkdwn(f.node)} gpu{f.gpu_index}: {fmt.mrkdwn(f.text)}" for f in faults)
+    shown, more = _fault_lines(faults)
+    lines = [f"• {fmt.mrkdwn(f.node)} gpu{f.gpu_index}: {fmt.mrkdwn(f.text)}" for f in shown]
+    return "\n".join([*lines, *([fmt.mrkdwn(more)] if more else [])])
 
 
 def _ranked_text(title: str, rows: list[Ranked]) -> list[str]:
