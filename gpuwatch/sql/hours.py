@@ -7,7 +7,8 @@ row per hour instead of sixty, 400 days of history cost what 7 days of minutes d
 hour of the minute rollup's ``done_until``), tracked in ``rollup_state`` row :data:`STATE`.
 Folding an hour is "delete its rows, insert them again from the minutes" in one transaction, so
 it is idempotent; an hour whose minutes a late batch re-rolled is folded again
-(:func:`refold`, called by the rollup pass). How each column folds: ``sql/folding.py``.
+(:func:`refold`) in the transaction that re-rolls them (``Rollup.reroll``). How each column
+folds: ``sql/folding.py``.
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
 Minutes are kept ``retention.minute_days``, hours ``retention.rollup_days``; retention records
 where the minutes start (``rollup_state`` 'minutes_from', :func:`minutes_from`). A range that
-starts there or later reads the minute tables; a range that starts before reads the hourly
-tables, all of it (the simplest choice that is always whole: no range is half minutes, half
-hours, and the hours are folded up to the last complete hour, so such a range misses at most
-the hour in progress). A range on the hourly tier covers the hours it overlaps (its first and
-last hour whole). Means (``sum / n``) are the same on either tier; a count of minutes is
+starts there or later reads the minute tables; a range that starts before reads hourly rows,
+all of it (no point series is half minutes, half hours): the hours folded so far from the hourly
+tables, and the hours the rollups have not folded yet (the hour in progress) folded on the fly
+from their minutes by the rule that will store them (``sql/folding.py``), so such a range reaches
+its end too. A range on the hourly tier covers the hours it overlaps (its first and last hour
+whole). Means (``sum / n``) are the same on either tier; a count of minutes is
 ``COUNT(*)`` of minute rows and ``SUM(minutes)`` of hour rows (:meth:`Tier.minutes`).
 ``job_minutes`` has no hourly twin: a job's long ranges read ``job_hours``.
 
@@ -28,15 +29,17 @@ import sqlalchemy as sa
 
 from gpuwatch.sql import hours
 from gpuwatch.sql.buckets import ceil_hour, epoch_seconds, floor_hour
+from gpuwatch.sql.folding import KEYS, fold_select
 from gpuwatch.sql.schema import gpu_hours, gpu_minutes, node_hours, node_minutes
 
 
 @dataclass(frozen=True)
 class Tier:
-    """One resolution of the rollups: its GPU table, its node table, their time column and width."""
+    """One resolution of the rollups: its GPU rows, its node rows (a table, or the hourly rows
+    :func:`tier_for` reads to a range's end), their time column and width."""
 
-    gpu: sa.Table
-    node: sa.Table
+    gpu: sa.FromClause
+    node: sa.FromClause
     time_column: str
     width: timedelta
 
@@ -44,20 +47,22 @@ class Tier:
     def hourly(self) -> bool:
         return self.time_column == "hour"
 
-    def time(self, table: sa.Table) -> sa.Column:
+    def time(self, table: sa.FromClause) -> sa.Column:
         """``table``'s time column (``minute`` or ``hour``), each row's bucket start."""
         return table.c[self.time_column]
 
-    def within(self, table: sa.Table, start: datetime, end: datetime) -> tuple[sa.ColumnElement[bool], ...]:
+    def within(
+        self, table: sa.FromClause, start: datetime, end: datetime
+    ) -> tuple[sa.ColumnElement[bool], ...]:
         """``table``'s rows of ``[start, end)``: on hours, those of the hours it overlaps."""
         first = floor_hour(start) if self.hourly else start
         return (self.time(table) >= first, self.time(table) < end)
 
-    def minute_of(self, conn: sa.Connection, table: sa.Table, start: datetime) -> sa.ColumnElement:
+    def minute_of(self, conn: sa.Connection, table: sa.FromClause, start: datetime) -> sa.ColumnElement:
         """Each row's minute counted from ``start`` (:func:`minute_offset`)."""
         return minute_offset(conn, self.time(table), start)
 
-    def minutes(self, table: sa.Table) -> sa.ColumnElement:
+    def minutes(self, table: sa.FromClause) -> sa.ColumnElement:
         """The minutes a group of ``table``'s rows stands for (0 for no rows)."""
         if self.hourly:
             return sa.func.coalesce(sa.func.sum(table.c.minutes), 0)
@@ -80,9 +85,35 @@ def minutes_from(conn: sa.Connection) -> datetime | None:
     return hours.state(conn, hours.MINUTES_FROM)
 
 
-def tier_for(conn: sa.Connection, start: datetime) -> Tier:
-    """The tier a range starting at ``start`` reads: minutes where they reach back that far."""
-    return tier_of(start, minutes_from(conn))
+def tier_for(conn: sa.Connection, start: datetime, end: datetime) -> Tier:
+    """The rows a point series of ``[start, end)`` reads: the minutes where they reach back to
+    ``start``; else hourly rows to ``end``, the hours not folded yet folded from their minutes
+    (retention keeps those: it never drops a minute the hours do not hold)."""
+    tier = tier_of(start, minutes_from(conn))
+    folded = hours.state(conn, hours.STATE)
+    if not tier.hourly or folded is None or folded >= end:
+        return tier
+    return Tier(
+        _to_edge(conn, gpu_hours, gpu_minutes, folded, end),
+        _to_edge(conn, node_hours, node_minutes, folded, end),
+        HOURS.time_column,
+        HOURS.width,
+    )
+
+
+def _to_edge(
+    conn: sa.Connection, hourly: sa.Table, minutes: sa.Table, folded: datetime, end: datetime
+) -> sa.Subquery:
+    """``hourly``'s rows before ``folded`` and the hours of ``[folded, end)`` folded from
+    ``minutes``, as one row set with ``hourly``'s columns and types (a sum on PostgreSQL is
+    wider than its column: cast back, so a row reads the same from either side)."""
+    unfolded = fold_select(conn, minutes, folded, end).subquery()
+    as_stored = [
+        unfolded.c[c.name] if c.name in KEYS or c.name == "hour" else sa.cast(unfolded.c[c.name], c.type)
+        for c in hourly.c
+    ]
+    stored = sa.select(hourly).where(hourly.c.hour < folded)
+    return sa.union_all(stored, sa.select(*as_stored)).subquery(hourly.name)
 
 
 def tier_of(start: datetime, kept_from: datetime | None) -> Tier:

@@ -370,6 +370,27 @@ def _fold_mig_cards(
             row["gpu_util_ratio_sum"] = None
 
 
+def roll_minutes(conn: sa.Connection, start: datetime, end: datetime, node_id: int | None = None) -> None:
+    """(Re)build the per-minute rollup rows of ``[start, end)`` (whole minutes), for one node or
+    all, in the caller's transaction."""
+    start, end = floor_minute(start), floor_minute(end)
+    if end <= start:
+        return
+    for table in (gpu_minutes, job_minutes, node_minutes):
+        delete = table.delete().where(table.c.minute >= start, table.c.minute < end)
+        if node_id is not None:
+            delete = delete.where(table.c.node_id == node_id)
+        conn.execute(delete)
+    gpu_q = _gpu_select(conn, start, end, node_id)
+    conn.execute(gpu_minutes.insert().from_select([c.name for c in gpu_q.selected_columns], gpu_q))
+    job_q = _job_select(conn, start, end, node_id)
+    conn.execute(job_minutes.insert().from_select([c.name for c in job_q.selected_columns], job_q))
+    node_rows = _node_rows(conn, start, end, node_id)
+    if node_rows:
+        conn.execute(node_minutes.insert(), node_rows)
+    attach_attributed_gpus(conn, start, end, node_id)
+
+
 @dataclass
 class RollupReport:
     minutes_rolled: int = 0
@@ -399,23 +420,16 @@ class Rollup:
     # ----------------------------------------------------------------- rolling a range
     def roll(self, start: datetime, end: datetime, node_id: int | None = None) -> None:
         """(Re)build the rollup rows of ``[start, end)`` (whole minutes), for one node or all."""
-        start, end = floor_minute(start), floor_minute(end)
-        if end <= start:
-            return
         with self.engine.begin() as conn:
-            for table in (gpu_minutes, job_minutes, node_minutes):
-                delete = table.delete().where(table.c.minute >= start, table.c.minute < end)
-                if node_id is not None:
-                    delete = delete.where(table.c.node_id == node_id)
-                conn.execute(delete)
-            gpu_q = _gpu_select(conn, start, end, node_id)
-            conn.execute(gpu_minutes.insert().from_select([c.name for c in gpu_q.selected_columns], gpu_q))
-            job_q = _job_select(conn, start, end, node_id)
-            conn.execute(job_minutes.insert().from_select([c.name for c in job_q.selected_columns], job_q))
-            node_rows = _node_rows(conn, start, end, node_id)
-            if node_rows:
-                conn.execute(node_minutes.insert(), node_rows)
-            attach_attributed_gpus(conn, start, end, node_id)
+            roll_minutes(conn, start, end, node_id)
+
+    def reroll(self, start: datetime, end: datetime, node_id: int) -> tuple[int, int]:
+        """A late batch's range rolled again with the job-hours and hours it touches, in one
+        transaction, so no reader sees fresh minutes beside a stale hour; (job-hours, hours)
+        rewritten."""
+        with self.engine.begin() as conn:
+            roll_minutes(conn, start, end, node_id)
+            return job_hours.resum(conn, start, end), hours.refold(conn, start, end, node_id)
 
     # ----------------------------------------------------------------- the pass
     def run_once(self, now: datetime | None = None) -> RollupReport:
@@ -459,10 +473,9 @@ class Rollup:
                     )
                     start = horizon
                 if start < end:
-                    self.roll(start, end, node_id)
-                    with self.engine.begin() as conn:
-                        report.job_hours += job_hours.resum(conn, start, end)
-                        report.hours_folded += hours.refold(conn, start, end, node_id)
+                    summed, folded = self.reroll(start, end, node_id)
+                    report.job_hours += summed
+                    report.hours_folded += folded
                     report.late_ranges += 1
 
         # 2. new whole minutes

@@ -4,8 +4,9 @@ aggregates of a GPU's minutes the node page shares with it).
 Only rollup tables are read (``gpu_minutes``, ``job_minutes``, ``node_minutes``), never raw
 samples, so a page costs the same on a day-old job as on a new one. A range older than the
 minutes kept reads the hourly tables instead (``gpu_hours``, ``node_hours``, and the job's
-``job_hours`` for its CPU; ``sql/resolution.py``), a point per hour. A GPU's sums over a range
-(:func:`gpu_totals`) read its whole folded hours and only the minutes around them
+``job_hours`` for its CPU; ``sql/resolution.py``), a point per hour up to the hour in
+progress. A GPU's sums over a range (:func:`gpu_totals`) read its whole folded hours and only
+the minutes around them
 (``resolution.spans``): the same sums, a tenth of the rows. Every mean is
 ``SUM(x_sum) / SUM(x_n)``: a metric a card does not have is None, never 0.
 """
@@ -20,7 +21,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
-from gpuwatch.sql.resolution import MINUTES, Span, Tier, minute_offset, span_rows, spans, tier_for
+from gpuwatch.sql.buckets import as_utc, floor_hour, hour_bucket
+from gpuwatch.sql.job_hours import host_sums, summed_until
+from gpuwatch.sql.resolution import Span, Tier, minute_offset, span_rows, spans, tier_for
 from gpuwatch.sql.rollups import join_distinct
 from gpuwatch.sql.schema import gpu_minutes, job_hours, job_minutes, nodes
 from gpuwatch.sql.types import UtcDateTime
@@ -119,7 +122,7 @@ def util_per_minute(
 ) -> dict[GpuRef, list[float | None]]:
     """Each GPU's mean utilization per minute of ``[start, end)``, None where no data; on the
     hourly tier each minute of the range holds its hour's mean."""
-    tier = tier_for(conn, start)
+    tier = tier_for(conn, start, end)
     g = tier.gpu.c
     minutes = max(1, int((end - start) / MINUTE))
     per_row = int(tier.width / MINUTE)
@@ -156,7 +159,7 @@ def util_bucketed(
     if minutes >= 60 * columns:
         pieces = spans(conn, start, end)
     else:
-        pieces = (Span(tier_for(conn, start), start, end),)
+        pieces = (Span(tier_for(conn, start, end), start, end),)
     series: dict[GpuRef, list[float | None]] = {}
     for ref in refs:
         rows_of = span_rows(
@@ -204,7 +207,7 @@ def chart_series(
     Only the job's own (node, GPU) pairs are read: a 1-GPU job on an 8-GPU node reads 1/8 of
     the node's rows.
     """
-    tier = tier_for(conn, start)
+    tier = tier_for(conn, start, end)
     g, n, at = tier.gpu.c, tier.node.c, tier.time_column
     wanted = {(ref.node_id, ref.gpu_index): ref for ref in refs}
     node_ids = sorted({ref.node_id for ref in refs})
@@ -257,8 +260,9 @@ def chart_series(
 
 def _job_cpu(conn: sa.Connection, tier: Tier, job_id: str, start: datetime, end: datetime) -> Points:
     """The job's cgroup CPU use over its allocation, per minute (``job_minutes``), or per hour
-    on the hourly tier (``job_hours``: the summed mean cores used over the summed cores held)."""
-    if tier is MINUTES:
+    on the hourly tier (``job_hours``: the summed mean cores used over the summed cores held;
+    the hours not summed yet, such as the hour in progress, summed here from ``job_minutes``)."""
+    if not tier.hourly:
         j = job_minutes.c
         query = sa.select(j.minute, j.cpu_used_cores_sum, j.cpu_used_cores_n, j.cpu_allocated_cores)
         rows = conn.execute(
@@ -267,8 +271,21 @@ def _job_cpu(conn: sa.Connection, tier: Tier, job_id: str, start: datetime, end:
         used = [(t, mean(total, n), alloc) for t, total, n, alloc in rows]
     else:
         h = job_hours.c
+        done = summed_until(conn)
+        summed = floor_hour(start) if done is None else as_utc(conn, done)
         query = sa.select(h.hour, h.cpu_used_cores, h.cpu_allocated_cores).where(h.job_id == job_id)
-        rows = conn.execute(query.where(*tier.within(job_hours, start, end)).order_by(h.hour))
+        rows = list(
+            conn.execute(query.where(*tier.within(job_hours, start, min(end, summed))).order_by(h.hour))
+        )
+        if summed < end:  # the hours not summed yet (the hour in progress): the same sums, from the minutes
+            j = job_minutes.c
+            hour = hour_bucket(conn, j.minute).label("hour")
+            cpu_used, cpu_allocated = host_sums()[:2]
+            since = max(summed, floor_hour(start))
+            unsummed = sa.select(hour, cpu_used, cpu_allocated).where(
+                j.job_id == job_id, j.minute >= since, j.minute < end
+            )
+            rows += conn.execute(unsummed.group_by(hour).order_by(hour))
         used = [(t, None if u is None else float(u), alloc) for t, u, alloc in rows]
     return [
         (_minute(t, conn.dialect), u / alloc if u is not None and alloc else None) for t, u, alloc in used

@@ -45,7 +45,7 @@ def gpus_energy(
     from the minutes, or the hours for a range older than the minutes (``sql/resolution.py``)."""
     if not gpus:
         return None
-    tier = tier_for(conn, start)
+    tier = tier_for(conn, start, end)
     m = tier.gpu.c
     wanted = sa.or_(*(sa.and_(m.node_id == node, m.gpu_index == index) for node, index in gpus))
     query = sa.select(*gpu_sums(tier.gpu)).where(wanted, *tier.within(tier.gpu, start, end))

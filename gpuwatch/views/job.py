@@ -287,7 +287,7 @@ def job_advice(
 
 
 def _any_simulated(conn: sa.Connection, refs: tuple[GpuRef, ...], start: datetime, end: datetime) -> bool:
-    tier = tier_for(conn, start)
+    tier = tier_for(conn, start, end)
     g = tier.gpu.c
     pairs = sorted({(ref.node_id, ref.gpu_index) for ref in refs})
     if not pairs:

@@ -100,7 +100,7 @@ def node_view(engine: sa.Engine, name: str, now: datetime, hours: int = NODE_HOU
         node = conn.execute(sa.select(nodes).where(nodes.c.name == name)).mappings().first()
         if node is None:
             return None
-        tier = tier_for(conn, start)  # a span older than the minutes kept: hourly
+        tier = tier_for(conn, start, end)  # a span older than the minutes kept: hourly
         g, at = tier.gpu.c, tier.time(tier.gpu)
         in_span = (g.node_id == node["id"], *tier.within(tier.gpu, start, end))
         minute_rows = conn.execute(

@@ -110,7 +110,7 @@ def _node_cells(conn: sa.Connection, start: datetime, end: datetime) -> _NodeCel
     floats from text). That replaces a result row per node-minute (60,000 at 1,000 nodes),
     which was most of the overview's time. SQLite, the one-machine default, reads them row
     by row."""
-    tier = tier_for(conn, start)  # a span older than the minutes kept: a cell per node-hour
+    tier = tier_for(conn, start, end)  # a span older than the minutes kept: a cell per node-hour
     n = tier.node.c
     offset = tier.minute_of(conn, tier.node, start)
     util = n.gpu_util_ratio_sum / n.gpu_util_ratio_n
@@ -159,7 +159,7 @@ def _reporting(conn: sa.Connection, end: datetime, low_ratio: float) -> tuple[in
     every GPU-minute kept. MIG instances and their cards (only on MIG nodes: few rows) are
     read row by row: an instance adds its card once to the count and its share to the busy
     ones, and such a card's own reading is taken out of the SQL count."""
-    tier = tier_for(conn, end - REPORTING)
+    tier = tier_for(conn, end - REPORTING, end)
     g, at = tier.gpu.c, tier.time(tier.gpu)
     in_span = (*tier.within(tier.gpu, end - REPORTING, end), g.util_gpu_ratio_n > 0)
     latest = (

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from functools import cache
 from pathlib import Path
@@ -254,6 +255,13 @@ def cases() -> tuple[Case, ...]:
 @cache
 def built_corpus() -> tuple[Built, ...]:
     return tuple(build(case, i) for i, case in enumerate(cases()))
+
+
+def built_cases(names: Sequence[str], minutes: int) -> tuple[Built, ...]:
+    """The named cases, each run ``minutes`` long, built as :func:`build` builds them (each
+    keeps its place in the corpus, so its job id and node names)."""
+    by_name = {c.name: (i, c) for i, c in enumerate(cases())}
+    return tuple(build(replace(by_name[name][1], minutes=minutes), by_name[name][0]) for name in names)
 
 
 def load(engine: sa.Engine, built: tuple[Built, ...]) -> None:

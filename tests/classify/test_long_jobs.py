@@ -20,7 +20,7 @@ from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS
 from gpuwatch.sql import hours, job_hours, resolution
 from gpuwatch.sql.buckets import as_utc
 from gpuwatch.sql.nodes import create_token, get_node
-from gpuwatch.sql.resolution import HOURS, MINUTES, tier_for
+from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup
 from gpuwatch.sql.schema import gpu_minutes, job_minutes
@@ -28,6 +28,7 @@ from gpuwatch.views import _job_series as job_series
 from gpuwatch.views import job_view
 from gpuwatch.views.evidence import evidence_sentences
 from tests.classify import corpus
+from tests.figures import rounded
 
 #: one case of each cause the rules tell apart by GPU, host or cgroup signals, and a healthy one
 CASES = (
@@ -45,14 +46,6 @@ CASES = (
 MINUTES_RUN = 150
 
 
-def _built() -> tuple[corpus.Built, ...]:
-    by_name = {c.name: (i, c) for i, c in enumerate(corpus.cases())}
-    return tuple(
-        corpus.build(dataclasses.replace(by_name[name][1], minutes=MINUTES_RUN), by_name[name][0])
-        for name in CASES
-    )
-
-
 def _whole_job(found: list[Verdict]) -> list[tuple]:
     return [
         (v.cause.value, v.confidence, v.gpus, v.gpu_hours, v.gpu_hours_wasted, v.mean_util_ratio)
@@ -62,13 +55,13 @@ def _whole_job(found: list[Verdict]) -> list[tuple]:
 
 
 def test_a_job_older_than_the_minutes_kept_gets_the_verdicts_its_minutes_gave(engine) -> None:
-    built = _built()
+    built = corpus.built_cases(CASES, MINUTES_RUN)
     corpus.load(engine, built)
     now = built[0].case.now  # 10:30:07, the same for every case
     Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(minutes=1))  # hours folded to 10:00
     start = built[0].case.start
     with engine.connect() as conn:
-        assert tier_for(conn, start) is MINUTES
+        assert not tier_for(conn, start, start + timedelta(hours=1)).hourly
         before = {b.job_id: classify_job(conn, b.job_id, now) for b in built}
     assert {b.case.label for b in built} <= {v.cause.value for found in before.values() for v in found}, (
         "each case's own cause is among its verdicts"
@@ -84,7 +77,7 @@ def test_a_job_older_than_the_minutes_kept_gets_the_verdicts_its_minutes_gave(en
         kept = conn.execute(sa.select(sa.func.min(gpu_minutes.c.minute))).scalar()
         assert kept is not None and kept.replace(tzinfo=cut.tzinfo) == cut
         assert conn.execute(sa.select(sa.func.min(job_minutes.c.minute))).scalar() is not None
-        assert tier_for(conn, start) is HOURS
+        assert tier_for(conn, start, start + timedelta(hours=1)).hourly
         after = {b.job_id: classify_job(conn, b.job_id, now) for b in built}
 
     for b in built:
@@ -108,7 +101,7 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
     """A long window reads its whole folded hours from the hourly tables and only the minutes
     around them: the same sums as every minute, so the same features, and the same per-GPU
     table on the job page."""
-    built = _built()
+    built = corpus.built_cases(CASES, MINUTES_RUN)
     corpus.load(engine, built)
     now = built[0].case.now  # 10:30:07
     Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(minutes=1))
@@ -127,9 +120,6 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
     def gpu_tables() -> dict[str, list]:
         """Each job's per-GPU table, floats to 9 digits (hours add in another order)."""
         views = {b.job_id: job_view(engine, b.job_id, now) for b in built}
-
-        def rounded(row: dict) -> dict:
-            return {k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in row.items()}
 
         return {
             job: [rounded(dataclasses.asdict(g)) for g in view.gpus] for job, view in views.items() if view
@@ -231,6 +221,6 @@ def test_a_long_job_s_phase_is_searched_in_hours_and_placed_to_the_minute(engine
     with engine.connect() as conn:
         kept = conn.execute(sa.select(sa.func.min(gpu_minutes.c.minute))).scalar()
         assert kept is not None and as_utc(conn, kept) >= changed + timedelta(hours=12)
-        assert tier_for(conn, start) is HOURS
+        assert tier_for(conn, start, start + timedelta(hours=1)).hourly
         found = segments.latest_change(conn, scope, start, end, DEFAULT_THRESHOLDS)
     assert found is not None and abs(found - changed) <= timedelta(hours=1)

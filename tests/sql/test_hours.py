@@ -100,6 +100,13 @@ def _rows(conn: sa.Connection, hourly: sa.Table, keys: tuple[str, ...]) -> dict:
     return {(*(r[k] for k in keys), r["hour"]): dict(r) for r in conn.execute(sa.select(hourly)).mappings()}
 
 
+def _minute_rows(conn: sa.Connection) -> dict:
+    return {
+        (r["node_id"], r["gpu_index"], r["minute"]): dict(r)
+        for r in conn.execute(sa.select(gpu_minutes)).mappings()
+    }
+
+
 def _close(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return a is not None and b is not None and abs(a - b) < 1e-9 * max(1.0, abs(a))
@@ -153,6 +160,39 @@ def test_folding_again_changes_nothing_and_a_late_minute_refolds_its_hour(engine
         assert {k: v for k, v in after.items() if k[1] != 2} == once
         node = _rows(conn, node_hours, ("node_id",))[(node_id, H0)]
         assert node["gpu_util_ratio_n"] == sum(r["util_gpu_ratio_n"] for k, r in after.items() if k[2] == H0)
+
+
+def test_a_late_minute_and_its_hour_are_rewritten_in_one_transaction(engine, monkeypatch):
+    """The re-rolled minutes, job-hours and hours of a late batch commit together: a failure
+    while folding the hour leaves the minutes as they were (and the next pass does it all), so
+    no reader ever sums a stale hour beside fresh minutes."""
+    import pytest
+
+    node_id = _node(engine)
+    _fill(engine, node_id)
+    rollup = Rollup(engine)
+    rollup.run_once(now=H0 + timedelta(minutes=140))
+    with engine.connect() as conn:
+        minutes_before = _minute_rows(conn)
+        hours_before = _rows(conn, gpu_hours, ("node_id", "gpu_index"))
+    _store(engine, node_id, _minute(H0 + timedelta(minutes=30), 2, 1.0))  # an hour late
+
+    def broken_refold(*args, **kwargs):
+        raise RuntimeError("the database went away mid-pass")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(hours, "refold", broken_refold)
+        with pytest.raises(RuntimeError):
+            rollup.run_once(now=H0 + timedelta(minutes=141))
+    with engine.connect() as conn:
+        assert _minute_rows(conn) == minutes_before
+        assert _rows(conn, gpu_hours, ("node_id", "gpu_index")) == hours_before
+    report = rollup.run_once(now=H0 + timedelta(minutes=142))
+    assert report.late_ranges == 1
+    with engine.connect() as conn:
+        late = _minute_rows(conn)[(node_id, 2, H0 + timedelta(minutes=30))]
+        assert late["util_gpu_ratio_sum"] == 6.0
+        assert _rows(conn, gpu_hours, ("node_id", "gpu_index"))[(node_id, 2, H0)]["minutes"] == 1
 
 
 def test_retention_keeps_the_hours_and_drops_the_minutes_past_minute_days(engine):

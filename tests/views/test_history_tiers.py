@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.sql.engine import create_engine
-from gpuwatch.sql.resolution import HOURS, MINUTES, tier_for
+from gpuwatch.sql.resolution import tier_for
 from gpuwatch.sql.retention import apply_retention
 from gpuwatch.sql.rollups import Rollup, floor_minute
 from gpuwatch.sql.schema import gpu_minutes, gpus
@@ -20,17 +20,7 @@ from gpuwatch.views.energy import gpus_energy
 from gpuwatch.views.node import node_view
 from gpuwatch.views.period import jobs_in_period
 from tests.demo_data import load_demo
-
-
-def _rounded(value: Any) -> Any:
-    """Floats to 9 significant digits (hours add the same numbers in another order)."""
-    if isinstance(value, float):
-        return float(f"{value:.9g}")
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_rounded(v) for v in value)
-    return value
+from tests.figures import rounded
 
 
 def test_a_range_before_the_minutes_reads_the_hours_and_answers_the_same(db_url) -> None:
@@ -64,10 +54,10 @@ def test_a_range_before_the_minutes_reads_the_hours_and_answers_the_same(db_url)
                 "job_energy": job_energy,
                 "period": period,
             }
-            return _rounded(figures)
+            return rounded(figures)
 
         with engine.connect() as conn:
-            assert tier_for(conn, start) is MINUTES
+            assert not tier_for(conn, start, start + timedelta(hours=1)).hourly
         before = answers()
         assert before["energy"] and before["jobs"] and before["period"] and any(before["nodes"].values()), (
             "the minutes are there"
@@ -76,7 +66,7 @@ def test_a_range_before_the_minutes_reads_the_hours_and_answers_the_same(db_url)
         apply_retention(engine, raw_days=14, minute_days=14, rollup_days=400, batch_record_days=30, now=later)
         with engine.connect() as conn:
             assert conn.execute(sa.select(sa.func.count()).select_from(gpu_minutes)).scalar() == 0
-            assert tier_for(conn, start) is HOURS
+            assert tier_for(conn, start, start + timedelta(hours=1)).hourly
         assert answers() == before
     finally:
         engine.dispose()
