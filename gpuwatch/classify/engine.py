@@ -30,7 +30,7 @@ from gpuwatch.classify.verdict import REFINES, Skipped, Verdict
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 #: bump when a rule or threshold default changes meaning, so stored verdicts can be told apart
-RULES_VERSION = "5"
+RULES_VERSION = "6"
 
 
 @contextmanager

@@ -93,6 +93,8 @@ MODELS: dict[str, DeviceModel] = {
         DeviceModel(
             "NVIDIA H100 80GB HBM3", 81_559 * _MIB, 600 * _MIB, 700.0, 70.0, 1980, 2619, 64e9, 450e9, True
         ),
+        # no NVLink bridge: GPU-to-GPU traffic crosses PCIe (Gen5 x16)
+        DeviceModel("NVIDIA H100 PCIe", 81_559 * _MIB, 600 * _MIB, 350.0, 50.0, 1755, 1593, 64e9, 0.0, True),
         DeviceModel(
             "NVIDIA A100-SXM4-80GB", 81_920 * _MIB, 500 * _MIB, 400.0, 55.0, 1410, 1593, 32e9, 300e9, False
         ),

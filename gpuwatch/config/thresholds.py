@@ -154,6 +154,14 @@ class Thresholds(Section):
         ge=0,
         description="Mean NIC + IB bytes/s per node at or above this is heavy (16 Gb/s). Source: project.",
     )
+    pcie_comm_bytes_per_s: float = Field(
+        5e9,
+        ge=0,
+        description="Mean PCIe tx+rx per GPU at or above this, on a multi-GPU job with NVLink quiet, GPU "
+        "memory not full, no idle gaps and SMs mostly inactive, is collectives crossing PCIe (a node "
+        "without NVLink). Source: measured on an H200 (tests/gpu/fixtures/h200): two ranks' collectives "
+        "through host memory moved 7.5 GB/s at 1 % SM activity, well-fed training 0.25-1.5 GB/s.",
+    )
 
     # ------------------------------------------------------------------ throttling, faults
     throttled_share_ratio: float = _r(

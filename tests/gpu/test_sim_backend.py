@@ -246,10 +246,13 @@ def test_hopper_models_have_gpm() -> None:
 
 
 def test_find_model() -> None:
-    assert find_model("h100").name == "NVIDIA H100 80GB HBM3"
+    assert find_model("h100 80gb").name == "NVIDIA H100 80GB HBM3"
+    assert find_model("h100 pcie").nvlink_bytes_per_s == 0  # no NVLink bridge
     assert find_model("NVIDIA H200") is MODELS["NVIDIA H200"]
     with pytest.raises(ValueError, match="known"):
         find_model("NVIDIA")  # ambiguous
+    with pytest.raises(ValueError, match="known"):
+        find_model("H100")  # the SXM card or the PCIe one
     with pytest.raises(ValueError, match="known"):
         SimulatedBackend(model="GeForce 256")
 

@@ -79,8 +79,9 @@ CAUSE_TEXTS: dict[str, CauseText] = {
     ),
     "communication_bound": CauseText(
         "Waiting on communication",
-        _t("""Network or NVLink traffic is high while the GPUs compute little between bursts: the
-        job spends its time exchanging data between GPUs or nodes."""),
+        _t("""Network, NVLink or (on a node without NVLink) PCIe traffic is high while the GPUs
+        compute little between bursts: the job spends its time exchanging data between GPUs or
+        nodes."""),
         _t("""Overlap communication with compute (gradient bucketing), use fewer nodes with more
         GPUs each, larger batches per GPU, or gradient accumulation."""),
         ":satellite:",

@@ -1,6 +1,7 @@
 """The communication_bound rule: a multi-GPU job with heavy NVLink traffic per GPU (or, across
-nodes, heavy NIC/IB traffic per node) while its SMs are mostly inactive. Without GPM it is
-claimed weakly, only when NVML utilization is low too (collectives read as busy), else Skipped."""
+nodes, heavy NIC/IB traffic per node; or, with NVLink quiet, heavy PCIe traffic) while its SMs
+are mostly inactive. Without GPM it is claimed weakly, only when NVML utilization is low too
+(collectives read as busy), else Skipped; over PCIe, not at all."""
 
 from __future__ import annotations
 
@@ -24,6 +25,18 @@ NETWORK_BOUND = {
     "network_bytes_per_s": 5e9, "ib_bytes_per_s": 4.5e9, "nic_bytes_per_s": 0.5e9, "sm_active": 0.3,
     "util_mean": 0.85,
 }  # fmt: skip
+
+
+#: four H100 PCIe cards, no NVLink: the all-reduce crosses PCIe, SMs 25 % active, no idle gaps
+PCIE_BOUND = {
+    "gpu_count": 4, "gpus_with_data": 4, "gpu_hours": 4.0, "nvlink_bytes_per_s": None,
+    "pcie_bytes_per_s": 25e9, "sm_active": 0.25, "util_mean": 0.92, "idle_fraction_mean": 0.0,
+    "memory_used_ratio_max": 0.6,
+}  # fmt: skip
+
+
+def pcie_bound(**changes: object):
+    return window(**{**PCIE_BOUND, **changes})
 
 
 def nvlink_bound(**changes: object):
@@ -151,3 +164,68 @@ def test_without_traffic_counters_no_verdict() -> None:
     assert communication_bound.rule(nvlink_bound(nvlink_bytes_per_s=None), T) is None
     multi = network_bound(nvlink_bytes_per_s=None, network_bytes_per_s=None)
     assert communication_bound.rule(multi, T) is None
+
+
+# -- over PCIe (no NVLink) ----------------------------------------------------------------------
+
+
+def test_heavy_pcie_with_nvlink_quiet_and_idle_sms() -> None:
+    v = communication_bound.rule(pcie_bound(), T)
+    assert_verdict(v, Cause.COMMUNICATION_BOUND, 0.8)
+    assert v.gpu_hours_wasted == pytest.approx(3.0)  # 1 - SM activity of four GPU-hours
+    assert v.summary == (
+        "job j1: 4 GPUs on 1 node bound by communication — PCIe 25.0 GB/s per GPU with NVLink quiet, "
+        "SM activity 25%"
+    )
+    signals = v.evidence["signals"]
+    assert signals["pcie_bytes_per_s"] == 25e9 and signals["idle_fraction_mean"] == 0.0
+    assert signals["memory_used_ratio_max"] == 0.6 and signals["sm_active"] == 0.25
+    assert any("PCIe" in note for note in v.evidence["notes"])
+
+
+def test_pcie_with_nvlink_counters_reading_zero_is_the_same() -> None:
+    """A Hopper card without NVLink reports its GPM NVLink rate as 0 (the H200 recordings)."""
+    assert isinstance(communication_bound.rule(pcie_bound(nvlink_bytes_per_s=0.0), T), Verdict)
+
+
+@pytest.mark.parametrize(
+    ("pcie", "fires"), [(T.pcie_comm_bytes_per_s, True), (T.pcie_comm_bytes_per_s * 0.99, False)]
+)
+def test_the_pcie_threshold(pcie: float, fires: bool) -> None:
+    v = communication_bound.rule(pcie_bound(pcie_bytes_per_s=pcie), T)
+    assert isinstance(v, Verdict) is fires
+
+
+def test_pcie_traffic_of_a_starved_loader_is_not_communication() -> None:
+    """Idle gaps between bursts: the bus carries batches to a waiting GPU (input-bound's)."""
+    gaps = pcie_bound(idle_fraction_mean=T.duty_idle_fraction_ratio)
+    assert communication_bound.rule(gaps, T) is None
+    assert isinstance(communication_bound.rule(pcie_bound(idle_fraction_mean=0.29), T), Verdict)
+
+
+def test_pcie_traffic_of_a_full_gpu_is_not_communication() -> None:
+    """Memory full: the bus carries spills and pages (GPU memory pressure's)."""
+    assert communication_bound.rule(pcie_bound(memory_used_ratio_max=T.gpu_memory_full_ratio), T) is None
+    assert communication_bound.rule(pcie_bound(memory_used_ratio_max=None), T) is None
+
+
+def test_pcie_with_busy_sms_is_healthy() -> None:
+    """DDP over PCIe overlapping its gradients with compute: heavy bus, busy SMs."""
+    assert communication_bound.rule(pcie_bound(sm_active=0.8, pcie_bytes_per_s=40e9), T) is None
+
+
+def test_pcie_without_gpm_is_not_claimed() -> None:
+    """Without SM activity, collectives, a loader and an offloaded optimizer all read busy."""
+    no_gpm = pcie_bound(has_gpm=False, sm_active=None, util_mean=0.3)
+    assert communication_bound.rule(no_gpm, T) is None
+
+
+def test_pcie_on_one_gpu_or_with_an_idle_gpu_is_not_communication() -> None:
+    assert communication_bound.rule(pcie_bound(gpu_count=1, gpus_with_data=1), T) is None
+    assert communication_bound.rule(pcie_bound(idle_gpus=("n1/gpu3",)), T) is None
+
+
+def test_heavy_nvlink_is_named_before_pcie() -> None:
+    v = communication_bound.rule(pcie_bound(nvlink_bytes_per_s=150e9), T)
+    assert isinstance(v, Verdict) and "NVLink 150.0 GB/s" in v.summary and "PCIe" not in v.summary
+    assert v.evidence["confidence"]["base"] == 0.85
