@@ -21,6 +21,11 @@ daemon's rollup pass does (the windows read those hours and the minutes around t
 and prints the per-job milliseconds and the ratio whole / two windows. The daemon evaluates
 every running job every ``classify.evaluate_interval_s`` (120 s): jobs x the whole evaluation
 is what that pass costs.
+
+``--minutes-kept H`` then drops the minutes older than the last ``H`` whole hours, as retention
+does, so the jobs began before the minutes kept: the windows read whole hours, and the job's
+page and its charts (the web view's: ``job_view(charts=True)``) read the hourly rows to the
+job's end, the hour not folded yet folded from its minutes (``sql/resolution.tier_for``).
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from gpuwatch.classify.runner import evaluate_running
 from gpuwatch.classify.segments import segment_window
 from gpuwatch.clock import utcnow
 from gpuwatch.config.thresholds import DEFAULT_THRESHOLDS as T
-from gpuwatch.sql import hours
+from gpuwatch.sql import hours, progress
+from gpuwatch.sql.buckets import floor_hour
 from gpuwatch.sql.nodes import create_token
 from gpuwatch.sql.rollups import floor_minute
 from gpuwatch.views import job_view
@@ -75,6 +81,7 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--hours", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--minutes-kept", type=int, default=None, metavar="H")
     args = ap.parse_args()
     name, _url, engine = fresh_db()
     try:
@@ -87,12 +94,19 @@ def main() -> int:
         rows = fill_in_sql(engine, FILL, params)
         with engine.begin() as conn:
             folded = hours.advance(conn, end)
+            if args.minutes_kept is not None:  # what retention leaves: the hours, the minutes since the cut
+                cut = floor_hour(end) - timedelta(hours=args.minutes_kept)
+                conn.exec_driver_sql("DELETE FROM gpu_minutes WHERE minute < %(cut)s", {"cut": cut})
+                progress.set_done_until(conn, hours.MINUTES_FROM, cut)
+        kept = (
+            "" if args.minutes_kept is None else f", minutes kept from {args.minutes_kept} h before the hour"
+        )
         print(
             f"{args.jobs} jobs x {args.gpus} GPUs x {args.hours} h: {rows:,} gpu_minutes rows, "
-            f"{folded} hours folded"
+            f"{folded} hours folded{kept}"
         )
 
-        two, seg, whole, page = [], [], [], []
+        two, seg, whole, page, charts = [], [], [], [], []
         found_segment = 0
         with engine.connect() as conn:
             for n in range(args.jobs):
@@ -114,16 +128,20 @@ def main() -> int:
         evaluate_running(engine, end)
         for n in range(args.jobs):
             page.append(timed(lambda n=n: job_view(engine, f"bench{n:04d}", end), args.repeat))
+            charts.append(timed(lambda n=n: job_view(engine, f"bench{n:04d}", end, charts=True), args.repeat))
         ms = {
             k: 1000 * statistics.median(v)
-            for k, v in (("two", two), ("seg", seg), ("whole", whole), ("page", page))
+            for k, v in (("two", two), ("seg", seg), ("whole", whole), ("page", page), ("charts", charts))
         }
         print(
             f"per job, median over jobs: two windows {ms['two']:.0f} ms, segment window {ms['seg']:.0f} ms, "
             f"whole evaluation {ms['whole']:.0f} ms (x{ms['whole'] / ms['two']:.2f} the two windows)"
         )
         print(f"segment found at the change (within 2 min) in {found_segment}/{args.jobs} jobs")
-        print(f"the job's page (views.job_view), median over jobs: {ms['page']:.0f} ms")
+        print(
+            f"the job's page (views.job_view), median over jobs: {ms['page']:.0f} ms; "
+            f"with its charts (the web view's): {ms['charts']:.0f} ms"
+        )
         return 0
     finally:
         engine.dispose()

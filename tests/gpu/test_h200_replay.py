@@ -60,8 +60,9 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
     ("run2", "healthy"): _SMALL_MODEL,
     ("run2", "amp"): _SMALL_MODEL,
     ("run1", "comm-bound"): (
-        "one GPU, no NVLink: the two ranks' collectives cross host memory over PCIe (7.5 GB/s), "
-        "which no rule reads as communication"
+        "two ranks on one GPU (the VM had one, no NVLink): their collectives cross host memory over "
+        "PCIe (7.5 GB/s), but a job of one GPU has no peer to wait on, so communication_bound (over "
+        "PCIe too) needs two GPUs"
     ),
 }
 
