@@ -6,9 +6,8 @@ samples, so a page costs the same on a day-old job as on a new one. A range olde
 minutes kept reads the hourly tables instead (``gpu_hours``, ``node_hours``, and the job's
 ``job_hours`` for its CPU; ``sql/resolution.py``), a point per hour up to the hour in
 progress. A GPU's sums over a range (:func:`gpu_totals`) read its whole folded hours and only
-the minutes around them
-(``resolution.spans``): the same sums, a tenth of the rows. Every mean is
-``SUM(x_sum) / SUM(x_n)``: a metric a card does not have is None, never 0.
+the minutes around them (``resolution.spans``): the same sums, a tenth of the rows. Every
+mean is ``SUM(x_sum) / SUM(x_n)``: a metric a card does not have is None, never 0.
 """
 
 from __future__ import annotations

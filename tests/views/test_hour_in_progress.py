@@ -126,3 +126,36 @@ def test_the_job_pages_cpu_chart_of_an_old_range_reaches_its_hour_in_progress(en
     assert points[-1][0] == in_progress
     assert points[-1][1] == pytest.approx(expected, rel=1e-9)
     assert len(points) == 3  # 08:00, 09:00 (job_hours) and the hour in progress
+
+
+def test_the_overviews_heat_map_of_an_old_span_reaches_its_hour_in_progress(engine) -> None:
+    """A heat map reaching back before the minutes kept has a cell per node-hour, the last one
+    the hour in progress: the node's GPUs' mean over that hour's minutes."""
+    from gpuwatch.sql.schema import node_minutes
+    from gpuwatch.views.overview import cluster_overview
+
+    built = corpus.built_cases(CASES, MINUTES_RUN)
+    corpus.load(engine, built)
+    now = built[0].case.now
+    Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(minutes=1))
+    in_progress, end = now.replace(minute=0, second=0), now.replace(second=0)
+    with engine.connect() as conn:
+        n = node_minutes.c
+        hour_mean = {
+            node_id: float(total) / float(count)
+            for node_id, total, count in conn.execute(
+                sa.select(n.node_id, sa.func.sum(n.gpu_util_ratio_sum), sa.func.sum(n.gpu_util_ratio_n))
+                .where(n.minute >= in_progress, n.minute < end)
+                .group_by(n.node_id)
+            )
+            if count
+        }
+        names = {get_node(conn, name).id: name for b in built for name in b.batches}
+    assert set(hour_mean) == set(names)
+    _drop_minutes_before(engine, in_progress - timedelta(hours=1))
+
+    view = cluster_overview(engine, now, minutes=180)  # from 07:30, before the minutes kept (09:00)
+    offset = int((in_progress - view.start).total_seconds() // 60)
+    last = {view.rows[row]: util for (row, minute), util in view.cells.items() if minute == offset}
+    assert last == {name: pytest.approx(hour_mean[node_id], rel=1e-9) for node_id, name in names.items()}
+    assert max(minute for _, minute in view.cells) == offset
