@@ -86,11 +86,12 @@ def _over_pcie(f: WindowFeatures, t: Thresholds, ev: Evidence) -> Verdict | None
     if not ev.check("sm_active", f.sm_active, "<", "sm_active_low_ratio", t.sm_active_low_ratio):
         return None
     ev.signal("util_mean", f.util_mean)
+    nvlink = "no NVLink traffic" if not f.nvlink_bytes_per_s else f"NVLink only {rate(f.nvlink_bytes_per_s)}"
     ev.values.update(
-        comm_reason=f"PCIe {rate(f.pcie_bytes_per_s)} per GPU with NVLink quiet", sm_pct=pct(f.sm_active)
+        comm_reason=f"PCIe {rate(f.pcie_bytes_per_s)} per GPU, {nvlink}", sm_pct=pct(f.sm_active)
     )
     ev.notes.append(
-        "no NVLink traffic: the GPUs exchange over PCIe (or through host memory), several times slower; "
+        "the GPUs exchange over PCIe (or through host memory), several times slower than NVLink; "
         "GPUs on one NVLink node, or fewer GPUs, exchange faster"
     )
     return make_verdict(Cause.COMMUNICATION_BOUND, 0.8, f, ev, 1 - efficiency(f))

@@ -174,7 +174,7 @@ def test_heavy_pcie_with_nvlink_quiet_and_idle_sms() -> None:
     assert_verdict(v, Cause.COMMUNICATION_BOUND, 0.8)
     assert v.gpu_hours_wasted == pytest.approx(3.0)  # 1 - SM activity of four GPU-hours
     assert v.summary == (
-        "job j1: 4 GPUs on 1 node bound by communication — PCIe 25.0 GB/s per GPU with NVLink quiet, "
+        "job j1: 4 GPUs on 1 node bound by communication — PCIe 25.0 GB/s per GPU, no NVLink traffic, "
         "SM activity 25%"
     )
     signals = v.evidence["signals"]
@@ -185,7 +185,13 @@ def test_heavy_pcie_with_nvlink_quiet_and_idle_sms() -> None:
 
 def test_pcie_with_nvlink_counters_reading_zero_is_the_same() -> None:
     """A Hopper card without NVLink reports its GPM NVLink rate as 0 (the H200 recordings)."""
-    assert isinstance(communication_bound.rule(pcie_bound(nvlink_bytes_per_s=0.0), T), Verdict)
+    v = communication_bound.rule(pcie_bound(nvlink_bytes_per_s=0.0), T)
+    assert isinstance(v, Verdict) and "PCIe 25.0 GB/s per GPU, no NVLink traffic" in v.summary
+
+
+def test_pcie_beside_light_nvlink_says_how_light() -> None:
+    v = communication_bound.rule(pcie_bound(nvlink_bytes_per_s=4e9), T)
+    assert isinstance(v, Verdict) and "PCIe 25.0 GB/s per GPU, NVLink only 4.0 GB/s" in v.summary
 
 
 @pytest.mark.parametrize(
