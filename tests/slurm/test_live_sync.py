@@ -119,10 +119,15 @@ def pids_of(job_id: str) -> list[int]:
 
 def wait_pids(job_id: str, timeout_s: float = 20) -> list[int]:
     """The job's pids once slurmstepd has started them (RUNNING in squeue comes first) and the
-    list is stable over two looks (the batch shell forks its command)."""
+    list is stable over two looks (the batch shell forks its command). Until its step is
+    registered on the node, ``scontrol listpids`` exits non-zero: on a busy machine that can
+    outlast the first looks, so it counts as no pids yet."""
     deadline, last = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
-        pids = pids_of(job_id)
+        try:
+            pids = pids_of(job_id)
+        except subprocess.CalledProcessError:
+            pids = []
         if pids and pids == last:
             return pids
         last = pids
