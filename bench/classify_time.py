@@ -92,10 +92,11 @@ def main() -> int:
         change = start + timedelta(hours=args.hours * 2 / 3)
         params = {"start": start, "end": end, "change": change, "gpus": args.gpus}
         rows = fill_in_sql(engine, FILL, params)
+        # what retention leaves: the hours, and the minutes from the cut on
+        cut = None if args.minutes_kept is None else floor_hour(end) - timedelta(hours=args.minutes_kept)
         with engine.begin() as conn:
             folded = hours.advance(conn, end)
-            if args.minutes_kept is not None:  # what retention leaves: the hours, the minutes since the cut
-                cut = floor_hour(end) - timedelta(hours=args.minutes_kept)
+            if cut is not None:
                 conn.exec_driver_sql("DELETE FROM gpu_minutes WHERE minute < %(cut)s", {"cut": cut})
                 progress.set_done_until(conn, hours.MINUTES_FROM, cut)
         kept = (
@@ -109,9 +110,7 @@ def main() -> int:
         two, seg, whole, page, charts = [], [], [], [], []
         found_segment = 0
         # a change before the minutes kept is placed to the hour (classify/segments.py)
-        minutes_gone = args.minutes_kept is not None and change < floor_hour(end) - timedelta(
-            hours=args.minutes_kept
-        )
+        minutes_gone = cut is not None and change < cut
         tolerance = timedelta(hours=1) if minutes_gone else timedelta(minutes=2)
         with engine.connect() as conn:
             for n in range(args.jobs):

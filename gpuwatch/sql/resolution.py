@@ -90,8 +90,10 @@ def tier_for(conn: sa.Connection, start: datetime, end: datetime) -> Tier:
     ``start``; else hourly rows to ``end``, the hours not folded yet folded from their minutes
     (retention keeps those: it never drops a minute the hours do not hold)."""
     tier = tier_of(start, minutes_from(conn))
+    if not tier.hourly:
+        return tier
     folded = hours.state(conn, hours.STATE)
-    if not tier.hourly or folded is None or folded >= end:
+    if folded is None or folded >= end:
         return tier
     return Tier(
         _to_edge(conn, gpu_hours, gpu_minutes, folded, end),

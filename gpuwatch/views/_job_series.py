@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuwatch.classify.features import GpuRef
-from gpuwatch.sql.buckets import as_utc, floor_hour, hour_bucket
+from gpuwatch.sql.buckets import floor_hour, hour_bucket
 from gpuwatch.sql.job_hours import host_sums, summed_until
 from gpuwatch.sql.resolution import Span, Tier, minute_offset, span_rows, spans, tier_for
 from gpuwatch.sql.rollups import join_distinct
@@ -270,8 +270,7 @@ def _job_cpu(conn: sa.Connection, tier: Tier, job_id: str, start: datetime, end:
         used = [(t, mean(total, n), alloc) for t, total, n, alloc in rows]
     else:
         h = job_hours.c
-        done = summed_until(conn)
-        summed = floor_hour(start) if done is None else as_utc(conn, done)
+        summed = summed_until(conn) or floor_hour(start)
         query = sa.select(h.hour, h.cpu_used_cores, h.cpu_allocated_cores).where(h.job_id == job_id)
         rows = list(
             conn.execute(query.where(*tier.within(job_hours, start, min(end, summed))).order_by(h.hour))

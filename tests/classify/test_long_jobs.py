@@ -120,7 +120,6 @@ def test_a_window_inside_the_minutes_reads_its_folded_hours_and_gets_the_same_fe
     def gpu_tables() -> dict[str, list]:
         """Each job's per-GPU table, floats to 9 digits (hours add in another order)."""
         views = {b.job_id: job_view(engine, b.job_id, now) for b in built}
-
         return {
             job: [rounded(dataclasses.asdict(g)) for g in view.gpus] for job, view in views.items() if view
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from gpuwatch import wire
@@ -166,8 +167,6 @@ def test_a_late_minute_and_its_hour_are_rewritten_in_one_transaction(engine, mon
     """The re-rolled minutes, job-hours and hours of a late batch commit together: a failure
     while folding the hour leaves the minutes as they were (and the next pass does it all), so
     no reader ever sums a stale hour beside fresh minutes."""
-    import pytest
-
     node_id = _node(engine)
     _fill(engine, node_id)
     rollup = Rollup(engine)

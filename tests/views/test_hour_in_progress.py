@@ -24,7 +24,7 @@ from gpuwatch.views.node import node_view
 from tests.classify import corpus
 from tests.figures import rounded
 
-#: an 8-GPU job with idle GPUs and a busy one, a 4-GPU training job over NVLink
+#: a 4-GPU job idle throughout, a 4-GPU job waiting on NVLink, a healthy training job
 CASES = ("idle-all-4-h200", "comm-nvlink-4", "healthy-training-h200")
 #: 08:00 to 10:30: two whole hours folded, the half hour in progress in the minutes only
 MINUTES_RUN = 150
@@ -101,7 +101,7 @@ def test_the_job_pages_cpu_chart_of_an_old_range_reaches_its_hour_in_progress(en
     held in that hour's minutes."""
     from gpuwatch.sql.schema import job_minutes
 
-    built = corpus.built_cases(CASES, MINUTES_RUN)[1:2]  # the 4-GPU training job
+    built = corpus.built_cases(CASES, MINUTES_RUN)[1:2]  # the 4-GPU job over NVLink
     corpus.load(engine, built)
     now = built[0].case.now
     Rollup(engine, lag=timedelta(0)).run_once(now=now + timedelta(minutes=1))
